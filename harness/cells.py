@@ -1,0 +1,185 @@
+"""From a matrix to its cells: the product of the axes less `exclude`, each with a stable id, argv, env and expectation.
+
+Ids are built from axis values, never positions, so adding a value to one axis leaves every other cell's id (and its
+results, and the nightly comparison) untouched. Ids avoid `=`, `,` and spaces so they work in `pytest -k` and `--select`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+import re
+from dataclasses import dataclass, field
+
+from harness.errors import ConfigError
+from harness.matrix.model import ExpectRule, Matrix, Mount, PatchSpec, Selector
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.+]+")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    outcome: str
+    reason: str | None = None
+    rule: int = 0
+
+    def matches(self, outcome: str, reason: str | None) -> bool:
+        return outcome == self.outcome and (self.reason is None or reason == self.reason)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One configuration to boot: the matrix's common settings plus one fragment per axis, in axis order."""
+
+    id: str
+    index: int
+    axes: dict[str, str]
+    args: list[str]
+    env: dict[str, str]
+    image: str | None
+    patches: tuple[PatchSpec, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    expected: Expectation | None = None
+    #: `--model MODEL` + args: exactly what the server is given after the runtime's own command/entrypoint.
+    server_args: list[str] = field(default_factory=list)
+
+
+def axis_label(name: str, label: str | None) -> str:
+    if label:
+        return label
+    words = [w for w in re.split(r"[_\-\s]+", name) if w]
+    return "".join(w[0] for w in words) if len(words) > 1 else name
+
+
+def value_token(label: str, value: str) -> str:
+    """`mml` + `131072` → `mml131072`; `mtp` + `mtp4` → `mtp4`; `floor` + `none` → `floor_none`."""
+    safe = _UNSAFE.sub("_", value).strip("_") or "x"
+    if safe.lower().startswith(label.lower()):
+        return safe
+    return f"{label}{safe}" if safe[0].isdigit() else f"{label}_{safe}"
+
+
+def _names(sel_value: str | list[str]) -> list[str]:
+    return sel_value if isinstance(sel_value, list) else [sel_value]
+
+
+def selector_matches(selector: Selector, assignment: dict[str, str]) -> bool:
+    return all(assignment.get(axis) in _names(names) for axis, names in selector.items())
+
+
+def _check_selector(matrix: Matrix, selector: Selector, file: str, key: str) -> None:
+    values = matrix.axis_values()
+    for axis, names in selector.items():
+        if axis not in values:
+            raise ConfigError(file, f"{key}.{axis}", f"unknown axis (axes are: {', '.join(values)})")
+        for name in _names(names):
+            if name not in values[axis]:
+                raise ConfigError(
+                    file, f"{key}.{axis}", f"unknown value {name!r} (values are: {', '.join(values[axis])})"
+                )
+
+
+def _expectation(rules: list[ExpectRule], assignment: dict[str, str]) -> Expectation | None:
+    for i, rule in enumerate(rules):
+        if selector_matches(rule.where, assignment):
+            return Expectation(outcome=rule.outcome, reason=rule.reason, rule=i)
+    return None
+
+
+def expand_cells(matrix: Matrix, file: str = "<matrix>") -> list[Cell]:
+    """All cells of the matrix, or a ConfigError naming the key that makes the matrix wrong."""
+    for i, selector in enumerate(matrix.exclude):
+        if not selector:
+            raise ConfigError(file, f"exclude[{i}]", "an empty exclude would drop every cell")
+        _check_selector(matrix, selector, file, f"exclude[{i}]")
+    for i, rule in enumerate(matrix.expect):
+        _check_selector(matrix, rule.where, file, f"expect[{i}].where")
+
+    names = list(matrix.axes)
+    labels = {n: axis_label(n, matrix.axes[n].label) for n in names}
+    seen_labels: dict[str, str] = {}
+    for n, lab in labels.items():
+        if lab in seen_labels:
+            raise ConfigError(file, f"axes.{n}", f"id label {lab!r} is also {seen_labels[lab]!r}'s; set `label:` on one")
+        seen_labels[lab] = n
+
+    cells: list[Cell] = []
+    ids: dict[str, dict[str, str]] = {}
+    rule_hits = [0] * len(matrix.expect)
+    rule_any = [False] * len(matrix.expect)
+    model_args = ["--model", matrix.model] if matrix.model else []
+    for combo in itertools.product(*(matrix.axes[n].value_names() for n in names)):
+        assignment = dict(zip(names, combo))
+        if any(selector_matches(sel, assignment) for sel in matrix.exclude):
+            continue
+        args, env = list(matrix.args), dict(matrix.env)
+        image, patches, mounts = matrix.image, [], list(matrix.mounts)
+        for n in names:
+            frag = matrix.axes[n].fragment(assignment[n])
+            args += frag.args
+            env.update(frag.env)
+            image = frag.image or image
+            patches += frag.patches
+            mounts += frag.mounts
+        cell_id = "-".join(value_token(labels[n], assignment[n]) for n in names)
+        if cell_id in ids:
+            raise ConfigError(file, "axes", f"two cells get the id {cell_id!r} ({ids[cell_id]} and {assignment}); rename a value or set `label:`")
+        ids[cell_id] = assignment
+        expected = _expectation(matrix.expect, assignment)
+        for i, rule in enumerate(matrix.expect):
+            if selector_matches(rule.where, assignment):
+                rule_any[i] = True
+        if expected is not None:
+            rule_hits[expected.rule] += 1
+        cells.append(
+            Cell(
+                id=cell_id, index=len(cells), axes=assignment, args=args, env=env, image=image,
+                patches=tuple(patches), mounts=tuple(mounts), expected=expected, server_args=model_args + args,
+            )
+        )
+    if not cells:
+        raise ConfigError(file, "exclude", "excludes every cell: the matrix would be empty")
+    for i, hits in enumerate(rule_hits):
+        if hits == 0:
+            why = "every cell it names is excluded" if not rule_any[i] else "every cell it names is taken by an earlier rule"
+            raise ConfigError(file, f"expect[{i}]", f"rule can never match: {why}")
+    return cells
+
+
+class SelectionError(ConfigError):
+    pass
+
+
+def select_cells(cells: list[Cell], exprs: list[str] | None, matrix: Matrix, source: str = "--select") -> list[Cell]:
+    """`--select` terms: `axis=value[|value]` narrows, anything else is a glob on cell ids; terms in one EXPR are
+    joined by commas and all must hold; several `--select` options add up. Selecting nothing is an error."""
+    if not exprs:
+        return cells
+    values = matrix.axis_values()
+    chosen: dict[str, Cell] = {}
+    for expr in exprs:
+        conds: dict[str, list[str]] = {}
+        globs: list[str] = []
+        for term in (t.strip() for t in expr.split(",")):
+            if not term:
+                continue
+            if "=" in term:
+                axis, _, names = term.partition("=")
+                axis = axis.strip()
+                wanted = [v.strip() for v in names.split("|") if v.strip()]
+                if axis not in values:
+                    raise SelectionError(source, axis, f"unknown axis in {expr!r} (axes are: {', '.join(values)})")
+                for v in wanted:
+                    if v not in values[axis]:
+                        raise SelectionError(source, axis, f"unknown value {v!r} in {expr!r} (values are: {', '.join(values[axis])})")
+                conds.setdefault(axis, []).extend(wanted)
+            else:
+                globs.append(term)
+        for cell in cells:
+            if all(cell.axes[a] in vs for a, vs in conds.items()) and all(
+                fnmatch.fnmatchcase(cell.id, g) or g == cell.id for g in globs
+            ):
+                chosen[cell.id] = cell
+    if not chosen:
+        raise SelectionError(source, "", f"{' '.join(exprs)!r} selects no cell")
+    return [c for c in cells if c.id in chosen]

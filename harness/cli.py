@@ -1,0 +1,178 @@
+"""`boot-harness`: the command line over the library. Bad input or a missing runtime → one line on stderr, exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from harness import __version__
+from harness.errors import UsageError
+
+EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _add_matrix(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--matrix", "-m", required=True, help="the matrix file (YAML)")
+
+
+def _add_selection(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--select", "-s", action="append", metavar="EXPR",
+                   help="cells to take: `axis=value[|value]` terms and id globs, comma-joined (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="boot-harness", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"boot-harness {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("validate", help="check a matrix file and exit 0, or print what is wrong and exit 2")
+    _add_matrix(p)
+
+    p = sub.add_parser("cells", help="list cell ids, one a line")
+    _add_matrix(p)
+    _add_selection(p)
+    p.add_argument("--json", action="store_true", help="one JSON object per cell: id, axes, argv, env, expected")
+
+    p = sub.add_parser("run", help="boot every selected cell and record the results")
+    _add_matrix(p)
+    _add_selection(p)
+    p.add_argument("--results-dir", type=Path, default=Path("results"), help="where run directories go (default: results)")
+    p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="finish an interrupted run: only cells it lacks")
+    p.add_argument("--dry-run", action="store_true", help="print what each cell would run, run nothing")
+    p.add_argument("--timeout-s", type=float, help="override the matrix's per-cell deadline")
+    p.add_argument("--keep-work", action="store_true", help="keep each cell's TMPDIR and caches under the run dir")
+
+    p = sub.add_parser("facts", help="what the parser finds in a saved vLLM server log")
+    p.add_argument("logfile", type=Path)
+    p.add_argument("--json", action="store_true", help="one JSON object (same keys as a cell record's kv/refusal)")
+    return parser
+
+
+def cmd_validate(args: argparse.Namespace, out: Console) -> int:
+    from harness.cells import expand_cells
+    from harness.matrix.load import load_matrix
+
+    loaded = load_matrix(args.matrix)
+    cells = expand_cells(loaded.matrix, str(args.matrix))
+    expected = sum(1 for c in cells if c.expected)
+    out.print(f"{args.matrix}: ok — {len(cells)} cells on {len(loaded.matrix.axes)} axes, "
+              f"{expected} with an expectation", highlight=False)
+    return EXIT_OK
+
+
+def _selected(args: argparse.Namespace):
+    from harness.cells import expand_cells, select_cells
+    from harness.matrix.load import load_matrix
+
+    loaded = load_matrix(args.matrix)
+    cells = select_cells(expand_cells(loaded.matrix, str(args.matrix)), args.select, loaded.matrix)
+    return loaded, cells
+
+
+def cmd_cells(args: argparse.Namespace, out: Console) -> int:
+    _, cells = _selected(args)
+    for c in cells:
+        if args.json:
+            print(json.dumps({"id": c.id, "axes": c.axes, "server_args": c.server_args, "env": c.env,
+                              "image": c.image, "expected": None if not c.expected else
+                              {"outcome": c.expected.outcome, "reason": c.expected.reason}}))
+        else:
+            print(c.id)
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace, out: Console) -> int:
+    from harness.progress import LiveProgress, summary_table
+    from harness.results.store import RunStore
+    from harness.runner import CellRunner, Interrupted, run_cells, watch_config
+    from harness.runtime import make_runtime
+    from harness.runtime.base import CellContext
+    from harness.runtime.process import format_command_line
+    from harness.secrets import Masker
+
+    loaded, cells = _selected(args)
+    runtime = make_runtime(loaded)
+    if args.dry_run:
+        for c in cells:
+            ctx = CellContext(run_dir=Path("."), work_dir=Path("."), masker=Masker(), matrix_dir=loaded.base_dir)
+            env, argv = runtime.command_line(c, ctx)
+            print(f"# {c.id}\n{format_command_line(env, argv)}")
+        return EXIT_OK
+    runtime.preflight(cells)
+    if args.resume:
+        store = RunStore.open(args.resume, loaded)
+        todo = [c for c in cells if c.id not in store.done()]
+        store.run.status = "running"
+    else:
+        store = RunStore.create(args.results_dir, loaded, runtime.name, selection=args.select)
+        todo = cells
+    store.order = [c.id for c in cells]
+    err = Console(stderr=True)
+    err.print(f"run directory: {store.run_dir}  ({len(todo)} of {len(cells)} cells to boot)", highlight=False)
+    runner = CellRunner(loaded, runtime, store, watch_config(loaded, args.timeout_s), keep_work=args.keep_work)
+    try:
+        with LiveProgress(todo, err) as progress:
+            run_cells(todo, runner, progress)
+    except (Interrupted, KeyboardInterrupt):
+        err.print(f"interrupted: finished cells are kept in {store.run_dir} (continue with --resume {store.run_dir})",
+                  highlight=False)
+        return EXIT_INTERRUPTED
+    run = store.finish("complete")
+    out.print(summary_table(run))
+    out.print(f"results: {store.run_dir / 'results.json'}", highlight=False)
+    selected = {c.id for c in cells}
+    bad = [c for c in run.cells if c.cell_id in selected and (c.matched is False or c.outcome == "error")]
+    return EXIT_MISMATCH if bad else EXIT_OK
+
+
+def cmd_facts(args: argparse.Namespace, out: Console) -> int:
+    from harness.logfacts import parse_file
+
+    if not args.logfile.is_file():
+        raise UsageError(f"{args.logfile}: no such file")
+    facts = parse_file(args.logfile)
+    reason = facts.refusal.kind if facts.refusal else ("ready" if facts.ready_lines else None)
+    record = {"vllm_version": facts.vllm_version, "reason": reason, "kv": facts.kv.model_dump(),
+              "refusal": facts.refusal.model_dump() if facts.refusal else None}
+    if args.json:
+        print(json.dumps(record, indent=2))
+        return EXIT_OK
+    out.print(f"[bold]{args.logfile}[/]  vLLM {facts.vllm_version or '?'}  ({facts.lines} lines)", highlight=False)
+    for key, value in record["kv"].items():
+        if value is not None:
+            out.print(f"  {key}: {value}", highlight=False)
+    if facts.refusal:
+        r = facts.refusal
+        out.print(f"  refusal: [yellow]{r.kind}[/]", highlight=False)
+        for key in ("max_seq_len", "needed_gib", "available_gib", "estimated_max_model_len", "derived_max_model_len"):
+            if getattr(r, key) is not None:
+                out.print(f"    {key}: {getattr(r, key)}", highlight=False)
+        out.print(f"    message: {r.message}", highlight=False, markup=False)
+    elif facts.ready_lines:
+        out.print("  ready: " + facts.ready_lines[-1], highlight=False, markup=False)
+    else:
+        out.print("  no refusal and no readiness line", highlight=False)
+    return EXIT_OK
+
+
+COMMANDS = {"validate": cmd_validate, "cells": cmd_cells, "run": cmd_run, "facts": cmd_facts}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    out = Console()
+    try:
+        return COMMANDS[args.command](args, out)
+    except UsageError as exc:
+        print(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""The harness's exception hierarchy.
+
+Every error a user can cause by what they wrote or what their machine lacks is a ``UsageError``: the CLI prints its one
+line and exits 2, never a traceback. Everything else is a bug or an environment failure and is reported as such.
+"""
+
+from __future__ import annotations
+
+
+class HarnessError(Exception):
+    """Base of every error the harness raises on purpose."""
+
+
+class UsageError(HarnessError):
+    """Bad input or a missing prerequisite: one line for the user, exit code 2."""
+
+    exit_code = 2
+
+
+class ConfigError(UsageError):
+    """A mistake in a matrix file, located as ``FILE:key.path: what is wrong``."""
+
+    def __init__(self, file: str, key: str, message: str):
+        self.file, self.key, self.message = file, key, message
+        location = f"{file}:{key}" if key else file
+        super().__init__(f"{location}: {message}")
+
+
+class RuntimeUnavailable(UsageError):
+    """The runtime a matrix asks for cannot run here (no vllm executable, no container engine, missing image)."""
+
+
+class CellStartError(HarnessError):
+    """A cell could not be started; the cell's outcome becomes ``error`` with this message as its reason."""

@@ -1,0 +1,47 @@
+"""`${VAR}` and `${VAR:-default}` in matrix strings, expanded from the environment before validation.
+
+An unset variable without a default is an error at its key path: a matrix that silently runs with an empty model path
+or image is worse than one that refuses to load. `$${` writes a literal `${`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+_REF = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{([^}]*)\}?")
+
+
+class UnsetVariable(Exception):
+    def __init__(self, path: str, message: str):
+        self.path, self.message = path, message
+        super().__init__(message)
+
+
+def expand_string(text: str, environ: Mapping[str, str], path: str) -> str:
+    def substitute(match: re.Match[str]) -> str:
+        if match.group(0) == "$${":
+            return "${"
+        name, default, bad = match.group(1), match.group(2), match.group(3)
+        if name is None:
+            raise UnsetVariable(path, f"malformed variable reference {match.group(0)!r} (write ${{NAME}} or ${{NAME:-default}})")
+        value = environ.get(name)
+        if value is None or (value == "" and default is not None):
+            if default is None:
+                raise UnsetVariable(path, f"environment variable {name} is not set and has no default (write ${{{name}:-default}})")
+            return default
+        return value
+
+    return _REF.sub(substitute, text)
+
+
+def expand_tree(node: Any, environ: Mapping[str, str], path: str = "") -> Any:
+    """Expand every string (values, not keys) in a parsed YAML tree."""
+    if isinstance(node, str):
+        return expand_string(node, environ, path)
+    if isinstance(node, dict):
+        return {k: expand_tree(v, environ, f"{path}.{k}" if path else str(k)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [expand_tree(v, environ, f"{path}[{i}]") for i, v in enumerate(node)]
+    return node

@@ -1,0 +1,156 @@
+"""Reading a matrix file: YAML → env expansion → pydantic → cross-checks, every mistake one `FILE:key.path: what` line."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from harness.errors import ConfigError
+from harness.matrix.expand_env import UnsetVariable, expand_tree
+from harness.matrix.model import Matrix
+
+_AXIS_TAGS = {"flag", "named"}
+
+
+@dataclass(frozen=True)
+class LoadedMatrix:
+    """A validated matrix and where it came from (its sha256 identifies the run's input)."""
+
+    matrix: Matrix
+    path: Path
+    sha256: str
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys; in a matrix that silently drops an axis value, so it is an error."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, Any] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen[key] = True
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+# YAML 1.1 reads `off`, `on`, `yes`, `no` as booleans, so an axis value named `off` would become False. Matrix files
+# follow YAML 1.2 here: only true/false are booleans.
+_UniqueKeyLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+def format_loc(loc: tuple[Any, ...]) -> str:
+    """('axes', 'mtp', 'named', 'values', 'mtp4', 'args', 0) → 'axes.mtp.mtp4.args[0]'."""
+    parts: list[str] = []
+    items = list(loc)
+    i = 0
+    while i < len(items):
+        item = items[i]
+        if parts[:1] == ["axes"] and len(parts) == 2 and item in _AXIS_TAGS:
+            if item == "named" and i + 1 < len(items) and items[i + 1] == "values":
+                i += 1  # the named-axis shorthand has no `values` key in the file
+            i += 1
+            continue
+        if isinstance(item, int):
+            parts[-1:] = [f"{parts[-1]}[{item}]"] if parts else [f"[{item}]"]
+        elif isinstance(item, str) and item.startswith("function-"):
+            pass  # pydantic's name for a validator step, not a key
+        else:
+            parts.append(str(item))
+        i += 1
+    return ".".join(parts)
+
+
+def _first_error(err: ValidationError) -> tuple[str, str]:
+    e = err.errors(include_url=False)[0]
+    loc = format_loc(tuple(e["loc"]))
+    msg = e["msg"]
+    if e["type"] == "extra_forbidden":
+        msg = "unknown key"
+    elif e["type"] == "missing":
+        msg = "required key is missing"
+    elif msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    inp = e.get("input")
+    if e["type"] not in ("extra_forbidden", "missing") and isinstance(inp, (str, int, float, bool)) and len(repr(inp)) < 80:
+        msg = f"{msg} (got {inp!r})"
+    return loc, msg
+
+
+def parse_matrix(raw_text: str, file: str, environ: Mapping[str, str] | None = None) -> Matrix:
+    try:
+        data = yaml.load(raw_text, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = f"line {mark.line + 1}" if mark else "yaml"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(file, where, f"YAML syntax error: {problem}") from None
+    if data is None:
+        raise ConfigError(file, "", "the file is empty")
+    if not isinstance(data, dict):
+        raise ConfigError(file, "", f"must be a mapping of keys, not a {type(data).__name__}")
+    try:
+        data = expand_tree(data, os.environ if environ is None else environ)
+    except UnsetVariable as exc:
+        raise ConfigError(file, exc.path, exc.message) from None
+    try:
+        return Matrix.model_validate(data)
+    except ValidationError as exc:
+        loc, msg = _first_error(exc)
+        raise ConfigError(file, loc, msg) from None
+
+
+def load_matrix(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> LoadedMatrix:
+    """Load and fully check a matrix file, cells included, so `validate` and `run` fail the same way."""
+    from harness.cells import expand_cells  # the cross-checks live with the cells they are about
+
+    p = Path(path)
+    shown = str(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(shown, "", "no such file") from None
+    except OSError as exc:
+        raise ConfigError(shown, "", f"cannot read: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(shown, "", "is not UTF-8 text") from None
+    matrix = parse_matrix(text, shown, environ)
+    loaded = LoadedMatrix(matrix=matrix, path=p.resolve(), sha256=hashlib.sha256(raw).hexdigest())
+    _check_files(loaded, shown)
+    expand_cells(loaded.matrix, file=shown)
+    return loaded
+
+
+def _check_files(loaded: LoadedMatrix, shown: str) -> None:
+    """Patch files ship with the matrix, so a missing one is a mistake in the file, found before any cell runs."""
+    for axis_name, axis in loaded.matrix.axes.items():
+        for value in axis.value_names():
+            for i, patch in enumerate(axis.fragment(value).patches):
+                f = (loaded.base_dir / patch.patch)
+                if not f.is_file():
+                    raise ConfigError(shown, f"axes.{axis_name}.{value}.patches[{i}].patch", f"patch file not found: {f}")

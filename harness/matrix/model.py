@@ -1,0 +1,230 @@
+"""The typed matrix file: one pydantic model is the validator, the documentation's JSON Schema and the code's API."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+
+Outcome = Literal["booted", "refused", "crashed", "timeout", "error"]
+OUTCOMES: tuple[str, ...] = ("booted", "refused", "crashed", "timeout", "error")
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _argv_item(value: Any) -> str:
+    """YAML turns `4` into an int; an argv item is text, but a bool or a mapping there is a mistake, not a number."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(f"must be a string or a number, not {type(value).__name__}")
+    return str(value)
+
+
+def _check_env(env: dict[str, Any]) -> dict[str, str]:
+    out = {}
+    for key, value in env.items():
+        if not _ENV_NAME.match(str(key)):
+            raise ValueError(f"{key!r} is not a valid environment variable name")
+        out[str(key)] = _argv_item(value)
+    return out
+
+
+class Mount(_Strict):
+    """A bind mount into the container; `source` is relative to the matrix file unless absolute."""
+
+    source: str
+    target: str
+    read_only: bool = True
+
+    @field_validator("target")
+    @classmethod
+    def _absolute_target(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError("must be an absolute path inside the container")
+        return v
+
+
+class PatchSpec(_Strict):
+    """The seed's APPLY procedure as data: copy `target` out of the image, check, patch -p1, check, mount read-only."""
+
+    target: str = Field(description="absolute path of the file inside the image")
+    patch: str = Field(description="patch file, relative to the matrix file; applied like `patch -p1`")
+    base_sha256: str
+    patched_sha256: str
+
+    @field_validator("target")
+    @classmethod
+    def _absolute_target(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError("must be an absolute path inside the image")
+        return v
+
+    @field_validator("base_sha256", "patched_sha256")
+    @classmethod
+    def _hex_digest(cls, v: str) -> str:
+        if not _SHA256.match(v):
+            raise ValueError("must be 64 lowercase hex digits (a sha256)")
+        return v
+
+
+class Fragment(_Strict):
+    """What one named axis value adds to a cell: server args, env, and (containers) an image, patches, mounts."""
+
+    args: list[str] = []
+    env: dict[str, str] = {}
+    image: str | None = None
+    patches: list[PatchSpec] = []
+    mounts: list[Mount] = []
+
+    _args = field_validator("args", mode="before")(lambda v: [_argv_item(x) for x in v] if isinstance(v, list) else v)
+    _env = field_validator("env", mode="before")(lambda v: _check_env(v) if isinstance(v, dict) else v)
+
+
+class FlagAxis(_Strict):
+    """An axis that passes `flag value` for each value, e.g. `--max-model-len 131072`."""
+
+    flag: str
+    values: list[str] = Field(min_length=1)
+    label: str | None = Field(None, description="prefix of this axis in cell ids (default: initials of the axis name)")
+
+    _values = field_validator("values", mode="before")(
+        lambda v: [_argv_item(x) for x in v] if isinstance(v, list) else v
+    )
+
+    @field_validator("flag")
+    @classmethod
+    def _dashed(cls, v: str) -> str:
+        if not v.startswith("-"):
+            raise ValueError("must be a command-line flag starting with '-'")
+        return v
+
+    def value_names(self) -> list[str]:
+        return list(self.values)
+
+    def fragment(self, value: str) -> Fragment:
+        return Fragment(args=[self.flag, value])
+
+
+class NamedAxis(_Strict):
+    """An axis whose values are named fragments, e.g. `mtp: {off: {}, mtp4: {args: [...]}}`."""
+
+    values: dict[str, Fragment] = Field(min_length=1)
+    label: str | None = None
+
+    def value_names(self) -> list[str]:
+        return list(self.values)
+
+    def fragment(self, value: str) -> Fragment:
+        return self.values[value]
+
+
+def _axis_kind(raw: Any) -> str:
+    if isinstance(raw, FlagAxis) or (isinstance(raw, dict) and "flag" in raw):
+        return "flag"
+    return "named"
+
+
+Axis = Annotated[
+    Union[Annotated[FlagAxis, Tag("flag")], Annotated[NamedAxis, Tag("named")]],
+    Discriminator(_axis_kind),
+]
+
+Selector = dict[str, Union[str, list[str]]]
+
+
+class ExpectRule(_Strict):
+    """First matching rule gives a cell's expected outcome (and, optionally, reason)."""
+
+    where: Selector = {}
+    outcome: Outcome
+    reason: str | None = None
+
+    _where = field_validator("where", mode="before")(lambda v: _normalize_selector(v))
+
+
+def _normalize_selector(value: Any) -> Any:
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    for axis, names in value.items():
+        if isinstance(names, list):
+            out[str(axis)] = [_argv_item(n) for n in names]
+        else:
+            out[str(axis)] = _argv_item(names)
+    return out
+
+
+GpuRequest = Union[Literal["all"], int, list[str]]
+
+
+class Matrix(_Strict):
+    """A matrix file: common settings plus axes whose product, less `exclude`, is the set of cells."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    runtime: Literal["process", "docker", "podman"] = "process"
+    command: list[str] = Field(["vllm", "serve"], min_length=1, description="process runtime: argv prefix")
+    model: str | None = Field(None, description="passed as `--model MODEL`")
+    args: list[str] = []
+    env: dict[str, str] = {}
+    timeout_s: float = Field(900.0, gt=0, description="one deadline per cell: start to verdict")
+    probe: bool = Field(True, description="after /health 200, one max_tokens=1 completion must succeed")
+    linger_s: float = Field(10.0, ge=0, description="after a refusal line, how long to wait for the exit code")
+    axes: dict[str, Axis] = Field(min_length=1)
+    exclude: list[Selector] = []
+    expect: list[ExpectRule] = []
+    # Container runtimes (docker/podman).
+    image: str | None = None
+    gpus: GpuRequest | None = None
+    ipc: Literal["host", "private", "shareable"] | None = None
+    shm_size: str | None = Field(None, pattern=r"^[0-9]+[bkmgBKMG]?$")
+    mounts: list[Mount] = []
+    container_port: int = Field(8000, ge=1, le=65535)
+    entrypoint: list[str] | None = None
+    pull: Literal["never", "missing", "always"] = "never"
+    gpus_per_cell: int = Field(0, ge=0)
+
+    _args = field_validator("args", "command", mode="before")(
+        lambda v: [_argv_item(x) for x in v] if isinstance(v, list) else v
+    )
+    _env = field_validator("env", mode="before")(lambda v: _check_env(v) if isinstance(v, dict) else v)
+    _exclude = field_validator("exclude", mode="before")(
+        lambda v: [_normalize_selector(s) for s in v] if isinstance(v, list) else v
+    )
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpus(cls, v: Any) -> Any:
+        if v is None or v == "all":
+            return v
+        if isinstance(v, bool):
+            raise ValueError("must be 'all', a count, or a list of device ids")
+        if isinstance(v, int):
+            if v < 1:
+                raise ValueError("a GPU count must be at least 1")
+            return v
+        if isinstance(v, list) and v and all(isinstance(x, (str, int)) and not isinstance(x, bool) for x in v):
+            return [str(x) for x in v]
+        raise ValueError("must be 'all', a count, or a non-empty list of device ids")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named_axis_shorthand(cls, data: Any) -> Any:
+        """Named values are written bare in YAML (`mtp: {off: {}, mtp4: {...}}`); `off:` with nothing is `{}`."""
+        if isinstance(data, dict) and isinstance(data.get("axes"), dict):
+            axes = {}
+            for name, raw in data["axes"].items():
+                if isinstance(raw, dict) and "flag" not in raw and "values" not in raw:
+                    label = raw.get("label") if isinstance(raw.get("label"), str) else None
+                    values = {str(k): ({} if v is None else v) for k, v in raw.items() if k != "label"}
+                    raw = {"values": values, **({"label": label} if label else {})}
+                axes[str(name)] = raw
+            data = {**data, "axes": axes}
+        return data
+
+    def axis_values(self) -> dict[str, list[str]]:
+        return {name: axis.value_names() for name, axis in self.axes.items()}

@@ -1,0 +1,114 @@
+"""The results schema: one cell record per boot, one run record per run. `SCHEMA_VERSION` moves with any change."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.logfacts import KvFacts, Refusal
+from harness.matrix.model import Outcome
+
+SCHEMA_VERSION = 1
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Expected(_Record):
+    outcome: Outcome
+    reason: str | None = None
+
+
+class Timings(_Record):
+    """Seconds from the cell's start. `event_s` is when the decisive signal was observed (health 200, refusal line,
+    exit, deadline); `verdict_s` when the harness decided; `total_s` includes teardown."""
+
+    ready_s: float | None = None
+    event_s: float | None = None
+    verdict_s: float | None = None
+    total_s: float | None = None
+
+
+class ContainerInfo(_Record):
+    engine: str
+    engine_version: str | None = None
+    image: str
+    image_digest: str | None = None
+    container_id: str | None = None
+    container_name: str | None = None
+    oom_killed: bool | None = None
+
+
+class AppliedPatch(_Record):
+    target: str
+    patch: str
+    base_sha256: str
+    patched_sha256: str
+    patched_file: str = Field(description="the patched file kept in the run directory (relative to it)")
+
+
+class GpuInfo(_Record):
+    index: int
+    name: str | None = None
+    driver: str | None = None
+    total_gib: float | None = None
+    free_gib: float | None = None
+
+
+class CellResult(_Record):
+    cell_id: str
+    axes: dict[str, str]
+    runtime: str
+    argv: list[str]
+    env: dict[str, str] = Field(description="the cell's own env (matrix + fragments), secrets masked")
+    outcome: Outcome
+    reason: str | None = None
+    detail: str | None = Field(None, description="a human sentence behind the reason")
+    expected: Expected | None = None
+    matched: bool | None = Field(None, description="null when the cell has no expectation")
+    exit_code: int | None = None
+    timings: Timings = Timings()
+    kv: KvFacts = KvFacts()
+    refusal: Refusal | None = None
+    vllm_version: str | None = None
+    log_path: str | None = Field(None, description="the full server log, relative to the run directory")
+    log_tail: list[str] = []
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    port: int | None = None
+    container: ContainerInfo | None = None
+    patches: list[AppliedPatch] = []
+    gpus: list[GpuInfo] = []
+    attempts: int = 1
+
+
+class MatrixRef(_Record):
+    path: str
+    sha256: str
+    name: str
+
+
+class HostInfo(_Record):
+    hostname: str
+    platform: str
+    python: str
+    cpu_count: int | None = None
+
+
+class RunResult(_Record):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    run_id: str
+    matrix: MatrixRef
+    runtime: str
+    started_at: datetime
+    finished_at: datetime | None = None
+    status: Literal["running", "complete", "interrupted"] = "running"
+    host: HostInfo
+    harness_version: str
+    selection: list[str] = []
+    shard: str | None = None
+    cells: list[CellResult] = []
+    summary: dict[str, int] = Field(default_factory=dict, description="count per outcome, plus matched/mismatched")

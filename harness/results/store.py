@@ -1,0 +1,158 @@
+"""The run directory: `cells/<id>.json` written atomically the moment a cell ends, `logs/<id>.log`, and `results.json`
+rewritten after every cell, so a run killed at any point keeps everything it finished and `--resume` can go on."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import secrets
+import socket
+import tempfile
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from harness import __version__
+from harness.errors import UsageError
+from harness.matrix.load import LoadedMatrix
+from harness.results.model import CellResult, HostInfo, MatrixRef, RunResult
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write-then-rename in the same folder, fsynced, so readers see the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    try:
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def new_run_id(name: str) -> str:
+    return f"{now().strftime('%Y%m%d-%H%M%S')}-{name}-{secrets.token_hex(2)}"
+
+
+def host_info() -> HostInfo:
+    return HostInfo(hostname=socket.gethostname(), platform=platform.platform(), python=platform.python_version(),
+                    cpu_count=os.cpu_count())
+
+
+def summarize(cells: list[CellResult]) -> dict[str, int]:
+    counts = Counter(c.outcome for c in cells)
+    summary = {k: counts.get(k, 0) for k in ("booted", "refused", "crashed", "timeout", "error")}
+    summary["cells"] = len(cells)
+    summary["matched"] = sum(1 for c in cells if c.matched is True)
+    summary["mismatched"] = sum(1 for c in cells if c.matched is False)
+    summary["unexpected"] = sum(1 for c in cells if c.matched is None)
+    return summary
+
+
+class RunStore:
+    def __init__(self, run_dir: Path, run: RunResult):
+        self.run_dir = run_dir
+        self.run = run
+        self._cells: dict[str, CellResult] = {c.cell_id: c for c in run.cells}
+        #: The matrix's cell order; results.json lists cells in it whatever order they finished in.
+        self.order: list[str] = []
+
+    # ---- paths
+    @property
+    def cells_dir(self) -> Path:
+        return self.run_dir / "cells"
+
+    def log_path(self, cell_id: str) -> Path:
+        return self.run_dir / "logs" / f"{cell_id}.log"
+
+    def work_dir(self, cell_id: str) -> Path:
+        return self.run_dir / "work" / cell_id
+
+    # ---- lifecycle
+    @classmethod
+    def create(cls, results_dir: Path, loaded: LoadedMatrix, runtime: str, selection: list[str] | None = None,
+               shard: str | None = None, run_id: str | None = None) -> RunStore:
+        run_id = run_id or new_run_id(loaded.matrix.name)
+        run_dir = Path(results_dir) / run_id
+        if (run_dir / "results.json").exists():
+            raise UsageError(f"{run_dir}: a run already exists there (use --resume to finish it)")
+        for sub in ("cells", "logs"):
+            (run_dir / sub).mkdir(parents=True, exist_ok=True)
+        run = RunResult(
+            run_id=run_id, matrix=MatrixRef(path=str(loaded.path), sha256=loaded.sha256, name=loaded.matrix.name),
+            runtime=runtime, started_at=now(), host=host_info(), harness_version=__version__,
+            selection=list(selection or []), shard=shard,
+        )
+        store = cls(run_dir, run)
+        store._write_run()
+        return store
+
+    @classmethod
+    def open(cls, run_dir: Path, loaded: LoadedMatrix | None = None) -> RunStore:
+        """Reopen a run (for --resume): the cells on disk are the truth, results.json is rebuilt from them."""
+        run_dir = Path(run_dir)
+        try:
+            run = RunResult.model_validate_json((run_dir / "results.json").read_text())
+        except FileNotFoundError:
+            raise UsageError(f"{run_dir}: not a run directory (no results.json)") from None
+        except (ValidationError, ValueError) as exc:
+            raise UsageError(f"{run_dir}/results.json: not a valid run record ({str(exc).splitlines()[0]})") from None
+        if loaded is not None and run.matrix.sha256 != loaded.sha256:
+            raise UsageError(
+                f"{run_dir}: the matrix changed since this run (sha256 {run.matrix.sha256[:12]}… then, "
+                f"{loaded.sha256[:12]}… now); start a new run instead of resuming"
+            )
+        cells = []
+        for f in sorted((run_dir / "cells").glob("*.json")):
+            try:
+                cells.append(CellResult.model_validate_json(f.read_text()))
+            except (ValidationError, ValueError):
+                continue  # cannot happen with atomic writes; a foreign file is not a finished cell
+        run.cells = cells
+        return cls(run_dir, run)
+
+    def done(self) -> set[str]:
+        return set(self._cells)
+
+    def record(self, cell: CellResult) -> None:
+        atomic_write_text(self.cells_dir / f"{cell.cell_id}.json", cell.model_dump_json(indent=2))
+        self._cells[cell.cell_id] = cell
+        self._write_run()
+
+    def finish(self, status: str) -> RunResult:
+        self.run.status = status  # type: ignore[assignment]
+        self.run.finished_at = now()
+        self._write_run()
+        return self.run
+
+    def _write_run(self) -> None:
+        rank = {cid: i for i, cid in enumerate(self.order)}
+        self.run.cells = sorted(self._cells.values(), key=lambda c: (rank.get(c.cell_id, len(rank)), c.cell_id))
+        self.run.summary = summarize(self.run.cells)
+        atomic_write_text(self.run_dir / "results.json", self.run.model_dump_json(indent=2))
+
+
+def load_run(run_dir: Path) -> RunResult:
+    return RunStore.open(run_dir).run
+
+
+def dump_json(obj: object) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True)

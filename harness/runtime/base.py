@@ -1,0 +1,67 @@
+"""What a runtime is: something that starts one cell's server and hands back a handle the watch loop can observe.
+
+Runtimes are Protocols, so a fake runtime for a unit test is a small class, and the process and container runtimes are
+watched by exactly the same loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from harness.cells import Cell
+from harness.results.model import AppliedPatch, ContainerInfo
+from harness.secrets import Masker
+
+#: Called by the runtime's reader thread with each physical log line (no trailing newline), then once with None at EOF.
+LineSink = Callable[[str | None], None]
+
+
+@dataclass
+class CellContext:
+    """Where one cell's files go and how to mask what it writes."""
+
+    run_dir: Path
+    work_dir: Path
+    masker: Masker
+    matrix_dir: Path
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Server(Protocol):
+    """A started server. Every method is safe to call from the watch loop; `stop` is idempotent and final."""
+
+    base_url: str
+    port: int | None
+    argv: list[str]
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The exit code once the server has exited, None if still running after `timeout`."""
+
+    def owns_listener(self) -> bool:
+        """Whether what answers on `base_url` is this server (not a stale one left on the port)."""
+
+    def stop(self, grace_s: float = 5.0) -> int | None:
+        """Terminate, then kill after `grace_s`; returns the exit code when known."""
+
+    def container_info(self) -> ContainerInfo | None:
+        """Engine, image and digest for container runtimes; None for a local process."""
+
+    def applied_patches(self) -> list[AppliedPatch]:
+        """Patches applied for this cell (container runtimes)."""
+
+
+class Runtime(Protocol):
+    name: str
+
+    def preflight(self, cells: list[Cell]) -> None:
+        """Raise RuntimeUnavailable (exit 2, before any cell runs) when this runtime cannot run these cells here."""
+
+    def start(self, cell: Cell, ctx: CellContext, on_line: LineSink) -> Server:
+        """Start the cell's server; raise CellStartError when it cannot be started."""
+
+    def command_line(self, cell: Cell, ctx: CellContext) -> tuple[dict[str, str], list[str]]:
+        """The env and argv a person would run by hand for this cell (secrets as `$NAME` references)."""

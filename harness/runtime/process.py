@@ -1,0 +1,178 @@
+"""The local-process runtime: `command + server args + --host 127.0.0.1 --port N`, in its own process session.
+
+vLLM ignores SIGTERM (or deadlocks in the zmq handshake) mid-start-up, so teardown is SIGTERM to the whole group, then
+SIGKILL to the group after a short grace. The group id is also written under the run directory while the server lives,
+so that `gc` can still reap it after the harness itself was SIGKILLed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from harness.cells import Cell
+from harness.errors import CellStartError, RuntimeUnavailable
+from harness.results.model import AppliedPatch, ContainerInfo
+from harness.runtime.base import CellContext, LineSink
+from harness.runtime.ports import free_port, listener_pids, pid_in_group, port_answers
+from harness.runtime.reader import pump_lines
+from harness.secrets import is_secret_key
+
+HOST = "127.0.0.1"
+#: What every server gets: plain logs (the parser still strips ANSI) and a per-cell home for caches and sockets.
+SERVER_ENV = {"NO_COLOR": "1", "VLLM_DISABLE_LOG_LOGO": "1", "PYTHONUNBUFFERED": "1"}
+_PR_SET_PDEATHSIG = 1
+
+
+def _child_setup() -> None:
+    """In the child before exec: undo the signal mask the harness holds while starting a cell (it is inherited), and
+    if the harness is SIGKILLed, give the server's leader SIGKILL too (Linux); gc reaps anything left."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def cell_dirs(work_dir: Path) -> dict[str, str]:
+    dirs = {
+        "TMPDIR": work_dir / "tmp",
+        "VLLM_CACHE_ROOT": work_dir / "vllm-cache",
+        "TORCHINDUCTOR_CACHE_DIR": work_dir / "inductor-cache",
+    }
+    for d in dirs.values():
+        d.mkdir(parents=True, exist_ok=True)
+    return {k: str(v) for k, v in dirs.items()}
+
+
+class ProcessServer:
+    def __init__(self, proc: subprocess.Popen[bytes], argv: list[str], port: int, pid_file: Path):
+        self.proc, self.argv, self.port = proc, argv, port
+        self.base_url = f"http://{HOST}:{port}"
+        self.pgid = proc.pid  # start_new_session: the leader's pid is the group id
+        self._pid_file = pid_file
+        self._stopped = False
+        self._lock = threading.Lock()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def owns_listener(self) -> bool:
+        pids = listener_pids(self.port)
+        if pids is None:
+            return True  # no /proc to ask; the port was free when we chose it
+        return any(pid_in_group(p, self.pgid) for p in pids)
+
+    def _signal_group(self, sig: int) -> bool:
+        try:
+            os.killpg(self.pgid, sig)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def group_alive(self) -> bool:
+        try:
+            os.killpg(self.pgid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+
+    def stop(self, grace_s: float = 5.0) -> int | None:
+        with self._lock:
+            if not self._stopped:
+                self._stopped = True
+                self._terminate(grace_s)
+                self._pid_file.unlink(missing_ok=True)
+        return self.proc.poll()
+
+    def _terminate(self, grace_s: float) -> None:
+        # The leader may have exited while engine children still hold the group: signal the group either way.
+        if self._signal_group(signal.SIGTERM):
+            deadline = time.monotonic() + grace_s
+            while time.monotonic() < deadline:
+                self.proc.poll()
+                if not self.group_alive():
+                    break
+                time.sleep(0.05)
+            else:
+                self._signal_group(signal.SIGKILL)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        deadline = time.monotonic() + 5
+        while self.group_alive() and time.monotonic() < deadline:
+            self._signal_group(signal.SIGKILL)
+            time.sleep(0.05)
+
+    def container_info(self) -> ContainerInfo | None:
+        return None
+
+    def applied_patches(self) -> list[AppliedPatch]:
+        return []
+
+
+class ProcessRuntime:
+    name = "process"
+
+    def __init__(self, command: list[str], base_env: dict[str, str] | None = None):
+        self.command = list(command)
+        self.base_env = dict(os.environ if base_env is None else base_env)
+
+    def preflight(self, cells: list[Cell]) -> None:
+        exe = self.command[0]
+        if os.sep in exe:
+            if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+                raise RuntimeUnavailable(f"command: {exe} is not an executable file")
+        elif shutil.which(exe, path=self.base_env.get("PATH")) is None:
+            raise RuntimeUnavailable(f"command: {exe!r} is not on PATH")
+
+    def argv(self, cell: Cell, port: int) -> list[str]:
+        return [*self.command, *cell.server_args, "--host", HOST, "--port", str(port)]
+
+    def start(self, cell: Cell, ctx: CellContext, on_line: LineSink) -> ProcessServer:
+        port = free_port(HOST)
+        if port_answers(HOST, port):
+            raise CellStartError(f"port {port} already answers before our server started")
+        argv = self.argv(cell, port)
+        env = {**self.base_env, **SERVER_ENV, **cell_dirs(ctx.work_dir), **cell.env}
+        pid_dir = ctx.run_dir / "active"
+        pid_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            proc = subprocess.Popen(
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=_child_setup, cwd=ctx.work_dir,
+            )
+        except OSError as exc:
+            raise CellStartError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
+        pid_file = pid_dir / f"{cell.id}.json"
+        pid_file.write_text(json.dumps({"runtime": "process", "pgid": proc.pid, "cell_id": cell.id}))
+        threading.Thread(target=pump_lines, args=(proc.stdout, on_line), daemon=True, name=f"log-{cell.id}").start()
+        return ProcessServer(proc, argv, port, pid_file)
+
+    def command_line(self, cell: Cell, ctx: CellContext) -> tuple[dict[str, str], list[str]]:
+        env = {**SERVER_ENV, **{k: (f"${k}" if is_secret_key(k) else v) for k, v in cell.env.items()}}
+        return env, self.argv(cell, 8000)
+
+
+def format_command_line(env: dict[str, str], argv: list[str]) -> str:
+    """A line that pastes into a POSIX shell; `$NAME` values stay references so secrets come from the user's env."""
+    def quote_env(k: str, v: str) -> str:
+        if v == f"${k}":
+            return f'{k}="${k}"'
+        return f"{k}={shlex.quote(v)}"
+
+    return " ".join([*(quote_env(k, v) for k, v in env.items()), *(shlex.quote(a) for a in argv)])

@@ -1,0 +1,39 @@
+"""The cell's full server log on disk (secrets masked) and a short tail kept in memory for the record."""
+
+from __future__ import annotations
+
+from collections import deque
+from pathlib import Path
+
+from harness.secrets import Masker
+
+TAIL_LINES = 40
+
+
+class LogSink:
+    def __init__(self, path: Path, masker: Masker, tail_lines: int = TAIL_LINES):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._mask = masker
+        self._file = path.open("w", encoding="utf-8", errors="replace")
+        self._tail: deque[str] = deque(maxlen=tail_lines)
+
+    def write(self, line: str) -> None:
+        masked = self._mask(line)
+        self._file.write(masked + "\n")
+        self._tail.append(masked[:2000])
+
+    def note(self, text: str) -> None:
+        """A harness line in the log, marked so nobody mistakes it for the server's."""
+        self.write(f"[boot-harness] {text}")
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+    @property
+    def tail(self) -> list[str]:
+        return list(self._tail)

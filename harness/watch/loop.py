@@ -1,0 +1,187 @@
+"""Watching one boot: one deadline over four signals, a verdict as soon as one of them is decisive.
+
+- a refusal line decides at once (vLLM takes seconds more to exit), then the exit code and the rest of the log are
+  collected for `linger_s`;
+- the server's exit decides once the lines still in the pipe are read (the refusal may be among them);
+- /health 200 decides once the listener is proven ours and, with `probe`, one completion has been served;
+- the deadline decides `timeout`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from harness.logfacts import LogFacts, LogParser, Signal
+from harness.runtime.base import Server
+from harness.watch.events import Clock, Event, EventQueue
+from harness.watch.health import HealthPoller, ProbeResult, probe_completion
+from harness.watch.logsink import LogSink
+
+#: After the server exited, how long to wait for the last lines still in the pipe.
+DRAIN_S = 3.0
+#: The longest the loop blocks on the queue before it looks at the clock again.
+SLICE_S = 0.1
+
+
+@dataclass(frozen=True)
+class WatchConfig:
+    timeout_s: float
+    probe: bool = True
+    linger_s: float = 10.0
+    poll_interval_s: float = 0.25
+    health_path: str = "/health"
+    probe_timeout_s: float = 60.0
+
+
+@dataclass
+class Verdict:
+    outcome: str
+    reason: str
+    detail: str
+    exit_code: int | None = None
+    ready_s: float | None = None
+    event_s: float | None = None
+    verdict_s: float | None = None
+    facts: LogFacts = field(default_factory=lambda: LogParser().facts)
+
+
+PollerFactory = Callable[[str, EventQueue, Clock, float], HealthPoller]
+Prober = Callable[[str, float], ProbeResult]
+
+
+def _default_poller(config: WatchConfig) -> PollerFactory:
+    def make(url: str, events: EventQueue, clock: Clock, deadline: float) -> HealthPoller:
+        return HealthPoller(url, events, clock, deadline, config.poll_interval_s, config.health_path)
+
+    return make
+
+
+def _exit_detail(code: int) -> tuple[str, str]:
+    if code < 0:
+        return "killed", f"server was killed by signal {-code} before it was ready"
+    if code == 0:
+        return "exited_before_ready", "server exited with code 0 before it was ready"
+    return "exited", f"server exited with code {code} before it was ready, and its log names no known refusal"
+
+
+class Watch:
+    """One boot's watch. `run()` returns the verdict; the caller tears the server down afterwards."""
+
+    def __init__(self, server: Server, events: EventQueue, sink: LogSink, config: WatchConfig,
+                 clock: Clock = time.monotonic, poller: PollerFactory | None = None, prober: Prober = probe_completion,
+                 started_at: float | None = None):
+        self.server, self.events, self.sink, self.config = server, events, sink, config
+        self.clock = clock
+        self.start = clock() if started_at is None else started_at
+        self.deadline = self.start + config.timeout_s
+        self.parser = LogParser()
+        self._poller_factory = poller or _default_poller(config)
+        self._prober = prober
+        self.exit_code: int | None = None
+        self.eof = False
+
+    def _rel(self, t: float | None) -> float | None:
+        return None if t is None else round(t - self.start, 3)
+
+    def _exit_waiter(self) -> None:
+        code = self.server.wait(None)
+        self.events.put(Event("exit", self.clock(), code=code))
+
+    def _verdict(self, outcome: str, reason: str, detail: str, event_t: float | None, ready_t: float | None = None) -> Verdict:
+        return Verdict(outcome, reason, detail, exit_code=self.exit_code, ready_s=self._rel(ready_t),
+                       event_s=self._rel(event_t), verdict_s=self._rel(self.clock()))
+
+    def _take(self, ev: Event) -> Signal:
+        if ev.kind == "line":
+            self.sink.write(ev.text or "")
+            return self.parser.feed(ev.text or "")
+        if ev.kind == "eof":
+            self.eof = True
+        elif ev.kind == "exit":
+            self.exit_code = ev.code
+        return Signal.NONE
+
+    def _refusal_verdict(self, t: float) -> Verdict:
+        refusal = self.parser.facts.refusal
+        assert refusal is not None
+        if refusal.kind == "engine_init_failed":
+            return self._verdict("crashed", "engine_init_failed", refusal.message, t)
+        return self._verdict("refused", refusal.kind, refusal.message, t)
+
+    def _drain_after_exit(self, t_exit: float) -> Verdict:
+        """The server is gone; its last lines may still be in the pipe, and they may hold the refusal."""
+        until = self.clock() + DRAIN_S
+        while not self.eof and self.clock() < until:
+            ev = self.events.get(min(SLICE_S, until - self.clock()))
+            if ev is not None and self._take(ev) is Signal.REFUSAL:
+                return self._refusal_verdict(t_exit)
+        if self.parser.facts.refusal is not None:
+            return self._refusal_verdict(t_exit)
+        reason, detail = _exit_detail(self.exit_code if self.exit_code is not None else -1)
+        return self._verdict("crashed", reason, detail, t_exit)
+
+    def _on_healthy(self, t: float) -> Verdict:
+        if not self.server.owns_listener():
+            return self._verdict("error", "stale_server",
+                                 f"{self.server.base_url} answered /health 200 but the listener is not our server", t)
+        if self.server.wait(0) is not None:
+            return self._verdict("error", "stale_server", "/health answered 200 after our server had exited", t)
+        if not self.config.probe:
+            return self._verdict("booted", "ready", "/health answered 200", t, ready_t=t)
+        remaining = max(1.0, self.deadline - self.clock())
+        result = self._prober(self.server.base_url, min(self.config.probe_timeout_s, remaining))
+        if result.ok:
+            return self._verdict("booted", "ready", f"/health answered 200; {result.detail}", t, ready_t=t)
+        self.sink.note(f"probe failed: {result.detail}")
+        return self._verdict("crashed", "probe_failed", result.detail, t, ready_t=t)
+
+    def _linger(self) -> None:
+        """After a refusal: give the server `linger_s` to exit on its own, keeping every line it still writes."""
+        until = self.clock() + self.config.linger_s
+        while self.clock() < until and not (self.eof and self.exit_code is not None):
+            ev = self.events.get(min(SLICE_S, until - self.clock()))
+            if ev is not None:
+                self._take(ev)
+
+    def run(self) -> Verdict:
+        threading.Thread(target=self._exit_waiter, daemon=True, name="exit-waiter").start()
+        poller = self._poller_factory(self.server.base_url, self.events, self.clock, self.deadline).start()
+        try:
+            verdict = self._decide(poller)
+        finally:
+            poller.stop()
+        if verdict.outcome == "refused" or verdict.reason == "engine_init_failed":
+            self._linger()
+            verdict.exit_code = self.exit_code
+        verdict.facts = self.parser.facts
+        return verdict
+
+    def collect_rest(self, limit_s: float = 2.0) -> None:
+        """After teardown: the lines the server wrote while being stopped still belong in its log."""
+        until = self.clock() + limit_s
+        while not self.eof and self.clock() < until:
+            ev = self.events.get(min(SLICE_S, until - self.clock()))
+            if ev is not None:
+                self._take(ev)
+
+    def _decide(self, poller: HealthPoller) -> Verdict:
+        while True:
+            now = self.clock()
+            if now >= self.deadline:
+                return self._verdict("timeout", "deadline",
+                                     f"no verdict within {self.config.timeout_s:g} s", self.deadline)
+            ev = self.events.get(min(SLICE_S, self.deadline - now))
+            if ev is None:
+                continue
+            signal = self._take(ev)
+            if signal is Signal.REFUSAL:
+                return self._refusal_verdict(ev.t)
+            if signal is Signal.READY:
+                poller.wake()
+            elif ev.kind == "exit":
+                return self._drain_after_exit(ev.t)
+            elif ev.kind == "healthy":
+                return self._on_healthy(ev.t)
