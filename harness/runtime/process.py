@@ -16,6 +16,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.cells import Cell
@@ -128,9 +129,11 @@ class ProcessServer:
 class ProcessRuntime:
     name = "process"
 
-    def __init__(self, command: list[str], base_env: dict[str, str] | None = None):
+    def __init__(self, command: list[str], base_env: dict[str, str] | None = None,
+                 port_picker: Callable[[], int] | None = None):
         self.command = list(command)
         self.base_env = dict(os.environ if base_env is None else base_env)
+        self.pick_port = port_picker or (lambda: free_port(HOST))
 
     def preflight(self, cells: list[Cell]) -> None:
         exe = self.command[0]
@@ -144,7 +147,7 @@ class ProcessRuntime:
         return [*self.command, *cell.server_args, "--host", HOST, "--port", str(port)]
 
     def start(self, cell: Cell, ctx: CellContext, on_line: LineSink) -> ProcessServer:
-        port = free_port(HOST)
+        port = self.pick_port()
         if port_answers(HOST, port):
             raise CellStartError(f"port {port} already answers before our server started")
         argv = self.argv(cell, port)

@@ -1,0 +1,91 @@
+"""What a vLLM boot log says, as data.
+
+These models are the contract between the log parser and everything that records or judges a boot: every field is
+optional because each vLLM version logs a different subset, and a missing fact must read as "not logged", never as 0.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+RefusalKind = Literal[
+    "kv_insufficient",
+    "no_cache_memory",
+    "autofit_impossible",
+    "max_len_exceeds_model",
+    "gpu_memory_busy",
+    "oom",
+    "weights_dont_fit",
+    "engine_init_failed",
+]
+
+MESSAGE_MAX_CHARS = 2000
+
+
+class Refusal(BaseModel):
+    """One decisive "this configuration will not boot" line, with the numbers it carries."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: RefusalKind
+    message: str = Field(max_length=MESSAGE_MAX_CHARS)
+    """The refusal line's message: ANSI, process prefix and log header stripped, at most 2000 characters."""
+    max_seq_len: int | None = None
+    """kv_insufficient: N of "max seq len (N)"; max_len_exceeds_model: the user's max_model_len."""
+    needed_gib: float | None = None
+    """kv_insufficient: KV needed; gpu_memory_busy: memory requested; oom / weights_dont_fit: the failed allocation."""
+    available_gib: float | None = None
+    """kv_insufficient: KV available; gpu_memory_busy: free memory at startup; oom: free memory, when torch says."""
+    estimated_max_model_len: int | None = None
+    derived_max_model_len: int | None = None
+    """max_len_exceeds_model: the model's own limit D (None when the config names none)."""
+
+
+class KvFacts(BaseModel):
+    """The memory facts a boot logs on its way up; None when this version or configuration does not log it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model_load_gib: float | None = None
+    available_gib: float | None = None
+    """"Available KV cache memory: X GiB" (V0: "the rest of the memory reserved for KV Cache is X GiB"); the smallest
+    value when several workers log it, since the engine sizes the pool by its tightest worker."""
+    reserved_gib: float | None = None
+    """An explicit KV size: kv_cache_memory_bytes on GPU, or the CPU backend's "Explicitly set / Auto set (Y/T) GiB"."""
+    kv_tokens: int | None = None
+    max_concurrency: float | None = None
+    concurrency_tokens: int | None = None
+    cuda_graph_gib: float | None = None
+    """Measured graph memory ("Graph capturing finished ... took X GiB"), else the estimate logged before profiling."""
+    offload_cap_gib: float | None = None
+    offload_uncapped_gib: float | None = None
+    autofit_max_model_len: int | None = None
+    """The max_model_len auto-fit settled on: B of "reduced from A to B", or the full length when it fits."""
+    engine_init_s: float | None = None
+
+
+class LogFacts(BaseModel):
+    """Everything one boot log told us, accumulated line by line."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    vllm_version: str | None = None
+    kv: KvFacts = Field(default_factory=KvFacts)
+    refusal: Refusal | None = None
+    """The most specific refusal seen: the first specific one wins; the generic engine_init_failed only fills a gap."""
+    ready_lines: list[str] = Field(default_factory=list)
+    lines: int = 0
+    """Physical lines fed."""
+
+
+class Signal(str, enum.Enum):
+    """What one fed line means to a watcher deciding whether to keep waiting."""
+
+    REFUSAL = "refusal"
+    """A decisive refusal (any kind, the generic engine_init_failed included): stop waiting, the boot failed."""
+    READY = "ready"
+    """A readiness line: poll /health now."""
+    NONE = "none"

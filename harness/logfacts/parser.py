@@ -1,0 +1,229 @@
+"""Stream a vLLM boot log into ``LogFacts``, one physical line at a time.
+
+A watcher feeds the server's output as it arrives and acts on the returned ``Signal`` (a refusal line ends the wait
+seconds before the process exits; a readiness line says to poll /health), so ``feed`` must be cheap on the thousands of
+lines that say nothing, and must never raise: a parser crash would turn a boot's verdict into a harness error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from . import patterns as p
+from .classify import classify_refusal, keep_first_specific
+from .model import KvFacts, LogFacts, Refusal, Signal
+from .text import MAX_LINE_CHARS, clean_line, segments
+
+MAX_READY_LINES = 32
+"""Readiness lines kept: a server logs a handful; the cap only bounds memory on a pathological log."""
+
+_READ_CHUNK = 1 << 16
+_MAX_LINE_BYTES = MAX_LINE_CHARS * 4  # a UTF-8 character is at most 4 bytes
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+_SIGNAL_RANK = {Signal.NONE: 0, Signal.READY: 1, Signal.REFUSAL: 2}
+
+
+def _coerce(line: Any) -> str:
+    if isinstance(line, str):
+        return line
+    if isinstance(line, (bytes, bytearray, memoryview)):
+        return bytes(line[: _MAX_LINE_BYTES]).decode("utf-8", errors="replace")
+    return "" if line is None else str(line)
+
+
+class LogParser:
+    """Streaming: feed one physical line at a time (str, may contain ANSI, \\r, a trailing newline, binary junk decoded
+    with errors='replace'); read ``facts`` whenever you like."""
+
+    def __init__(self) -> None:
+        self._lines = 0
+        self._version: str | None = None
+        self._kv: dict[str, float | int] = {}
+        self._graph_measured = False
+        self._refusal: Refusal | None = None
+        self._ready: list[str] = []
+
+    def feed(self, line: str) -> Signal:
+        """Take one physical line; say whether it is a refusal, a readiness line, or neither. Never raises."""
+        self._lines += 1
+        try:
+            text = _coerce(line)
+            if len(text) > MAX_LINE_CHARS:
+                text = text[:MAX_LINE_CHARS]
+            if not any(k in text for k in p.KEYWORDS):
+                return Signal.NONE
+            signal = Signal.NONE
+            for segment in segments(text):
+                seen = self._feed_message(*clean_line(segment))
+                if _SIGNAL_RANK[seen] > _SIGNAL_RANK[signal]:
+                    signal = seen
+            return signal
+        except Exception:  # noqa: BLE001 - a log line must never break the watcher; an unparsed line is just noise
+            return Signal.NONE
+
+    @property
+    def facts(self) -> LogFacts:
+        """A snapshot: later feeds do not change it, and changing it does not change the parser."""
+        return LogFacts(
+            vllm_version=self._version,
+            kv=KvFacts(**self._kv),
+            refusal=self._refusal.model_copy() if self._refusal is not None else None,
+            ready_lines=list(self._ready),
+            lines=self._lines,
+        )
+
+    # --- one message ---------------------------------------------------------------------------------------------
+
+    def _feed_message(self, level: str | None, msg: str) -> Signal:
+        if not msg:
+            return Signal.NONE
+        refusal = classify_refusal(msg, level)
+        if refusal is not None:
+            self._refusal = keep_first_specific(self._refusal, refusal)
+            return Signal.REFUSAL
+        for needle, extract in _EXTRACTORS:
+            if needle in msg:
+                extract(self, msg)
+        if ("Starting vLLM" in msg or "Application startup complete" in msg) and p.READY.search(msg):
+            if len(self._ready) < MAX_READY_LINES:
+                self._ready.append(msg[:MAX_LINE_CHARS])
+            return Signal.READY
+        return Signal.NONE
+
+    def _first(self, key: str, value: float | int | None) -> None:
+        """Keep the first logged value: tensor-parallel workers repeat the same line."""
+        if value is not None and key not in self._kv:
+            self._kv[key] = value
+
+    def _version_from(self, msg: str) -> None:
+        if self._version is None:
+            m = p.VERSION.search(msg) or p.VERSION_LOGO.search(msg)
+            if m:
+                self._version = m.group(1)
+
+    def _model_load(self, msg: str) -> None:
+        if m := p.MODEL_LOAD.search(msg):
+            self._first("model_load_gib", p.to_float(m.group(1)))
+
+    def _kv_cache(self, msg: str) -> None:
+        if m := p.AVAILABLE_KV.search(msg) or p.AVAILABLE_KV_V0.search(msg):
+            value = p.to_float(m.group(1))
+            old = self._kv.get("available_gib")
+            if value is not None and (old is None or value < old):
+                self._kv["available_gib"] = value
+        if m := p.CPU_KV_SET.search(msg):
+            self._first("reserved_gib", p.to_float(m.group(1)))
+        if m := p.KV_TOKENS.search(msg):
+            self._first("kv_tokens", p.to_int(m.group(1)))
+
+    def _reserved(self, msg: str) -> None:
+        if m := p.RESERVED_KV.search(msg):
+            self._first("reserved_gib", p.to_float(m.group(1)))
+
+    def _concurrency(self, msg: str) -> None:
+        if m := p.CONCURRENCY.search(msg):
+            if "max_concurrency" not in self._kv:
+                self._first("concurrency_tokens", p.to_int(m.group(1)))
+                self._first("max_concurrency", p.to_float(m.group(2)))
+
+    def _graph(self, msg: str) -> None:
+        # The measured figure beats the pre-profiling estimate whichever comes first.
+        if m := p.GRAPH_CAPTURED.search(msg):
+            if not self._graph_measured:
+                self._kv["cuda_graph_gib"] = p.to_float(m.group(2))  # type: ignore[assignment]
+                self._graph_measured = True
+        elif m := p.GRAPH_ESTIMATED.search(msg):
+            self._first("cuda_graph_gib", p.to_float(m.group(1)))
+
+    def _offload(self, msg: str) -> None:
+        if m := p.OFFLOAD_CAP.search(msg):
+            if "offload_cap_gib" not in self._kv:
+                self._first("offload_cap_gib", p.to_float(m.group(1)))
+                self._first("offload_uncapped_gib", p.to_float(m.group(2)))
+
+    def _autofit(self, msg: str) -> None:
+        if m := p.AUTOFIT_REDUCED.search(msg):
+            self._first("autofit_max_model_len", p.to_int(m.group(2)))
+        elif m := p.AUTOFIT_KEPT.search(msg):
+            self._first("autofit_max_model_len", p.to_int(m.group(1) or m.group(2)))
+
+    def _engine_init(self, msg: str) -> None:
+        if m := p.ENGINE_INIT.search(msg):
+            self._first("engine_init_s", p.to_float(m.group(1)))
+
+
+# (substring that must be present, extractor)
+_EXTRACTORS: tuple[tuple[str, Callable[[LogParser, str], None]], ...] = (
+    ("version", LogParser._version_from),
+    ("Model loading took", LogParser._model_load),
+    ("KV cache", LogParser._kv_cache),
+    ("KV Cache", LogParser._kv_cache),
+    ("for KV Cache as specified", LogParser._reserved),
+    ("Maximum concurrency", LogParser._concurrency),
+    ("Graph capturing finished", LogParser._graph),
+    ("CUDA graph memory", LogParser._graph),
+    ("expert offload", LogParser._offload),
+    ("Auto-fit", LogParser._autofit),
+    ("init engine", LogParser._engine_init),
+)
+
+
+def parse_lines(lines: Iterable[str]) -> LogFacts:
+    """Facts of a log given as physical lines (an open text file, a list, a generator)."""
+    parser = LogParser()
+    for line in lines:
+        parser.feed(line)
+    return parser.facts
+
+
+def _text_lines(text: str) -> Iterator[str]:
+    start = 0
+    for m in re.finditer(r"\r\n|\r|\n", text):
+        yield text[start: m.start()]
+        start = m.end()
+    if start < len(text):
+        yield text[start:]
+
+
+def parse_text(text: str) -> LogFacts:
+    """Facts of a whole log held in memory; splits on \\n and \\r (\\r\\n counts as one line end)."""
+    return parse_lines(_text_lines(text))
+
+
+def iter_file_lines(path: str | os.PathLike[str]) -> Iterator[str]:
+    """Physical lines of a file, read in fixed chunks: a line longer than the parser reads is cut, and its excess
+    skipped without being held, so memory stays bounded whatever the file holds."""
+    with open(path, "rb") as f:
+        buf = b""
+        skipping = False  # inside an over-long line whose head was already yielded
+        while True:
+            chunk = f.read(_READ_CHUNK)
+            if chunk:
+                buf += chunk
+            start = 0
+            for m in _LINE_END.finditer(buf):
+                if m.group() == b"\r" and m.end() == len(buf) and chunk:
+                    break  # maybe the first half of \r\n split across chunks
+                if skipping:
+                    skipping = False
+                else:
+                    yield buf[start: m.start()].decode("utf-8", errors="replace")
+                start = m.end()
+            buf = buf[start:]
+            if len(buf) > _MAX_LINE_BYTES:
+                if not skipping:
+                    yield buf[:_MAX_LINE_BYTES].decode("utf-8", errors="replace")
+                    skipping = True
+                buf = b"\r" if buf.endswith(b"\r") else b""  # keep a possibly split \r\n
+            if not chunk:
+                if buf and not skipping:
+                    yield buf.decode("utf-8", errors="replace")
+                return
+
+
+def parse_file(path: str | os.PathLike[str]) -> LogFacts:
+    """Facts of a log file, streamed; undecodable bytes become U+FFFD."""
+    return parse_lines(iter_file_lines(path))

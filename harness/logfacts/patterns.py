@@ -1,0 +1,158 @@
+"""The message shapes vLLM 0.8.5 … 0.33 (GPU and CPU builds, and the fork) log at boot, one compiled regex per fact.
+
+Each pattern is written against the released format strings, tolerant of every version's variant (``%.2f`` vs
+``round(x, 2)``, ``{y:.2f}GiB`` with no space, commas in token counts, "models's" vs "model's"), and anchored on the
+whole message shape so a line that merely mentions a keyword (advice, an argument dump) never matches.
+
+``KEYWORDS`` is the cheap pre-check: a line containing none of them cannot match any pattern here and is rejected
+with plain substring tests before any regex runs.
+"""
+
+from __future__ import annotations
+
+import re
+
+# A GiB figure: "12.5", "12.50", "0.0", "-2.34" (available memory goes negative when weights overflow the budget).
+# Bounded digit runs keep float()/int() cheap and exact on adversarial input.
+NUM = r"(-?\d{1,15}(?:\.\d{1,15})?)(?![\d.]\d)"
+# A token count: "10,720" or "2048".
+INT = r"(\d{1,3}(?:,\d{3}){1,6}|\d{1,18})(?![\d,]\d)"
+# What may precede a refusal's text on its line: an exception's class ("ValueError: ", "torch.OutOfMemoryError: ")
+# or pydantic's "Value error, ". Anchoring refusals here keeps source-code lines in tracebacks from matching.
+EXC = r"\A(?:[A-Za-z_][\w.]{0,100}(?:Error|Exception|Exit)\s*:\s*|Value error,\s*)?"
+
+KEYWORDS: tuple[str, ...] = (
+    "version",
+    "KV cache",
+    "KV Cache",
+    "Model loading took",
+    "Maximum concurrency",
+    "Graph capturing finished",
+    "CUDA graph memory",
+    "expert offload",
+    "uto-fit",  # Auto-fit / Cannot auto-fit
+    "init engine",
+    "Starting vLLM",
+    "Application startup complete",
+    "No available memory for the cache blocks",
+    "User-specified max_model_len",
+    "memory on device",
+    "memory on node",
+    "out of memory",
+    "OutOfMemoryError",
+    "Failed to load model",
+    "Engine core initialization failed",
+)
+
+
+def _c(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+# --- facts -----------------------------------------------------------------------------------------------------------
+
+# "Model loading took 14.99 GiB memory and 5.1 seconds" (≥0.12) / "Model loading took 14.9866 GiB and 5.1 seconds"
+MODEL_LOAD = _c(r"Model loading took " + NUM + r"\s*GiB")
+# gpu_worker, every V1 version but 0.8.5: "Available KV cache memory: 61.3 GiB" (%.2f up to 0.12, round(x, 2) after)
+AVAILABLE_KV = _c(r"Available KV cache memory:\s*" + NUM + r"\s*GiB")
+# V0 engine (0.8.5–0.10.x with VLLM_USE_V1=0): "... the rest of the memory reserved for KV Cache is 61.30GiB."
+AVAILABLE_KV_V0 = _c(r"the rest of the memory reserved for KV Cache is\s*" + NUM + r"\s*GiB")
+# --kv-cache-memory-bytes (≥0.10.2): "Initial free memory 78.5 GiB, reserved 10.0 GiB memory for KV Cache as specified
+# by kv_cache_memory_bytes config and skipped memory profiling." 0.10.2/0.11 print "reserved 10.00GiB memory".
+RESERVED_KV = _c(r"reserved\s+" + NUM + r"\s*GiB memory for KV Cache as specified by kv_cache_memory_bytes")
+# CPU backend: "Explicitly set (1.0/15.09) GiB for KV cache on node 0." / "Auto set (1.65/15.09) GiB for KV cache ..."
+CPU_KV_SET = _c(r"(?:Explicitly|Auto) set \(" + NUM + r"/" + NUM + r"\) GiB for KV cache on node")
+# ≤0.25: "GPU KV cache size: 10,720 tokens"; ≥0.30 adds ", Maximum concurrency for ..." on the same line.
+# The device word varies: GPU, CPU, XPU, "GPU + host" (hisparse).
+KV_TOKENS = _c(r"KV cache size:\s*" + INT + r"\s*tokens")
+# "Maximum concurrency for 4,096 tokens per request: 2.62x"
+CONCURRENCY = _c(r"Maximum concurrency for\s*" + INT + r"\s*tokens per request:\s*" + NUM + r"\s*x")
+# "Graph capturing finished in 12 secs, took 0.52 GiB" (measured)
+GRAPH_CAPTURED = _c(r"Graph capturing finished in\s*" + NUM + r"\s*secs?, took\s*" + NUM + r"\s*GiB")
+# ≥0.19: "Estimated CUDA graph memory: 0.52 GiB total" (before profiling)
+GRAPH_ESTIMATED = _c(r"Estimated CUDA graph memory:\s*" + NUM + r"\s*GiB total")
+# fork (shared/seed/gpu_worker-kv-cap.patch): "expert offload: KV capped at the plan's reserve 1.74 GiB; 9.5 GiB of ..."
+OFFLOAD_CAP = _c(r"expert offload: KV capped at the plan's reserve\s*" + NUM + r"\s*GiB;\s*" + NUM + r"\s*GiB of")
+# ≥0.15: "Auto-fit max_model_len: reduced from 131072 to 40960 to fit in available ..."
+AUTOFIT_REDUCED = _c(r"\bAuto-fit max_model_len: reduced from\s*" + INT + r"\s*to\s*" + INT)
+# "Auto-fit max_model_len: full model context length 32768 fits in available ..." /
+# "Auto-fit max_model_len: attention-free model, using derived max_model_len=32768"
+AUTOFIT_KEPT = _c(
+    r"\bAuto-fit max_model_len: (?:full model context length\s*" + INT + r"\s*fits"
+    r"|attention-free model, using derived max_model_len=\s*" + INT + r")"
+)
+# "init engine (profile, create kv cache, warmup model) took 41.20 seconds" (≤0.15) / "... took 41.20 s" (≥0.19,
+# optionally followed by "(compilation: ...)")
+ENGINE_INIT = _c(r"init engine \([^)]{0,200}\) took\s*" + NUM + r"\s*(?:s|sec|secs|seconds)\b")
+# "vLLM API server version 0.8.5" (≤0.12) / "vLLM server version 0.19.0, serving model ..."
+VERSION = _c(r"\bvLLM (?:API )?server version\s+v?([0-9][\w.+\-]{0,60}?)(?=,|\s|\Z)")
+# The ASCII logo's row (≥0.15): " ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.15.0"
+VERSION_LOGO = _c(r"[█▀▄]\s+version\s+v?([0-9][\w.+\-]{0,60}?)(?=\s|\Z)")
+# "Starting vLLM server on http://..." (≥0.19), "Starting vLLM API server 0 on ..." (0.9–0.15),
+# "Starting vLLM API server on http://..." (0.8.5), then uvicorn's "Application startup complete."
+READY = _c(r"\A(?:Starting vLLM (?:API )?server\b.{0,40}? on \S|Application startup complete\.?)")
+
+# --- refusals (anchored at the start of the message, after an optional exception class) --------------------------
+
+# "To serve at least one request with the model's max seq len (N), (X GiB KV cache is needed, which is larger than the
+# available KV cache memory (Y GiB). Based on the available memory, the estimated maximum model length is M. ..."
+# ("models's" up to 0.19; the estimated sentence is absent when M would be 0, and numberless in 0.8.5.)
+KV_INSUFFICIENT = _c(
+    EXC + r"To serve at least one request with the models?'s max seq len\s*\(\s*" + INT + r"\s*\)"
+    r"(?:,\s*\(?\s*" + NUM + r"\s*GiB KV cache is needed, which is larger than the available KV cache memory\s*\(\s*"
+    + NUM + r"\s*GiB\))?"
+)
+KV_ESTIMATED = _c(r"estimated maximum model length is\s*" + INT)
+NO_CACHE_MEMORY = _c(EXC + r"No available memory for the cache blocks")
+AUTOFIT_IMPOSSIBLE = _c(EXC + r"Cannot auto-fit max_model_len")
+# "User-specified max_model_len (N) is greater than the derived max_model_len (key=D or model_max_length=M in model's
+# config.json)." A refusal only when raised ("To allow overriding this maximum, set the env var ..."); with
+# VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 the same sentence is a WARNING ending "Make sure the value is correct and within the
+# model context size." (≤0.11) or followed by "VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution." (≥0.12).
+MAX_LEN_EXCEEDS = _c(
+    EXC + r"User-specified max_model_len\s*\(\s*" + INT + r"\s*\) is greater than the derived max_model_len"
+    r"(?:\s*\([^=()]{0,100}=\s*(?:" + INT + r"|[^\s()]{1,40}))?"
+)
+MAX_LEN_RAISED_MARK = "To allow overriding this maximum"
+MAX_LEN_WARNING_MARK = "Make sure the value is correct and within the model context size"
+# "Free memory on device [cuda:0 ](F/T GiB) on startup is less than desired GPU memory utilization (U, R GiB)."
+# ≥0.33 also: "... on startup is less than the engine's budget after excluding external process's weights (U, R GiB)".
+# NOT the ≥0.10.2 INFO suggestion "Free memory on device (F/T GiB) on startup. Desired GPU memory utilization is ...".
+GPU_MEMORY_BUSY = _c(
+    EXC + r"Free memory on device(?: [^\s(]{1,40})?\s*\(\s*" + NUM + r"\s*/\s*" + NUM + r"\s*GiB\) on startup is less than"
+)
+# CPU backend's counterparts: "Available memory on node 0 (A/T GiB) on startup is less than desired CPU memory
+# utilization (U, R GiB)." and "Available memory on node 0 (A/T GiB) on kv cache allocation is less than requested
+# memory for kv (R GiB)."
+CPU_MEMORY_BUSY = _c(
+    EXC + r"Available memory on node\s*\d+\s*\(\s*" + NUM + r"\s*/\s*" + NUM + r"\s*GiB\) on "
+    r"(?:startup|kv cache allocation) is less than"
+)
+BUSY_REQUESTED = _c(r"is less than [^()]{0,120}\((?:[^,()]{0,40},\s*)?" + NUM + r"(?:\s*/\s*" + NUM + r")?\s*GiB\)")
+WEIGHTS_DONT_FIT = _c(EXC + r"Failed to load model - not enough GPU memory")
+# torch's "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ..." (torch.cuda.OutOfMemoryError before 2.5),
+# "RuntimeError: CUDA error: out of memory", vLLM's "RuntimeError: CUDA out of memory occurred when warming up ...",
+# and torch's allocator-limit form "torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory."
+OOM = _c(
+    r"\A(?:[A-Za-z_][\w.]{0,60}\.)?OutOfMemoryError\b"
+    r"|" + EXC + r"(?:CUDA|HIP|XPU|NPU|MPS)(?: error:)? out of memory\b"
+)
+OOM_TRIED = _c(r"Tried to allocate\s*" + NUM + r"\s*(B|KiB|MiB|GiB|TiB)")
+OOM_FREE = _c(r"of which\s*" + NUM + r"\s*(B|KiB|MiB|GiB|TiB) is free")
+ENGINE_INIT_FAILED = _c(EXC + r"Engine core initialization failed")
+
+UNIT_GIB = {"B": 1 / (1 << 30), "KiB": 1 / (1 << 20), "MiB": 1 / (1 << 10), "GiB": 1.0, "TiB": 1024.0}
+
+
+def to_int(text: str | None) -> int | None:
+    """A logged integer ("10,720" → 10720); None for None or anything that is not one."""
+    if text is None:
+        return None
+    digits = text.replace(",", "")
+    return int(digits) if digits.isdigit() else None
+
+
+def to_float(text: str | None) -> float | None:
+    if text is None:
+        return None
+    return float(text)

@@ -1,0 +1,58 @@
+"""Reduce one physical log line to its message.
+
+Every vLLM version decorates the same message differently (ANSI colour, a process prefix that may appear twice, a
+``LEVEL MM-DD HH:MM:SS [file.py:123]`` header, uvicorn's ``INFO:     ``, torch's ``[rank0]:``), and tracebacks and
+pydantic errors carry none of it. Matching on the bare message keeps each fact pattern to one shape across versions.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_LINE_CHARS = 64 * 1024
+"""Longer lines are cut before matching: no real fact line is near this, and it bounds the work per line."""
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_LEADING_DECOR = re.compile(
+    r"""\A(?:\s*
+        (?:\([A-Za-z_][^()\n]{0,100}?\ pid=\d+\)    # (EngineCore_DP0 pid=7), (VllmWorker rank=0 pid=9), ...
+          |\[rank\d+\]:                              # torch.distributed's traceback prefix
+        ))+\s*""",
+    re.VERBOSE,
+)
+_HEADER = re.compile(
+    r"""\A(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)
+        (?:\s+\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}(?:[.,]\d+)?   # vLLM: LEVEL MM-DD HH:MM:SS
+           (?:\s+\[[^\]\n]{0,300}\])?                        #        [file.py:123]
+         |:                                                  # uvicorn: INFO:     Application startup complete.
+        )\s?""",
+    re.VERBOSE,
+)
+_SEGMENT_SPLIT = re.compile(r"\r\n|\r|\n")
+
+QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "WARN"})
+"""Levels at which no refusal is ever logged: such a line can mention a refusal's words without being one."""
+
+
+def segments(line: str) -> list[str]:
+    """A fed "line" split on any embedded CR/LF (tqdm redraws, a caller's unsplit record), trailing ends dropped."""
+    if "\r" not in line and "\n" not in line:
+        return [line]
+    return [part for part in _SEGMENT_SPLIT.split(line) if part]
+
+
+def clean_line(line: str) -> tuple[str | None, str]:
+    """Return ``(level, message)``: level is None when the line had no log header (tracebacks, pydantic errors)."""
+    if "\x1b" in line:
+        line = _ANSI.sub("", line).replace("\x1b", "")
+    decor = _LEADING_DECOR.match(line)
+    if decor:
+        line = line[decor.end():]
+    else:
+        line = line.lstrip()
+    level = None
+    header = _HEADER.match(line)
+    if header:
+        level = header.group("level")
+        line = line[header.end():]
+    return level, line.strip()

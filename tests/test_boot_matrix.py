@@ -1,0 +1,11 @@
+"""The matrix as pytest: one test per cell, ids are cell ids.
+
+    pytest tests/test_boot_matrix.py --matrix examples/cpu-tiny.yaml [--results-dir D] [--select EXPR]
+"""
+
+from harness.pytest_plugin import explain
+
+
+def test_cell_meets_its_expectation(boot_result):
+    assert boot_result.matched is not False, explain(boot_result)
+    assert boot_result.outcome != "error", explain(boot_result)

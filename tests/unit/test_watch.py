@@ -1,0 +1,172 @@
+"""How the watch loop decides, shown with a fake runtime (a small class, not a mock) and an injectable clock."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from harness.secrets import Masker
+from harness.watch.events import Event, ThreadedEvents
+from harness.watch.health import ProbeResult
+from harness.watch.logsink import LogSink
+from harness.watch.loop import Watch, WatchConfig
+
+REFUSAL = ("ERROR 11-29 10:00:01 [kv_cache_utils.py:700] To serve at least one request with the model's max seq len "
+           "(4096), (0.02 GiB KV cache is needed, which is larger than the available KV cache memory (0.01 GiB). "
+           "Based on the available memory, the estimated maximum model length is 3072. Try increasing ...")
+
+
+class FakeClock:
+    """Time that moves only when the loop waits, so a 900 s deadline takes no real time."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class ScriptedEvents(ThreadedEvents):
+    """Events from a script; an empty queue advances the fake clock by the wait instead of sleeping."""
+
+    def __init__(self, clock: FakeClock, script: list[tuple[float, Event]]):
+        super().__init__(clock)
+        self.fake = clock
+        self.script = sorted(script, key=lambda x: x[0])
+
+    def get(self, timeout: float) -> Event | None:
+        if self.script and self.script[0][0] <= self.fake.now + timeout:
+            at, ev = self.script.pop(0)
+            self.fake.now = max(self.fake.now, at)
+            return Event(ev.kind, self.fake.now, ev.text, ev.code)
+        self.fake.now += timeout
+        return super().get(0)
+
+
+class FakeServer:
+    base_url = "http://127.0.0.1:1"
+    port = 1
+    argv = ["fake"]
+
+    def __init__(self, owns: bool = True):
+        self.owns = owns
+        self.exited = threading.Event()
+        self.code: int | None = None
+
+    def wait(self, timeout=None):
+        self.exited.wait(timeout if timeout is not None else None) if timeout != 0 else None
+        return self.code
+
+    def owns_listener(self) -> bool:
+        return self.owns
+
+    def stop(self, grace_s: float = 5.0):
+        self.exited.set()
+        return self.code
+
+    def container_info(self):
+        return None
+
+    def applied_patches(self):
+        return []
+
+
+class NoPoller:
+    """Health comes from the script in these tests, not from HTTP."""
+
+    def __init__(self, *a):
+        self.woken = 0
+
+    def start(self):
+        return self
+
+    def wake(self):
+        self.woken += 1
+
+    def stop(self):
+        pass
+
+
+def line(t: float, text: str) -> tuple[float, Event]:
+    return (t, Event("line", 0, text=text))
+
+
+def watch(tmp_path: Path, script, *, timeout_s=900.0, probe=True, probe_ok=True, owns=True, linger_s=10.0):
+    clock = FakeClock()
+    script = [(clock.now + t, ev) for t, ev in script]
+    events = ScriptedEvents(clock, script)
+    sink = LogSink(tmp_path / "cell.log", Masker())
+    server = FakeServer(owns)
+    w = Watch(server, events, sink, WatchConfig(timeout_s=timeout_s, probe=probe, linger_s=linger_s), clock=clock,
+              poller=NoPoller, prober=lambda url, t: ProbeResult(probe_ok, "probe said so"))
+    verdict = w.run()
+    sink.close()
+    return verdict
+
+
+def test_health_200_and_a_served_token_is_booted(tmp_path):
+    v = watch(tmp_path, [line(1, "INFO Available KV cache memory: 1.5 GiB"), (40, Event("healthy", 0))])
+    assert (v.outcome, v.reason) == ("booted", "ready")
+    assert v.ready_s == pytest.approx(40) and v.facts.kv.available_gib == 1.5
+
+
+def test_a_refusal_line_decides_at_once_without_waiting_for_the_exit(tmp_path):
+    v = watch(tmp_path, [line(30, REFUSAL), (38, Event("exit", 0, code=1)), (38.1, Event("eof", 0))])
+    assert (v.outcome, v.reason) == ("refused", "kv_insufficient")
+    assert v.event_s == pytest.approx(30) and v.verdict_s == pytest.approx(30)
+    # the exit code is still collected within linger_s
+    assert v.exit_code == 1
+    r = v.facts.refusal
+    assert (r.max_seq_len, r.needed_gib, r.available_gib, r.estimated_max_model_len) == (4096, 0.02, 0.01, 3072)
+
+
+def test_an_exit_without_a_known_refusal_is_a_crash(tmp_path):
+    v = watch(tmp_path, [line(1, "Traceback (most recent call last):"), (2, Event("exit", 0, code=3)),
+                         (2.1, Event("eof", 0))])
+    assert (v.outcome, v.reason, v.exit_code) == ("crashed", "exited", 3)
+
+
+def test_a_refusal_still_in_the_pipe_when_the_process_exits_is_a_refusal(tmp_path):
+    v = watch(tmp_path, [(5, Event("exit", 0, code=1)), line(5.2, REFUSAL), (5.3, Event("eof", 0))])
+    assert (v.outcome, v.reason) == ("refused", "kv_insufficient")
+
+
+def test_exit_zero_before_ready_is_a_crash(tmp_path):
+    v = watch(tmp_path, [(1, Event("exit", 0, code=0)), (1.1, Event("eof", 0))])
+    assert (v.outcome, v.reason) == ("crashed", "exited_before_ready")
+
+
+def test_only_the_generic_engine_failure_line_is_a_crash_named_engine_init_failed(tmp_path):
+    v = watch(tmp_path, [line(3, "RuntimeError: Engine core initialization failed. See root cause above. "
+                                 "Failed core proc(s): {}"), (4, Event("exit", 0, code=1)), (4.1, Event("eof", 0))])
+    assert (v.outcome, v.reason) == ("crashed", "engine_init_failed")
+
+
+def test_nothing_decisive_before_the_deadline_is_a_timeout(tmp_path):
+    v = watch(tmp_path, [line(1, "INFO loading")], timeout_s=900)
+    assert (v.outcome, v.reason) == ("timeout", "deadline")
+    assert v.verdict_s == pytest.approx(900, abs=0.2)
+
+
+def test_a_failed_probe_after_health_is_a_crash(tmp_path):
+    v = watch(tmp_path, [(40, Event("healthy", 0))], probe_ok=False)
+    assert (v.outcome, v.reason) == ("crashed", "probe_failed")
+
+
+def test_without_probe_health_alone_is_booted(tmp_path):
+    v = watch(tmp_path, [(40, Event("healthy", 0))], probe=False, probe_ok=False)
+    assert v.outcome == "booted"
+
+
+def test_health_from_a_listener_that_is_not_ours_is_an_error_never_booted(tmp_path):
+    v = watch(tmp_path, [(2, Event("healthy", 0))], owns=False)
+    assert (v.outcome, v.reason) == ("error", "stale_server")
+
+
+def test_every_line_goes_to_the_log_file(tmp_path):
+    watch(tmp_path, [line(1, "first"), line(2, REFUSAL), line(3, "after the refusal"), (4, Event("exit", 0, code=1)),
+                     (4.1, Event("eof", 0))])
+    text = (tmp_path / "cell.log").read_text()
+    assert "first" in text and "To serve at least one request" in text and "after the refusal" in text
