@@ -91,7 +91,7 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
     from harness.runner import CellRunner, Interrupted, run_cells, watch_config
     from harness.runtime import make_runtime
     from harness.runtime.base import CellContext
-    from harness.runtime.process import format_command_line
+    from harness.shell import format_shell
     from harness.secrets import Masker
 
     loaded, cells = _selected(args)
@@ -99,8 +99,7 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
     if args.dry_run:
         for c in cells:
             ctx = CellContext(run_dir=Path("."), work_dir=Path("."), masker=Masker(), matrix_dir=loaded.base_dir)
-            env, argv = runtime.command_line(c, ctx)
-            print(f"# {c.id}\n{format_command_line(env, argv)}")
+            print(f"# {c.id}\n{format_shell(runtime.command_line(c, ctx))}")
         return EXIT_OK
     runtime.preflight(cells)
     if args.resume:
@@ -172,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `boot-harness cells ... | head`
+        sys.stderr.close()
+        return EXIT_OK
 
 
 if __name__ == "__main__":

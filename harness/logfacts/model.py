@@ -77,6 +77,9 @@ class LogFacts(BaseModel):
     refusal: Refusal | None = None
     """The most specific refusal seen: the first specific one wins; the generic engine_init_failed only fills a gap."""
     ready_lines: list[str] = Field(default_factory=list)
+    error_line: str | None = None
+    """The last exception line (`SomeError: …`) other than the generic engine failure: the root cause of a crash
+    that is not a known refusal, e.g. `RuntimeError: Insufficient space in /dev/shm …`."""
     lines: int = 0
     """Physical lines fed."""
 

@@ -34,6 +34,9 @@ def _coerce(line: Any) -> str:
     return "" if line is None else str(line)
 
 
+MAX_ERROR_CHARS = 1000
+
+
 class LogParser:
     """Streaming: feed one physical line at a time (str, may contain ANSI, \\r, a trailing newline, binary junk decoded
     with errors='replace'); read ``facts`` whenever you like."""
@@ -45,6 +48,7 @@ class LogParser:
         self._graph_measured = False
         self._refusal: Refusal | None = None
         self._ready: list[str] = []
+        self._error_line: str | None = None
 
     def feed(self, line: str) -> Signal:
         """Take one physical line; say whether it is a refusal, a readiness line, or neither. Never raises."""
@@ -53,7 +57,7 @@ class LogParser:
             text = _coerce(line)
             if len(text) > MAX_LINE_CHARS:
                 text = text[:MAX_LINE_CHARS]
-            if not any(k in text for k in p.KEYWORDS):
+            if not p.mentions_keyword(text):
                 return Signal.NONE
             signal = Signal.NONE
             for segment in segments(text):
@@ -72,6 +76,7 @@ class LogParser:
             kv=KvFacts(**self._kv),
             refusal=self._refusal.model_copy() if self._refusal is not None else None,
             ready_lines=list(self._ready),
+            error_line=self._error_line,
             lines=self._lines,
         )
 
@@ -84,6 +89,8 @@ class LogParser:
         if refusal is not None:
             self._refusal = keep_first_specific(self._refusal, refusal)
             return Signal.REFUSAL
+        if p.ERROR_LINE.match(msg):
+            self._error_line = msg[:MAX_ERROR_CHARS]
         for needle, extract in _EXTRACTORS:
             if needle in msg:
                 extract(self, msg)

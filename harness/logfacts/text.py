@@ -13,10 +13,12 @@ MAX_LINE_CHARS = 64 * 1024
 """Longer lines are cut before matching: no real fact line is near this, and it bounds the work per line."""
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# Process prefixes: (EngineCore_DP0 pid=7), (VllmWorker rank=0 pid=9), Ray's (RayWorkerWrapper pid=9, ip=10.0.0.2),
+# and torch.distributed's [rank0]:, repeated, since a decorated stream can carry more than one.
 _LEADING_DECOR = re.compile(
     r"""\A(?:\s*
-        (?:\([A-Za-z_][^()\n]{0,100}?\ pid=\d+\)    # (EngineCore_DP0 pid=7), (VllmWorker rank=0 pid=9), ...
-          |\[rank\d+\]:                              # torch.distributed's traceback prefix
+        (?:\([A-Za-z_][^()\n]{0,100}?\ pid=\d+(?:,\ ip=[^()\s]{1,64})?\)
+          |\[rank\d+\]:
         ))+\s*""",
     re.VERBOSE,
 )

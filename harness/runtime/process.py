@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -26,6 +25,7 @@ from harness.runtime.base import CellContext, LineSink
 from harness.runtime.ports import free_port, listener_pids, pid_in_group, port_answers
 from harness.runtime.reader import pump_lines
 from harness.secrets import is_secret_key
+from harness.shell import env_token
 
 HOST = "127.0.0.1"
 #: What every server gets: plain logs (the parser still strips ANSI) and a per-cell home for caches and sockets.
@@ -166,16 +166,6 @@ class ProcessRuntime:
         threading.Thread(target=pump_lines, args=(proc.stdout, on_line), daemon=True, name=f"log-{cell.id}").start()
         return ProcessServer(proc, argv, port, pid_file)
 
-    def command_line(self, cell: Cell, ctx: CellContext) -> tuple[dict[str, str], list[str]]:
-        env = {**SERVER_ENV, **{k: (f"${k}" if is_secret_key(k) else v) for k, v in cell.env.items()}}
-        return env, self.argv(cell, 8000)
-
-
-def format_command_line(env: dict[str, str], argv: list[str]) -> str:
-    """A line that pastes into a POSIX shell; `$NAME` values stay references so secrets come from the user's env."""
-    def quote_env(k: str, v: str) -> str:
-        if v == f"${k}":
-            return f'{k}="${k}"'
-        return f"{k}={shlex.quote(v)}"
-
-    return " ".join([*(quote_env(k, v) for k, v in env.items()), *(shlex.quote(a) for a in argv)])
+    def command_line(self, cell: Cell, ctx: CellContext) -> list[str]:
+        env = {**SERVER_ENV, **cell.env}
+        return [*(env_token(k, v, is_secret_key(k)) for k, v in env.items()), *self.argv(cell, 8000)]

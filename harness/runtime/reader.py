@@ -22,3 +22,29 @@ def pump_lines(stream: IO[bytes] | None, on_line: LineSink) -> None:
         pass
     finally:
         on_line(None)
+
+
+def pump_chunks(chunks, on_line: LineSink) -> None:
+    """Lines from a stream of arbitrary byte chunks (docker's log stream does not promise one line per chunk)."""
+    buf = b""
+    try:
+        for chunk in chunks:
+            buf += chunk
+            while True:
+                nl = buf.find(b"\n")
+                if nl < 0:
+                    break
+                piece, buf = buf[:nl], buf[nl + 1:]
+                while len(piece) > MAX_LINE:
+                    on_line(piece[:MAX_LINE].decode("utf-8", errors="replace"))
+                    piece = piece[MAX_LINE:]
+                on_line(piece.decode("utf-8", errors="replace"))
+            while len(buf) > MAX_LINE:
+                on_line(buf[:MAX_LINE].decode("utf-8", errors="replace"))
+                buf = buf[MAX_LINE:]
+    except Exception:  # noqa: BLE001 - the engine hanging up mid-stream is the end of the log, not our crash
+        pass
+    finally:
+        if buf:
+            on_line(buf.decode("utf-8", errors="replace"))
+        on_line(None)

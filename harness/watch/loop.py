@@ -108,7 +108,7 @@ class Watch:
         refusal = self.parser.facts.refusal
         assert refusal is not None
         if refusal.kind == "engine_init_failed":
-            return self._verdict("crashed", "engine_init_failed", refusal.message, t)
+            return self._verdict("crashed", "engine_init_failed", self.parser.facts.error_line or refusal.message, t)
         return self._verdict("refused", refusal.kind, refusal.message, t)
 
     def _drain_after_exit(self, t_exit: float) -> Verdict:
@@ -121,6 +121,8 @@ class Watch:
         if self.parser.facts.refusal is not None:
             return self._refusal_verdict(t_exit)
         reason, detail = _exit_detail(self.exit_code if self.exit_code is not None else -1)
+        if self.parser.facts.error_line:
+            detail = f"{detail}; last error: {self.parser.facts.error_line}"
         return self._verdict("crashed", reason, detail, t_exit)
 
     def _on_healthy(self, t: float) -> Verdict:

@@ -1,0 +1,321 @@
+"""The container runtime (docker or podman): the cell's argv appended to the image's entrypoint, started through
+testcontainers, its log streamed into the same watch loop as a local process.
+
+testcontainers' own waiting and cleanup do not fit a boot harness: its HTTP wait never notices an exited container
+(a refusal would cost the whole timeout), its context manager removes a container that failed to start together with
+the refusal message, and Ryuk cannot start where images cannot be pulled. So the harness watches the log and the
+container state itself, reads the exit code and OOMKilled before removing, and labels every container so `gc` can
+remove leftovers of a harness that was killed.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from harness.cells import Cell
+from harness.errors import CellStartError, RuntimeUnavailable, UsageError
+from harness.matrix.load import LoadedMatrix
+from harness.matrix.model import Mount, PatchSpec
+from harness.results.model import AppliedPatch, ContainerInfo
+from harness.runtime import engine as eng
+from harness.runtime.base import CellContext, LineSink
+from harness.runtime.patching import PatchError, PreparedPatch, patch_file
+from harness.runtime.process import SERVER_ENV
+from harness.runtime.reader import pump_chunks
+from harness.secrets import is_secret_key
+from harness.shell import Raw
+
+from testcontainers.core.container import DockerContainer  # noqa: E402  (engine sets testcontainers' env first)
+
+HOST = "127.0.0.1"
+
+
+def owner_labels() -> dict[str, str]:
+    """Who started a container: gc removes only those whose harness process is gone."""
+    return {f"{eng.LABEL_PREFIX}.owner-pid": str(os.getpid()), f"{eng.LABEL_PREFIX}.host": socket.gethostname()}
+
+
+class ContainerServer:
+    def __init__(self, runtime: ContainerRuntime, tc: DockerContainer, argv: list[str], image: str,
+                 image_id: str, repo_digest: str | None, patches: list[AppliedPatch]):
+        self.runtime, self.tc = runtime, tc
+        self.container = tc.get_wrapped_container()
+        self.argv = argv
+        self.image, self.image_id, self.repo_digest = image, image_id, repo_digest
+        self._patches = patches
+        self._state: dict | None = None
+        self._stopped = False
+        self._lock = threading.Lock()
+        self.port = self._host_port()
+        self.base_url = f"http://{HOST}:{self.port}" if self.port else f"http://{HOST}:0"
+
+    def _host_port(self) -> int | None:
+        key = f"{self.runtime.matrix.container_port}/tcp"
+        for _ in range(50):
+            self.container.reload()
+            bindings = (self.container.attrs.get("NetworkSettings", {}).get("Ports") or {}).get(key)
+            if bindings:
+                return int(bindings[0]["HostPort"])
+            if self.container.status in ("exited", "dead"):
+                return None
+            time.sleep(0.05)
+        return None
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        if timeout is None:
+            while True:
+                try:
+                    return int(self.container.wait()["StatusCode"])
+                except Exception:  # noqa: BLE001 - removed under us, or the engine hung up: ask the state instead
+                    code = self._exit_code()
+                    if code is not None or self._stopped:
+                        return code
+                    time.sleep(0.2)
+        deadline = time.monotonic() + timeout
+        while True:
+            code = self._exit_code()
+            if code is not None or time.monotonic() >= deadline:
+                return code
+            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+
+    def _exit_code(self) -> int | None:
+        if self._state is not None:
+            return self._state.get("ExitCode")
+        try:
+            self.container.reload()
+        except Exception:  # noqa: BLE001
+            return None
+        state = self.container.attrs.get("State", {})
+        if state.get("Status") in ("exited", "dead"):
+            return state.get("ExitCode")
+        return None
+
+    def owns_listener(self) -> bool:
+        """The host port was assigned to this container by the engine; it is ours while the container runs."""
+        try:
+            self.container.reload()
+        except Exception:  # noqa: BLE001
+            return False
+        return self.container.status == "running" and self._host_port() == self.port
+
+    def stop(self, grace_s: float = 5.0) -> int | None:
+        with self._lock:
+            if self._stopped:
+                return (self._state or {}).get("ExitCode")
+            self._stopped = True
+            try:
+                if self.container.status == "running" or self._exit_code() is None:
+                    self.container.stop(timeout=max(1, int(grace_s)))
+            except Exception:  # noqa: BLE001 - gone already
+                pass
+            try:
+                self.container.reload()
+                self._state = dict(self.container.attrs.get("State", {}))
+            except Exception:  # noqa: BLE001
+                self._state = {}
+            try:
+                self.tc.stop(force=True, delete_volume=True)
+            except Exception:  # noqa: BLE001
+                pass
+            return self._state.get("ExitCode")
+
+    def container_info(self) -> ContainerInfo:
+        return ContainerInfo(
+            engine=self.runtime.info.name if self.runtime.info else self.runtime.name,
+            engine_version=self.runtime.info.version if self.runtime.info else None,
+            image=self.image, image_digest=self.repo_digest or self.image_id,
+            container_id=self.container.id, container_name=self.container.name,
+            oom_killed=(self._state or {}).get("OOMKilled"),
+        )
+
+    def applied_patches(self) -> list[AppliedPatch]:
+        return list(self._patches)
+
+
+class ContainerRuntime:
+    def __init__(self, loaded: LoadedMatrix, engine: str):
+        self.name = engine
+        self.loaded = loaded
+        self.matrix = loaded.matrix
+        self._client = None
+        self.info: eng.EngineInfo | None = None
+        self._images: dict[str, tuple[str, str | None]] = {}
+        self._prepared: dict[tuple[str, str, str], PreparedPatch] = {}
+        self._patch_dir = Path(tempfile.mkdtemp(prefix="boot-harness-patches-"))
+
+    @classmethod
+    def for_matrix(cls, loaded: LoadedMatrix) -> ContainerRuntime:
+        return cls(loaded, loaded.matrix.runtime)
+
+    @property
+    def client(self):
+        if self._client is None:
+            self._client = eng.connect(self.name)
+            self.info = eng.engine_info(self._client, self.name)
+        return self._client
+
+    # ---- checks before any cell runs
+    def preflight(self, cells: list[Cell]) -> None:
+        client = self.client
+        if self.matrix.gpus is not None:
+            eng.check_gpu_support(self.info, self.name)
+        for cell in cells:
+            if not cell.image:
+                raise RuntimeUnavailable(f"image: cell {cell.id} has no image (set `image:` or give an axis value one)")
+            self.resolve_image(cell.image)
+            for mount in cell.mounts:
+                src = self.mount_source(mount)
+                if not src.exists():
+                    raise RuntimeUnavailable(f"mounts: source {src} (for {mount.target}) does not exist")
+            for spec in cell.patches:
+                self.prepare_patch(cell.image, spec)
+        del client  # connected (and engine info read) above; cells use self.client
+
+    def resolve_image(self, ref: str) -> tuple[str, str | None]:
+        if ref in self._images:
+            return self._images[ref]
+        import docker.errors
+
+        pull = self.matrix.pull
+        try:
+            if pull == "always":
+                self.client.images.pull(ref)
+            try:
+                found = eng.image_digest(self.client, ref)
+            except docker.errors.ImageNotFound:
+                if pull == "never":
+                    raise RuntimeUnavailable(f"image: {ref} is not present on the {self.name} engine and `pull: never`"
+                                             " (build or load it, or set `pull: missing`)") from None
+                self.client.images.pull(ref)
+                found = eng.image_digest(self.client, ref)
+        except docker.errors.APIError as exc:
+            raise RuntimeUnavailable(f"image: cannot get {ref}: {exc.explanation or exc}") from None
+        self._images[ref] = found
+        return found
+
+    def mount_source(self, mount: Mount) -> Path:
+        p = Path(mount.source)
+        return p if p.is_absolute() else (self.loaded.base_dir / p).resolve()
+
+    def copy_out(self, image: str, path: str) -> bytes:
+        """The file as the image has it, without running the image (create, read the archive, remove)."""
+        import docker.errors
+
+        c = self.client.containers.create(image, entrypoint=["/bin/true"], command=[], labels=owner_labels())
+        try:
+            stream, _ = c.get_archive(path)
+            data = b"".join(stream)
+        except docker.errors.NotFound:
+            raise PatchError(f"{path}: no such file in image {image}") from None
+        finally:
+            c.remove(force=True)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            member = tar.next()
+            if member is None or not member.isfile():
+                raise PatchError(f"{path}: not a regular file in image {image}")
+            return tar.extractfile(member).read()
+
+    def prepare_patch(self, image: str, spec: PatchSpec) -> PreparedPatch:
+        key = (self.resolve_image(image)[0], spec.target, spec.patch)
+        if key not in self._prepared:
+            pristine = self.copy_out(image, spec.target)
+            out = self._patch_dir / f"{key[0].split(':')[-1][:12]}-{len(self._prepared)}"
+            try:
+                self._prepared[key] = patch_file(pristine, self.loaded.base_dir / spec.patch, spec.target,
+                                                 spec.base_sha256, spec.patched_sha256, out)
+            except PatchError as exc:
+                raise UsageError(f"{self.loaded.path}: patches: {exc}") from None
+        return self._prepared[key]
+
+    def _kept_patches(self, cell: Cell, dest: Path) -> list[tuple[PreparedPatch, Path]]:
+        """Copies of the patched files in the run directory: what was mounted is kept with the results."""
+        kept = []
+        for i, spec in enumerate(cell.patches):
+            prepared = self.prepare_patch(cell.image, spec)
+            d = dest / f"{i}-{Path(spec.target).name}"
+            d.mkdir(parents=True, exist_ok=True)
+            for f in prepared.patched_file.parent.iterdir():
+                (d / f.name).write_bytes(f.read_bytes())
+            patched = d / prepared.patched_file.name
+            patched.chmod(0o444)
+            kept.append((prepared, patched))
+        return kept
+
+    # ---- one cell
+    def container_env(self, cell: Cell) -> dict[str, str]:
+        return {**SERVER_ENV, **cell.env}
+
+    def start(self, cell: Cell, ctx: CellContext, on_line: LineSink, gpu_ids: list[str] | None = None) -> ContainerServer:
+        image_id, repo_digest = self.resolve_image(cell.image)
+        try:
+            kept = self._kept_patches(cell, ctx.run_dir / "patches" / cell.id)
+        except (PatchError, UsageError) as exc:
+            raise CellStartError(str(exc)) from None
+        volumes = {str(self.mount_source(m)): (m.target, "ro" if m.read_only else "rw") for m in cell.mounts}
+        volumes.update({str(path): (p.target, "ro") for p, path in kept})
+        port_key = f"{self.matrix.container_port}/tcp"
+        tc = DockerContainer(repo_digest or image_id, docker_client_kw=eng.client_kwargs(self.name))
+        tc.with_command(list(cell.server_args))
+        tc.with_envs(**self.container_env(cell))
+        for host_path, (target, mode) in volumes.items():
+            tc.with_volume_mapping(host_path, target, mode)
+        tc.ports[port_key] = (HOST, None)  # a free host port on loopback, chosen by the engine
+        name = f"bh-{ctx.labels.get('boot-harness.run', 'run')}-{cell.id}"[:200]
+        tc.with_name(name)
+        kwargs = dict(labels={**ctx.labels, **owner_labels()}, init=True,
+                      device_requests=eng.device_requests(self.name, self.matrix.gpus, gpu_ids) or None)
+        if self.matrix.ipc:
+            kwargs["ipc_mode"] = self.matrix.ipc
+        if self.matrix.shm_size:
+            kwargs["shm_size"] = self.matrix.shm_size
+        if self.matrix.entrypoint:
+            kwargs["entrypoint"] = list(self.matrix.entrypoint)
+        tc.with_kwargs(**{k: v for k, v in kwargs.items() if v is not None})  # one call: with_kwargs replaces
+        try:
+            tc.start()
+        except Exception as exc:  # noqa: BLE001 - docker-py's errors, image or device trouble
+            try:
+                tc.stop(force=True)
+            except Exception:  # noqa: BLE001
+                pass
+            raise CellStartError(f"the {self.name} engine could not start the container: {exc}") from None
+        wrapped = tc.get_wrapped_container()
+        threading.Thread(target=pump_chunks, args=(wrapped.logs(stream=True, follow=True), on_line), daemon=True,
+                         name=f"log-{cell.id}").start()
+        entry = self.matrix.entrypoint or (self.client.images.get(image_id).attrs.get("Config", {}).get("Entrypoint") or [])
+        patches = [AppliedPatch(target=p.target, patch=p.patch, base_sha256=p.base_sha256,
+                                patched_sha256=p.patched_sha256, patched_file=str(path.relative_to(ctx.run_dir)))
+                   for p, path in kept]
+        return ContainerServer(self, tc, [*entry, *cell.server_args], cell.image, image_id, repo_digest, patches)
+
+    def command_line(self, cell: Cell, ctx: CellContext) -> list[str]:
+        """`docker run` (or `podman run`) doing what `start` does, with the patched files prepared under ctx.run_dir."""
+        image_id, repo_digest = self.resolve_image(cell.image)
+        kept = self._kept_patches(cell, ctx.run_dir / "patches" / cell.id)
+        port = self.matrix.container_port
+        tokens: list[str] = [self.name, "run", "--rm", "--init", "--name", f"bh-repro-{cell.id}",
+                             *eng.gpu_cli_args(self.name, self.matrix.gpus)]
+        if self.matrix.ipc:
+            tokens += ["--ipc", self.matrix.ipc]
+        if self.matrix.shm_size:
+            tokens += ["--shm-size", self.matrix.shm_size]
+        tokens += ["-p", f"{HOST}:{port}:{port}"]
+        for m in cell.mounts:
+            tokens += ["-v", f"{self.mount_source(m)}:{m.target}:{'ro' if m.read_only else 'rw'}"]
+        for p, path in kept:
+            tokens += ["-v", f"{path.resolve()}:{p.target}:ro"]
+        for k, v in self.container_env(cell).items():
+            tokens += ["-e", Raw(f'{k}="${k}"') if is_secret_key(k) else f"{k}={v}"]
+        extra: list[str] = []
+        if self.matrix.entrypoint:  # docker takes one word for --entrypoint; the rest leads the command
+            tokens += ["--entrypoint", self.matrix.entrypoint[0]]
+            extra = self.matrix.entrypoint[1:]
+        tokens.append(repo_digest or image_id)
+        return [*tokens, *extra, *cell.server_args]

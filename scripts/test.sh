@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Sets up everything the tests need (harness venv, real vLLM for the CPU, tiny models, Docker engine, local vLLM CPU
+# image) and runs the whole suite. This is what CI runs. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+t0=$(date +%s)
+bash scripts/setup-dev.sh
+. "$(bash scripts/setup-cpu-example.sh | tail -1)"
+echo "setup took $(( $(date +%s) - t0 )) s" >&2
+exec .venv/bin/python -m pytest tests "$@"
