@@ -48,7 +48,7 @@ def axis_label(name: str, label: str | None) -> str:
     if label:
         return label
     words = [w for w in re.split(r"[_\-\s]+", name) if w]
-    return "".join(w[0] for w in words) if len(words) > 1 else name
+    return "".join(w[0] for w in words) if len(words) > 1 else (words[0] if words else name)
 
 
 def value_token(label: str, value: str) -> str:
@@ -72,6 +72,8 @@ def _check_selector(matrix: Matrix, selector: Selector, file: str, key: str) -> 
     for axis, names in selector.items():
         if axis not in values:
             raise ConfigError(file, f"{key}.{axis}", f"unknown axis (axes are: {', '.join(values)})")
+        if not _names(names):
+            raise ConfigError(file, f"{key}.{axis}", "an empty list names no value")
         for name in _names(names):
             if name not in values[axis]:
                 raise ConfigError(

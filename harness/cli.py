@@ -46,6 +46,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout-s", type=float, help="override the matrix's per-cell deadline")
     p.add_argument("--keep-work", action="store_true", help="keep each cell's TMPDIR and caches under the run dir")
 
+    p = sub.add_parser("repro", help="print (or run) exactly what the harness runs for one cell")
+    _add_matrix(p)
+    p.add_argument("cell_id", help="a cell id (see `boot-harness cells`)")
+    p.add_argument("--exec", action="store_true", help="run the cell attached, streaming its log, and record it")
+    p.add_argument("--results-dir", type=Path, default=Path("results"),
+                   help="where --exec records the run, and where patched files for the command are kept")
+    p.add_argument("--timeout-s", type=float, help="override the matrix's per-cell deadline")
+
+    p = sub.add_parser("gc", help="remove containers and server processes left by a harness that was killed")
+    p.add_argument("--results-dir", type=Path, default=Path("results"))
+    p.add_argument("--engine", action="append", choices=["docker", "podman"],
+                   help="container engines to sweep (default: every one that answers)")
+    p.add_argument("--all", action="store_true", help="also containers of harness runs that are still alive")
+
     p = sub.add_parser("facts", help="what the parser finds in a saved vLLM server log")
     p.add_argument("logfile", type=Path)
     p.add_argument("--json", action="store_true", help="one JSON object (same keys as a cell record's kv/refusal)")
@@ -101,6 +115,7 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
             ctx = CellContext(run_dir=Path("."), work_dir=Path("."), masker=Masker(), matrix_dir=loaded.base_dir)
             print(f"# {c.id}\n{format_shell(runtime.command_line(c, ctx))}")
         return EXIT_OK
+    _gc_before_run(args.results_dir if not args.resume else args.resume.parent, runtime.name)
     runtime.preflight(cells)
     if args.resume:
         store = RunStore.open(args.resume, loaded)
@@ -126,6 +141,74 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
     selected = {c.id for c in cells}
     bad = [c for c in run.cells if c.cell_id in selected and (c.matched is False or c.outcome == "error")]
     return EXIT_MISMATCH if bad else EXIT_OK
+
+
+def _gc_before_run(results_dir: Path, runtime_name: str) -> None:
+    from harness.gc import sweep
+
+    swept = sweep(results_dir, [runtime_name] if runtime_name in ("docker", "podman") else [])
+    if swept.containers or swept.process_groups:
+        Console(stderr=True).print(f"gc: removed {len(swept.containers)} leftover container(s) and "
+                                   f"{len(swept.process_groups)} leftover process group(s) of killed runs",
+                                   highlight=False)
+
+
+def cmd_gc(args: argparse.Namespace, out: Console) -> int:
+    from harness.gc import sweep
+    from harness.runtime.engine import DEFAULT_HOSTS
+
+    engines = args.engine or list(DEFAULT_HOSTS)
+    swept = sweep(args.results_dir, engines, everything=args.all)
+    for name in swept.containers:
+        out.print(f"removed container {name}", highlight=False)
+    for pgid in swept.process_groups:
+        out.print(f"killed process group {pgid}", highlight=False)
+    reached = [e for e in engines if e not in swept.engines_unreachable]
+    out.print(f"gc: {len(swept.containers)} container(s), {len(swept.process_groups)} process group(s) removed "
+              f"(engines swept: {', '.join(reached) or 'none answered'})", highlight=False)
+    return EXIT_OK
+
+
+def cmd_repro(args: argparse.Namespace, out: Console) -> int:
+    from harness.cells import expand_cells
+    from harness.matrix.load import load_matrix
+    from harness.runtime import make_runtime
+    from harness.runtime.base import CellContext
+    from harness.secrets import Masker
+    from harness.shell import format_shell
+
+    loaded = load_matrix(args.matrix)
+    cells = {c.id: c for c in expand_cells(loaded.matrix, str(args.matrix))}
+    if args.cell_id not in cells:
+        raise UsageError(f"{args.matrix}: no cell {args.cell_id!r} (see `boot-harness cells --matrix {args.matrix}`)")
+    cell = cells[args.cell_id]
+    runtime = make_runtime(loaded)
+    if not args.exec:
+        if loaded.matrix.runtime != "process":
+            runtime.preflight([cell])
+        keep = args.results_dir / "repro" / cell.id
+        ctx = CellContext(run_dir=keep, work_dir=keep, masker=Masker(), matrix_dir=loaded.base_dir)
+        print(format_shell(runtime.command_line(cell, ctx)))
+        return EXIT_OK
+    from harness.progress import summary_table
+    from harness.results.store import RunStore
+    from harness.runner import CellRunner, Interrupted, run_cells, watch_config
+
+    _gc_before_run(args.results_dir, runtime.name)
+    runtime.preflight([cell])
+    store = RunStore.create(args.results_dir, loaded, runtime.name, selection=[cell.id])
+    store.order = [cell.id]
+    runner = CellRunner(loaded, runtime, store, watch_config(loaded, args.timeout_s),
+                        echo=lambda line: print(line, flush=True))
+    try:
+        results = run_cells([cell], runner)
+    except (Interrupted, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    run = store.finish("complete")
+    out.print(summary_table(run))
+    out.print(f"results: {store.run_dir / 'results.json'}", highlight=False)
+    r = results[0]
+    return EXIT_MISMATCH if r.matched is False or r.outcome == "error" else EXIT_OK
 
 
 def cmd_facts(args: argparse.Namespace, out: Console) -> int:
@@ -158,7 +241,8 @@ def cmd_facts(args: argparse.Namespace, out: Console) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"validate": cmd_validate, "cells": cmd_cells, "run": cmd_run, "facts": cmd_facts}
+COMMANDS = {"validate": cmd_validate, "cells": cmd_cells, "run": cmd_run, "repro": cmd_repro, "gc": cmd_gc,
+            "facts": cmd_facts}
 
 
 def main(argv: list[str] | None = None) -> int:

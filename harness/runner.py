@@ -11,7 +11,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -79,6 +79,17 @@ def interrupts_raise() -> Iterator[None]:
             signal.signal(s, h)
 
 
+def _remove_work(work, keep: bool) -> None:
+    """The cell's scratch (caches, and the short TMPDIR its `tmp` link points to) goes unless asked to keep it."""
+    tmp = work / "tmp"
+    if tmp.is_symlink():
+        target = tmp.resolve()
+        if not keep:
+            shutil.rmtree(target, ignore_errors=True)
+    if not keep:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def _expected(cell: Cell) -> Expected | None:
     return Expected(outcome=cell.expected.outcome, reason=cell.expected.reason) if cell.expected else None
 
@@ -92,7 +103,10 @@ class CellRunner:
     store: RunStore
     config: WatchConfig
     keep_work: bool = False
-    base_masker_values: set[str] = field(default_factory=set)
+    #: Secrets of the harness's own environment: the process runtime passes it on, and servers echo their env/args.
+    base_masker_values: set[str] = field(default_factory=secret_values)
+    #: Called with every (masked) log line as it arrives: `repro --exec` streams the server's log this way.
+    echo: Callable[[str], None] | None = None
 
     def run(self, cell: Cell) -> CellResult:
         masker = Masker(self.base_masker_values | secret_values(cell.env, cell.server_args))
@@ -101,7 +115,7 @@ class CellRunner:
         work.mkdir(parents=True, exist_ok=True)
         ctx = CellContext(run_dir=self.store.run_dir, work_dir=work, masker=masker, matrix_dir=self.loaded.base_dir,
                           labels={"boot-harness.run": self.store.run.run_id, "boot-harness.cell": cell.id})
-        sink = LogSink(log_path, masker)
+        sink = LogSink(log_path, masker, echo=self.echo)
         started_at, t0 = now(), time.monotonic()
         events = ThreadedEvents()
         server = watch = None
@@ -126,8 +140,7 @@ class CellRunner:
                     if watch is not None:
                         watch.collect_rest()
             sink.close()
-            if not self.keep_work:
-                shutil.rmtree(work, ignore_errors=True)
+            _remove_work(work, self.keep_work)
         if verdict.exit_code is None:
             verdict.exit_code = exit_code
         return self._result(cell, verdict, server, argv, masker, sink, started_at, t0)

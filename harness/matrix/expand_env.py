@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-_REF = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{([^}]*)\}?")
+_REF = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-((?:[^}$]|\$(?!\{))*))?\}|\$\{([^}]*)\}?")
 
 
 class UnsetVariable(Exception):

@@ -40,7 +40,17 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen: dict[Any, Any] = {}
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            raise yaml.constructor.ConstructorError(
+                None, None, "merge keys (<<) are YAML 1.1, not 1.2: write the keys out", key_node.start_mark
+            )
         key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a {type(key).__name__} cannot be a mapping key", key_node.start_mark
+            ) from None
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r}", key_node.start_mark
@@ -54,12 +64,15 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 # YAML 1.1 reads `off`, `on`, `yes`, `no` as booleans, so an axis value named `off` would become False. Matrix files
 # follow YAML 1.2 here: only true/false are booleans.
 _UniqueKeyLoader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    first: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int")]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _UniqueKeyLoader.add_implicit_resolver(
     "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
 )
+# Likewise integers: YAML 1.1 reads `010` as 8 and `1:30` as 90; in 1.2 they are 10 and the string "1:30".
+_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", lambda loader, node: int(loader.construct_scalar(node), 10))
 
 
 def format_loc(loc: tuple[Any, ...]) -> str:
@@ -69,7 +82,7 @@ def format_loc(loc: tuple[Any, ...]) -> str:
     i = 0
     while i < len(items):
         item = items[i]
-        if parts[:1] == ["axes"] and len(parts) == 2 and item in _AXIS_TAGS:
+        if i == 2 and items[0] == "axes" and item in _AXIS_TAGS:
             if item == "named" and i + 1 < len(items) and items[i + 1] == "values":
                 i += 1  # the named-axis shorthand has no `values` key in the file
             i += 1
@@ -116,6 +129,8 @@ def parse_matrix(raw_text: str, file: str, environ: Mapping[str, str] | None = N
         data = expand_tree(data, os.environ if environ is None else environ)
     except UnsetVariable as exc:
         raise ConfigError(file, exc.path, exc.message) from None
+    except RecursionError:
+        raise ConfigError(file, "", "a YAML alias refers to itself (or the file nests too deep)") from None
     try:
         return Matrix.model_validate(data)
     except ValidationError as exc:

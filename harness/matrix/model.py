@@ -12,6 +12,10 @@ OUTCOMES: tuple[str, ...] = ("booted", "refused", "crashed", "timeout", "error")
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: An id label is glued to values and joined by '-', so it has none of '-', '=', ',', '|', or spaces.
+_LABEL = r"^[A-Za-z0-9][A-Za-z0-9_.+]*$"
+#: Axis names appear in `--select axis=v|w`, in `exclude`/`expect` keys and (initials or whole) in ids.
+_AXIS_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 
 
 class _Strict(BaseModel):
@@ -90,7 +94,8 @@ class FlagAxis(_Strict):
 
     flag: str
     values: list[str] = Field(min_length=1)
-    label: str | None = Field(None, description="prefix of this axis in cell ids (default: initials of the axis name)")
+    label: str | None = Field(None, pattern=_LABEL,
+                              description="prefix of this axis in cell ids (default: initials of the axis name)")
 
     _values = field_validator("values", mode="before")(
         lambda v: [_argv_item(x) for x in v] if isinstance(v, list) else v
@@ -114,7 +119,7 @@ class NamedAxis(_Strict):
     """An axis whose values are named fragments, e.g. `mtp: {off: {}, mtp4: {args: [...]}}`."""
 
     values: dict[str, Fragment] = Field(min_length=1)
-    label: str | None = None
+    label: str | None = Field(None, pattern=_LABEL)
 
     def value_names(self) -> list[str]:
         return list(self.values)
@@ -196,6 +201,22 @@ class Matrix(_Strict):
         lambda v: [_normalize_selector(s) for s in v] if isinstance(v, list) else v
     )
 
+    @field_validator("axes", mode="before")
+    @classmethod
+    def _axis_names(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            for name in v:
+                if not _AXIS_NAME.match(str(name)):
+                    raise ValueError(f"axis name {name!r}: use letters, digits, '_' and '-' (it goes into ids and --select)")
+        return v
+
+    @field_validator("timeout_s", "linger_s", "container_port", "gpus_per_cell", mode="before")
+    @classmethod
+    def _not_bool(cls, v: Any) -> Any:
+        if isinstance(v, bool):
+            raise ValueError("must be a number, not true/false")
+        return v
+
     @field_validator("gpus", mode="before")
     @classmethod
     def _gpus(cls, v: Any) -> Any:
@@ -219,9 +240,10 @@ class Matrix(_Strict):
             axes = {}
             for name, raw in data["axes"].items():
                 if isinstance(raw, dict) and "flag" not in raw and "values" not in raw:
-                    label = raw.get("label") if isinstance(raw.get("label"), str) else None
                     values = {str(k): ({} if v is None else v) for k, v in raw.items() if k != "label"}
-                    raw = {"values": values, **({"label": label} if label else {})}
+                    raw = {"values": values, **({"label": raw["label"]} if "label" in raw else {})}
+                elif isinstance(raw, dict) and "flag" not in raw and isinstance(raw.get("values"), dict):
+                    raw = {**raw, "values": {str(k): ({} if v is None else v) for k, v in raw["values"].items()}}
                 axes[str(name)] = raw
             data = {**data, "axes": axes}
         return data

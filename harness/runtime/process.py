@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -44,8 +45,13 @@ def _child_setup() -> None:
 
 
 def cell_dirs(work_dir: Path) -> dict[str, str]:
+    """A private TMPDIR and caches per cell. TMPDIR is short and outside the run directory: vLLM puts its zmq IPC
+    sockets there, and a unix socket path longer than 107 bytes makes the engine fail to start."""
+    short_tmp = work_dir / "tmp"
+    if not short_tmp.exists():
+        short_tmp.symlink_to(tempfile.mkdtemp(prefix="bh-"))
     dirs = {
-        "TMPDIR": work_dir / "tmp",
+        "TMPDIR": short_tmp.resolve(),
         "VLLM_CACHE_ROOT": work_dir / "vllm-cache",
         "TORCHINDUCTOR_CACHE_DIR": work_dir / "inductor-cache",
     }
@@ -91,7 +97,7 @@ class ProcessServer:
         except PermissionError:
             return True
 
-    def stop(self, grace_s: float = 5.0) -> int | None:
+    def stop(self, grace_s: float = 3.0) -> int | None:
         with self._lock:
             if not self._stopped:
                 self._stopped = True
@@ -162,7 +168,8 @@ class ProcessRuntime:
         except OSError as exc:
             raise CellStartError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
         pid_file = pid_dir / f"{cell.id}.json"
-        pid_file.write_text(json.dumps({"runtime": "process", "pgid": proc.pid, "cell_id": cell.id}))
+        pid_file.write_text(json.dumps({"runtime": "process", "pgid": proc.pid, "owner_pid": os.getpid(),
+                                        "cell_id": cell.id}))
         threading.Thread(target=pump_lines, args=(proc.stdout, on_line), daemon=True, name=f"log-{cell.id}").start()
         return ProcessServer(proc, argv, port, pid_file)
 

