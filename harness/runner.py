@@ -153,7 +153,7 @@ class CellRunner:
             cell_id=cell.id, axes=dict(cell.axes), runtime=self.runtime.name, argv=masker.argv(argv),
             env=mask_env(cell.env), outcome=v.outcome, reason=v.reason, detail=masker(v.detail), expected=expected,
             matched=matched, exit_code=v.exit_code,
-            timings=Timings(ready_s=v.ready_s, event_s=v.event_s, verdict_s=v.verdict_s,
+            timings=Timings(ready_s=v.ready_s, ready_line_s=v.ready_line_s, event_s=v.event_s, verdict_s=v.verdict_s,
                             total_s=round(time.monotonic() - t0, 3)),
             kv=v.facts.kv, refusal=v.facts.refusal.model_copy(update={"message": masker(v.facts.refusal.message)})
             if v.facts.refusal else None,

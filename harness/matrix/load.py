@@ -113,9 +113,14 @@ def _first_error(err: ValidationError) -> tuple[str, str]:
     return loc, msg
 
 
+def read_yaml(text: str) -> Any:
+    """YAML as matrix files mean it (1.2 booleans and integers, no duplicate keys); raises yaml.YAMLError."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
+
+
 def parse_matrix(raw_text: str, file: str, environ: Mapping[str, str] | None = None) -> Matrix:
     try:
-        data = yaml.load(raw_text, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
+        data = read_yaml(raw_text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f"line {mark.line + 1}" if mark else "yaml"

@@ -43,6 +43,7 @@ class Verdict:
     detail: str
     exit_code: int | None = None
     ready_s: float | None = None
+    ready_line_s: float | None = None
     event_s: float | None = None
     verdict_s: float | None = None
     facts: LogFacts = field(default_factory=lambda: LogParser().facts)
@@ -82,6 +83,9 @@ class Watch:
         self._prober = prober
         self.exit_code: int | None = None
         self.eof = False
+        #: When the server first logged that it is ready: how long the verdict took after that is the health
+        #: poll's and the probe's latency.
+        self.ready_line_t: float | None = None
 
     def _rel(self, t: float | None) -> float | None:
         return None if t is None else round(t - self.start, 3)
@@ -92,6 +96,7 @@ class Watch:
 
     def _verdict(self, outcome: str, reason: str, detail: str, event_t: float | None, ready_t: float | None = None) -> Verdict:
         return Verdict(outcome, reason, detail, exit_code=self.exit_code, ready_s=self._rel(ready_t),
+                       ready_line_s=self._rel(self.ready_line_t),
                        event_s=self._rel(event_t), verdict_s=self._rel(self.clock()))
 
     def _take(self, ev: Event) -> Signal:
@@ -182,6 +187,8 @@ class Watch:
             if signal is Signal.REFUSAL:
                 return self._refusal_verdict(ev.t)
             if signal is Signal.READY:
+                if self.ready_line_t is None:
+                    self.ready_line_t = ev.t
                 poller.wake()
             elif ev.kind == "exit":
                 return self._drain_after_exit(ev.t)

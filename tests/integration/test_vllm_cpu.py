@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.matrix.load import read_yaml
 from tests.conftest import ROOT
 from tests.integration.conftest import CPU_EXAMPLE, harness_cli, only_run_dir, processes_with, read_run
 
@@ -78,10 +79,10 @@ def test_the_facts_command_reads_a_saved_log_like_the_run_did(example_run, vllm_
 
 
 def _one_cell_matrix(tmp_path: Path, vllm_cpu, **overrides) -> Path:
-    doc = yaml.safe_load(CPU_EXAMPLE.read_text())
+    doc = read_yaml(CPU_EXAMPLE.read_text())
     doc.update(overrides)
     path = tmp_path / "one.yaml"
-    path.write_text(yaml.safe_dump(doc))
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
 
@@ -126,10 +127,10 @@ def test_ctrl_c_of_a_running_harness_leaves_no_process_and_a_valid_run(vllm_cpu,
 
 
 def test_the_pytest_plugin_runs_cells_as_tests_and_explains_a_mismatch(vllm_cpu, tmp_path):
-    doc = yaml.safe_load(CPU_EXAMPLE.read_text())
+    doc = read_yaml(CPU_EXAMPLE.read_text())
     doc["expect"] = [{"where": {"spec": "draft", "kv": "tight"}, "outcome": "booted"}]  # wrong on purpose
     matrix = tmp_path / "wrong.yaml"
-    matrix.write_text(yaml.safe_dump(doc))
+    matrix.write_text(yaml.safe_dump(doc, sort_keys=False))
     results = tmp_path / "r"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(ROOT / "tests" / "test_boot_matrix.py"),

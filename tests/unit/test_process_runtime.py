@@ -27,7 +27,7 @@ def fake_matrix(tmp_path: Path, scenarios: list[str], **top) -> Path:
     doc = {"name": "fake", "command": [sys.executable, FAKE], "model": "fake-model", "timeout_s": 15, "linger_s": 3,
            "axes": {"scenario": {s: {"env": {"FAKE_VLLM_SCENARIO": s}} for s in scenarios}}, **top}
     path = tmp_path / "fake.yaml"
-    path.write_text(yaml.safe_dump(doc))
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
 
