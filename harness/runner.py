@@ -19,7 +19,7 @@ from harness.cells import Cell
 from harness.errors import CellStartError
 from harness.logfacts import LogParser
 from harness.matrix.load import LoadedMatrix
-from harness.results.model import CellResult, Expected, Timings
+from harness.results.model import CellResult, Expected, GpuInfo, Timings
 from harness.results.store import RunStore, now
 from harness.runtime.base import CellContext, Runtime
 from harness.secrets import Masker, mask_env, secret_values
@@ -108,13 +108,15 @@ class CellRunner:
     #: Called with every (masked) log line as it arrives: `repro --exec` streams the server's log this way.
     echo: Callable[[str], None] | None = None
 
-    def run(self, cell: Cell) -> CellResult:
+    def run(self, cell: Cell, gpus: list[GpuInfo] | None = None) -> CellResult:
+        """Boot one cell; `gpus` are the devices a scheduler reserved for it (recorded, and the only ones it sees)."""
         masker = Masker(self.base_masker_values | secret_values(cell.env, cell.server_args))
         log_path = self.store.log_path(cell.id)
         work = self.store.work_dir(cell.id)
         work.mkdir(parents=True, exist_ok=True)
         ctx = CellContext(run_dir=self.store.run_dir, work_dir=work, masker=masker, matrix_dir=self.loaded.base_dir,
-                          labels={"boot-harness.run": self.store.run.run_id, "boot-harness.cell": cell.id})
+                          labels={"boot-harness.run": self.store.run.run_id, "boot-harness.cell": cell.id},
+                          gpu_ids=None if gpus is None else [g.id or str(g.index) for g in gpus])
         sink = LogSink(log_path, masker, echo=self.echo)
         started_at, t0 = now(), time.monotonic()
         events = ThreadedEvents()
@@ -143,7 +145,10 @@ class CellRunner:
             _remove_work(work, self.keep_work)
         if verdict.exit_code is None:
             verdict.exit_code = exit_code
-        return self._result(cell, verdict, server, argv, masker, sink, started_at, t0)
+        result = self._result(cell, verdict, server, argv, masker, sink, started_at, t0)
+        if gpus:
+            result.gpus = list(gpus)
+        return result
 
     def _result(self, cell: Cell, v: Verdict, server, argv: list[str], masker: Masker, sink: LogSink,
                 started_at, t0: float) -> CellResult:

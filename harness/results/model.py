@@ -52,7 +52,11 @@ class AppliedPatch(_Record):
 
 
 class GpuInfo(_Record):
+    """A GPU as a cell saw it when it started (NVML); `id` is what the runtime was told (index or UUID)."""
+
     index: int
+    id: str | None = None
+    uuid: str | None = None
     name: str | None = None
     driver: str | None = None
     total_gib: float | None = None

@@ -9,6 +9,7 @@ import platform
 import secrets
 import socket
 import tempfile
+import threading
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
@@ -74,6 +75,7 @@ class RunStore:
         self._cells: dict[str, CellResult] = {c.cell_id: c for c in run.cells}
         #: The matrix's cell order; results.json lists cells in it whatever order they finished in.
         self.order: list[str] = []
+        self._lock = threading.RLock()
 
     # ---- paths
     @property
@@ -133,15 +135,17 @@ class RunStore:
         return set(self._cells)
 
     def record(self, cell: CellResult) -> None:
-        atomic_write_text(self.cells_dir / f"{cell.cell_id}.json", cell.model_dump_json(indent=2))
-        self._cells[cell.cell_id] = cell
-        self._write_run()
+        with self._lock:  # cells may finish in parallel threads
+            atomic_write_text(self.cells_dir / f"{cell.cell_id}.json", cell.model_dump_json(indent=2))
+            self._cells[cell.cell_id] = cell
+            self._write_run()
 
     def finish(self, status: str) -> RunResult:
-        self.run.status = status  # type: ignore[assignment]
-        self.run.finished_at = now()
-        self._write_run()
-        return self.run
+        with self._lock:
+            self.run.status = status  # type: ignore[assignment]
+            self.run.finished_at = now()
+            self._write_run()
+            return self.run
 
     def _write_run(self) -> None:
         rank = {cid: i for i, cid in enumerate(self.order)}

@@ -28,6 +28,8 @@ class CellContext:
     masker: Masker
     matrix_dir: Path
     labels: dict[str, str] = field(default_factory=dict)
+    #: GPUs the scheduler gave this cell (device indices or ids); None means the matrix's own `gpus` request.
+    gpu_ids: list[str] | None = None
 
 
 @runtime_checkable

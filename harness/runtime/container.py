@@ -252,7 +252,7 @@ class ContainerRuntime:
     def container_env(self, cell: Cell) -> dict[str, str]:
         return {**SERVER_ENV, **cell.env}
 
-    def start(self, cell: Cell, ctx: CellContext, on_line: LineSink, gpu_ids: list[str] | None = None) -> ContainerServer:
+    def start(self, cell: Cell, ctx: CellContext, on_line: LineSink) -> ContainerServer:
         image_id, repo_digest = self.resolve_image(cell.image)
         try:
             kept = self._kept_patches(cell, ctx.run_dir / "patches" / cell.id)
@@ -270,7 +270,7 @@ class ContainerRuntime:
         name = f"bh-{ctx.labels.get('boot-harness.run', 'run')}-{cell.id}"[:200]
         tc.with_name(name)
         kwargs = dict(labels={**ctx.labels, **owner_labels()}, init=True,
-                      device_requests=eng.device_requests(self.name, self.matrix.gpus, gpu_ids) or None)
+                      device_requests=eng.device_requests(self.name, self.matrix.gpus, ctx.gpu_ids) or None)
         if self.matrix.ipc:
             kwargs["ipc_mode"] = self.matrix.ipc
         if self.matrix.shm_size:
@@ -301,7 +301,7 @@ class ContainerRuntime:
         kept = self._kept_patches(cell, ctx.run_dir / "patches" / cell.id)
         port = self.matrix.container_port
         tokens: list[str] = [self.name, "run", "--rm", "--init", "--name", f"bh-repro-{cell.id}",
-                             *eng.gpu_cli_args(self.name, self.matrix.gpus)]
+                             *eng.gpu_cli_args(self.name, self.matrix.gpus, ctx.gpu_ids)]
         if self.matrix.ipc:
             tokens += ["--ipc", self.matrix.ipc]
         if self.matrix.shm_size:

@@ -60,6 +60,11 @@ def cell_dirs(work_dir: Path) -> dict[str, str]:
     return {k: str(v) for k, v in dirs.items()}
 
 
+def gpu_env(gpu_ids: list[str] | None) -> dict[str, str]:
+    """A local server sees only the GPUs the scheduler gave its cell."""
+    return {} if gpu_ids is None else {"CUDA_VISIBLE_DEVICES": ",".join(gpu_ids)}
+
+
 class ProcessServer:
     def __init__(self, proc: subprocess.Popen[bytes], argv: list[str], port: int, pid_file: Path):
         self.proc, self.argv, self.port = proc, argv, port
@@ -157,7 +162,7 @@ class ProcessRuntime:
         if port_answers(HOST, port):
             raise CellStartError(f"port {port} already answers before our server started")
         argv = self.argv(cell, port)
-        env = {**self.base_env, **SERVER_ENV, **cell_dirs(ctx.work_dir), **cell.env}
+        env = {**self.base_env, **SERVER_ENV, **cell_dirs(ctx.work_dir), **cell.env, **gpu_env(ctx.gpu_ids)}
         pid_dir = ctx.run_dir / "active"
         pid_dir.mkdir(parents=True, exist_ok=True)
         try:
@@ -174,5 +179,5 @@ class ProcessRuntime:
         return ProcessServer(proc, argv, port, pid_file)
 
     def command_line(self, cell: Cell, ctx: CellContext) -> list[str]:
-        env = {**SERVER_ENV, **cell.env}
+        env = {**SERVER_ENV, **cell.env, **gpu_env(ctx.gpu_ids)}
         return [*(env_token(k, v, is_secret_key(k)) for k, v in env.items()), *self.argv(cell, 8000)]
