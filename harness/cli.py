@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results-dir", type=Path, default=Path("results"),
                    help="where --exec records the run, and where patched files for the command are kept")
     p.add_argument("--timeout-s", type=float, help="override the matrix's per-cell deadline")
+    p.add_argument("--port", type=int, default=8000, help="host port the printed command serves on (default 8000)")
 
     p = sub.add_parser("gc", help="remove containers and server processes left by a harness that was killed")
     p.add_argument("--results-dir", type=Path, default=Path("results"))
@@ -188,7 +189,7 @@ def cmd_repro(args: argparse.Namespace, out: Console) -> int:
             runtime.preflight([cell])
         keep = args.results_dir / "repro" / cell.id
         ctx = CellContext(run_dir=keep, work_dir=keep, masker=Masker(), matrix_dir=loaded.base_dir)
-        print(format_shell(runtime.command_line(cell, ctx)))
+        print(format_shell(runtime.command_line(cell, ctx, args.port)))
         return EXIT_OK
     from harness.progress import summary_table
     from harness.results.store import RunStore

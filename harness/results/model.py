@@ -27,7 +27,7 @@ class Timings(_Record):
     exit, deadline); `verdict_s` when the harness decided; `total_s` includes teardown."""
 
     ready_s: float | None = None
-    ready_line_s: float | None = Field(None, description="when the server first logged that it is ready")
+    ready_line_s: float | None = Field(None, description="when the server last logged a readiness line")
     event_s: float | None = None
     verdict_s: float | None = None
     total_s: float | None = None

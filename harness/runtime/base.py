@@ -65,5 +65,5 @@ class Runtime(Protocol):
     def start(self, cell: Cell, ctx: CellContext, on_line: LineSink) -> Server:
         """Start the cell's server; raise CellStartError when it cannot be started."""
 
-    def command_line(self, cell: Cell, ctx: CellContext) -> list[str]:
+    def command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> list[str]:
         """Shell tokens a person would run by hand for this cell (secrets as `$NAME` references; see harness.shell)."""

@@ -228,7 +228,7 @@ class ContainerRuntime:
             pristine = self.copy_out(image, spec.target)
             out = self._patch_dir / f"{key[0].split(':')[-1][:12]}-{len(self._prepared)}"
             try:
-                self._prepared[key] = patch_file(pristine, self.loaded.base_dir / spec.patch, spec.target,
+                self._prepared[key] = patch_file(pristine, (self.loaded.base_dir / spec.patch).resolve(), spec.target,
                                                  spec.base_sha256, spec.patched_sha256, out)
             except PatchError as exc:
                 raise UsageError(f"{self.loaded.path}: patches: {exc}") from None
@@ -295,7 +295,7 @@ class ContainerRuntime:
                    for p, path in kept]
         return ContainerServer(self, tc, [*entry, *cell.server_args], cell.image, image_id, repo_digest, patches)
 
-    def command_line(self, cell: Cell, ctx: CellContext) -> list[str]:
+    def command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> list[str]:
         """`docker run` (or `podman run`) doing what `start` does, with the patched files prepared under ctx.run_dir."""
         image_id, repo_digest = self.resolve_image(cell.image)
         kept = self._kept_patches(cell, ctx.run_dir / "patches" / cell.id)
@@ -306,7 +306,7 @@ class ContainerRuntime:
             tokens += ["--ipc", self.matrix.ipc]
         if self.matrix.shm_size:
             tokens += ["--shm-size", self.matrix.shm_size]
-        tokens += ["-p", f"{HOST}:{port}:{port}"]
+        tokens += ["-p", f"{HOST}:{host_port}:{port}"]
         for m in cell.mounts:
             tokens += ["-v", f"{self.mount_source(m)}:{m.target}:{'ro' if m.read_only else 'rw'}"]
         for p, path in kept:

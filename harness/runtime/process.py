@@ -178,6 +178,6 @@ class ProcessRuntime:
         threading.Thread(target=pump_lines, args=(proc.stdout, on_line), daemon=True, name=f"log-{cell.id}").start()
         return ProcessServer(proc, argv, port, pid_file)
 
-    def command_line(self, cell: Cell, ctx: CellContext) -> list[str]:
+    def command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> list[str]:
         env = {**SERVER_ENV, **cell.env, **gpu_env(ctx.gpu_ids)}
-        return [*(env_token(k, v, is_secret_key(k)) for k, v in env.items()), *self.argv(cell, 8000)]
+        return [*(env_token(k, v, is_secret_key(k)) for k, v in env.items()), *self.argv(cell, host_port)]

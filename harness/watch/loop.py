@@ -83,7 +83,7 @@ class Watch:
         self._prober = prober
         self.exit_code: int | None = None
         self.eof = False
-        #: When the server first logged that it is ready: how long the verdict took after that is the health
+        #: When the server last logged a readiness line: how long the verdict took after that is the health
         #: poll's and the probe's latency.
         self.ready_line_t: float | None = None
 
@@ -187,8 +187,7 @@ class Watch:
             if signal is Signal.REFUSAL:
                 return self._refusal_verdict(ev.t)
             if signal is Signal.READY:
-                if self.ready_line_t is None:
-                    self.ready_line_t = ev.t
+                self.ready_line_t = ev.t  # the last one ("Application startup complete.") is when it listens
                 poller.wake()
             elif ev.kind == "exit":
                 return self._drain_after_exit(ev.t)

@@ -1,0 +1,61 @@
+"""Shared by the benchmarks: boot cells through the harness and through a bare loop in the same run, alternating the
+order each round so neither side always gets the warmer machine, and print latency and wall-time ratios."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from harness.cells import Cell  # noqa: E402
+from harness.runner import CellRunner  # noqa: E402
+
+#: (cell, round) -> (verdict, wall seconds) for the bare side.
+Bare = Callable[[Cell, int], tuple[str, float]]
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[max(0, min(len(values) - 1, round(p / 100 * (len(values) - 1))))]
+
+
+def side_by_side(cells: list[Cell], runner: CellRunner, bare: Bare, rounds: int) -> None:
+    latencies: list[float] = []
+    rows: list[tuple[str, dict]] = []
+    for r in range(rounds):
+        for cell in cells:
+            got: dict[str, tuple] = {}
+            for who in (("harness", "bare") if r % 2 == 0 else ("bare", "harness")):
+                if who == "harness":
+                    res = runner.run(cell)
+                    t = res.timings
+                    event = t.ready_line_s if res.outcome == "booted" else t.event_s
+                    lat = None if event is None or t.verdict_s is None else t.verdict_s - event
+                    if lat is not None:
+                        latencies.append(lat)
+                    got[who] = (f"{res.outcome}/{res.reason}", t.total_s, lat, t.verdict_s)
+                else:
+                    verdict, wall = bare(cell, r)
+                    got[who] = (verdict, wall, None, wall)
+            rows.append((cell.id, got))
+            h, b = got["harness"], got["bare"]
+            lat = "n/a" if h[2] is None else f"{h[2]:.3f}s"
+            print(f"round {r} {cell.id}: harness {h[0]} verdict at {h[3]:.2f}s, total {h[1]:.2f}s "
+                  f"(latency {lat}) | bare {b[0]} {b[1]:.2f}s", flush=True)
+    print("\n== verdict latency after the decisive event (readiness line for boots, refusal line for refusals) ==")
+    if latencies:
+        print(f"n={len(latencies)}  p50={statistics.median(latencies):.3f}s  p95={pct(latencies, 95):.3f}s  "
+              f"max={max(latencies):.3f}s   target: p95 <= 0.300s")
+    print("\n== wall time per cell: harness (start to torn down) / bare loop (start to its verdict, torn down) ==")
+    for cell in cells:
+        hs = [g["harness"][1] for cid, g in rows if cid == cell.id]
+        bs = [g["bare"][1] for cid, g in rows if cid == cell.id]
+        hv = [g["harness"][3] for cid, g in rows if cid == cell.id]
+        ratio = sum(hs) / sum(bs)
+        print(f"{cell.id}: harness {statistics.mean(hs):.2f}s vs bare {statistics.mean(bs):.2f}s -> ratio {ratio:.3f} "
+              f"(overhead {100 * (ratio - 1):+.1f} %, target <= +3 %); harness verdict at {statistics.mean(hv):.2f}s")

@@ -1,0 +1,378 @@
+"""`boot-harness compare`: cells that differ in one axis within a run, or the same cells across two runs.
+
+- **Within one run** (`compare RUN [--axis image]`): every pair of cells equal on all axes but `axis`, with both
+  outcomes and reasons and the KV numbers side by side with their differences. Pairs whose outcome flipped come
+  first.
+- **Across two runs** (`compare RUN_A RUN_B`): cells matched by id. A **regression** is a cell that booted in A and
+  did anything else in B, or that newly fails its expectation in B (a cell only B has counts when it mismatches);
+  a **fix** is the reverse. Cells found in one run only are listed, and so are KV numbers that moved by more than the
+  tolerance (default 2 %; GiB figures also by more than their 0.01 print unit). `has_regression` decides exit 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.analysis.kv import (
+    CellKv,
+    axis_order,
+    axis_values,
+    cell_kv,
+    fmt_bytes,
+    human_int,
+    length_axis,
+)
+from harness.errors import UsageError
+from harness.results.model import CellResult, RunResult
+
+DEFAULT_AXIS = "image"
+DEFAULT_TOLERANCE = 0.02
+
+
+def parse_tolerance(text: str) -> float:
+    """`2%`, `2` (percent) or `0.02` (a fraction) → 0.02."""
+    raw = str(text).strip()
+    try:
+        if raw.endswith("%"):
+            value = float(raw[:-1]) / 100
+        else:
+            value = float(raw)
+            value = value / 100 if value >= 1 else value
+    except ValueError:
+        raise UsageError(f"--tolerance {text}: not a number (write 2%, 2 or 0.02)") from None
+    if value < 0:
+        raise UsageError(f"--tolerance {text}: must not be negative")
+    return value
+
+
+# ---------------------------------------------------------------- numbers side by side
+
+
+@dataclass
+class NumberDiff:
+    name: str
+    unit: str  # "bytes" | "tokens" | "x"
+    a: float | None
+    b: float | None
+
+    @property
+    def delta(self) -> float | None:
+        return None if self.a is None or self.b is None else self.b - self.a
+
+    @property
+    def rel(self) -> float | None:
+        d = self.delta
+        if d is None:
+            return None
+        base = max(abs(self.a or 0), abs(self.b or 0))
+        return 0.0 if base == 0 else d / base
+
+    def fmt(self, v: float | None, signed: bool = False) -> str:
+        if v is None:
+            return "—"
+        if self.unit == "bytes":
+            return fmt_bytes(v, signed)
+        if self.unit == "x":
+            return f"{v:+.2f}x" if signed else f"{v:.2f}x"
+        return f"{v:+,.0f}" if signed else f"{v:,.0f}"
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "unit": self.unit, "a": self.a, "b": self.b, "delta": self.delta}
+
+
+def kv_numbers(a: CellKv, b: CellKv) -> list[NumberDiff]:
+    """needed, available, cap, KV tokens, concurrency and vLLM's estimated max length of two cells."""
+    def q(k: CellKv, what: str) -> float | None:
+        v = getattr(k, what)
+        return None if v is None else v.bytes
+
+    def est(k: CellKv) -> float | None:
+        return k.cell.refusal.estimated_max_model_len if k.cell.refusal else None
+
+    return [
+        NumberDiff("needed", "bytes", q(a, "need"), q(b, "need")),
+        NumberDiff("available", "bytes", q(a, "available"), q(b, "available")),
+        NumberDiff("cap", "bytes", q(a, "cap"), q(b, "cap")),
+        NumberDiff("KV tokens", "tokens", a.cell.kv.kv_tokens, b.cell.kv.kv_tokens),
+        NumberDiff("concurrency", "x", a.cell.kv.max_concurrency, b.cell.kv.max_concurrency),
+        NumberDiff("estimated max len", "tokens", est(a), est(b)),
+    ]
+
+
+# ---------------------------------------------------------------- within one run
+
+
+@dataclass
+class Pair:
+    axis: str
+    shared: dict[str, str]
+    a: CellResult
+    b: CellResult
+    numbers: list[NumberDiff]
+
+    @property
+    def flipped(self) -> bool:
+        return self.a.outcome != self.b.outcome
+
+    def to_dict(self) -> dict:
+        side = lambda c: {"cell_id": c.cell_id, "value": c.axes.get(self.axis), "outcome": c.outcome,  # noqa: E731
+                          "reason": c.reason, "matched": c.matched}
+        return {"axis": self.axis, "shared": self.shared, "flipped": self.flipped, "a": side(self.a),
+                "b": side(self.b), "numbers": [n.to_dict() for n in self.numbers if n.a is not None or n.b is not None]}
+
+
+def pairs_within(run: RunResult, axis: str | None = None, run_dir: Path | None = None,
+                 length_override: str | None = None) -> list[Pair]:
+    """Pairs of cells equal on every axis but `axis` (default `image`), flipped outcomes first."""
+    axes = axis_order(run)
+    if axis is None:
+        if DEFAULT_AXIS not in axes:
+            raise UsageError(f"run {run.run_id} has no `{DEFAULT_AXIS}` axis: choose one with --axis "
+                             f"(axes are: {', '.join(axes) or 'none'})")
+        axis = DEFAULT_AXIS
+    if axis not in axes:
+        raise UsageError(f"--axis {axis}: the run has no such axis (axes are: {', '.join(axes) or 'none'})")
+    lax = length_axis(run, length_override)
+    order = axis_values(run, axis)
+    others = [a for a in axes if a != axis]
+    groups: dict[tuple, dict[str, CellResult]] = {}
+    for c in run.cells:
+        groups.setdefault(tuple(c.axes.get(o, "") for o in others), {})[c.axes.get(axis, "")] = c
+    pairs = []
+    for key, by_value in groups.items():
+        present = [v for v in order if v in by_value]
+        for i, va in enumerate(present):
+            for vb in present[i + 1:]:
+                a, b = by_value[va], by_value[vb]
+                pairs.append(Pair(axis, dict(zip(others, key)), a, b,
+                                  kv_numbers(cell_kv(a, lax, run_dir), cell_kv(b, lax, run_dir))))
+
+    def sort_key(p: Pair) -> tuple:
+        vals = tuple((human_int(v) is None, human_int(v) or 0, v) for v in p.shared.values())
+        return (not p.flipped, vals)
+
+    return sorted(pairs, key=sort_key)
+
+
+# ---------------------------------------------------------------- across two runs
+
+#: Raw numbers compared for drift: (label, getter, unit, absolute print unit below which a change is rounding).
+_DRIFT = [
+    ("kv.model_load_gib", lambda c: c.kv.model_load_gib, "GiB", 0.01),
+    ("kv.available_gib", lambda c: c.kv.available_gib, "GiB", 0.01),
+    ("kv.reserved_gib", lambda c: c.kv.reserved_gib, "GiB", 0.01),
+    ("kv.kv_tokens", lambda c: c.kv.kv_tokens, "tokens", 0),
+    ("kv.max_concurrency", lambda c: c.kv.max_concurrency, "x", 0.01),
+    ("kv.cuda_graph_gib", lambda c: c.kv.cuda_graph_gib, "GiB", 0.01),
+    ("kv.offload_cap_gib", lambda c: c.kv.offload_cap_gib, "GiB", 0.01),
+    ("kv.offload_uncapped_gib", lambda c: c.kv.offload_uncapped_gib, "GiB", 0.01),
+    ("kv.autofit_max_model_len", lambda c: c.kv.autofit_max_model_len, "tokens", 0),
+    ("refusal.needed_gib", lambda c: c.refusal.needed_gib if c.refusal else None, "GiB", 0.01),
+    ("refusal.available_gib", lambda c: c.refusal.available_gib if c.refusal else None, "GiB", 0.01),
+    ("refusal.estimated_max_model_len", lambda c: c.refusal.estimated_max_model_len if c.refusal else None,
+     "tokens", 0),
+]
+
+
+@dataclass
+class Change:
+    cell_id: str
+    a: CellResult | None
+    b: CellResult | None
+    why: str
+
+    def to_dict(self) -> dict:
+        side = lambda c: None if c is None else {  # noqa: E731
+            "outcome": c.outcome, "reason": c.reason, "matched": c.matched,
+            "expected": None if c.expected is None else c.expected.model_dump()}
+        return {"cell_id": self.cell_id, "a": side(self.a), "b": side(self.b), "why": self.why}
+
+
+@dataclass
+class Drift:
+    cell_id: str
+    field: str
+    unit: str
+    a: float | None
+    b: float | None
+
+    @property
+    def rel(self) -> float | None:
+        if self.a is None or self.b is None:
+            return None
+        base = max(abs(self.a), abs(self.b))
+        return 0.0 if base == 0 else (self.b - self.a) / base
+
+    def to_dict(self) -> dict:
+        return {"cell_id": self.cell_id, "field": self.field, "unit": self.unit, "a": self.a, "b": self.b,
+                "relative": None if self.rel is None else round(self.rel, 6)}
+
+
+@dataclass
+class RunDiff:
+    a_id: str
+    b_id: str
+    tolerance: float
+    regressions: list[Change] = field(default_factory=list)
+    fixes: list[Change] = field(default_factory=list)
+    changed: list[Change] = field(default_factory=list)
+    only_a: list[CellResult] = field(default_factory=list)
+    only_b: list[CellResult] = field(default_factory=list)
+    drift: list[Drift] = field(default_factory=list)
+    unchanged: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def has_regression(self) -> bool:
+        return bool(self.regressions)
+
+    def to_dict(self) -> dict:
+        return {"a": self.a_id, "b": self.b_id, "tolerance": self.tolerance, "has_regression": self.has_regression,
+                "regressions": [c.to_dict() for c in self.regressions], "fixes": [c.to_dict() for c in self.fixes],
+                "changed": [c.to_dict() for c in self.changed],
+                "only_in_a": [{"cell_id": c.cell_id, "outcome": c.outcome, "reason": c.reason} for c in self.only_a],
+                "only_in_b": [{"cell_id": c.cell_id, "outcome": c.outcome, "reason": c.reason,
+                               "matched": c.matched} for c in self.only_b],
+                "drift": [d.to_dict() for d in self.drift], "unchanged": self.unchanged, "notes": self.notes}
+
+
+def _state(c: CellResult) -> str:
+    return f"{c.outcome}" + (f" ({c.reason})" if c.reason else "")
+
+
+def _expect(c: CellResult) -> str:
+    if c.expected is None:
+        return "no expectation"
+    return f"expected {c.expected.outcome}" + (f" ({c.expected.reason})" if c.expected.reason else "")
+
+
+def compare_runs(a: RunResult, b: RunResult, tolerance: float = DEFAULT_TOLERANCE) -> RunDiff:
+    diff = RunDiff(a.run_id, b.run_id, tolerance)
+    if a.matrix.sha256 != b.matrix.sha256:
+        diff.notes.append(f"the runs used different matrix files ({a.matrix.name} {a.matrix.sha256[:12]}…, "
+                          f"{b.matrix.name} {b.matrix.sha256[:12]}…): cells are matched by id")
+    cells_a = {c.cell_id: c for c in a.cells}
+    cells_b = {c.cell_id: c for c in b.cells}
+    for cid, cb in cells_b.items():
+        ca = cells_a.get(cid)
+        if ca is None:
+            diff.only_b.append(cb)
+            if cb.matched is False:
+                diff.regressions.append(Change(cid, None, cb, f"new cell, {_state(cb)}: {_expect(cb)}"))
+            continue
+        if ca.outcome == "booted" and cb.outcome != "booted":
+            diff.regressions.append(Change(cid, ca, cb, f"booted → {_state(cb)}"))
+        elif cb.matched is False and ca.matched is not False:
+            diff.regressions.append(Change(cid, ca, cb, f"{_state(ca)} → {_state(cb)}: now fails its expectation "
+                                                        f"({_expect(cb)})"))
+        elif ca.outcome != "booted" and cb.outcome == "booted":
+            diff.fixes.append(Change(cid, ca, cb, f"{_state(ca)} → booted"))
+        elif ca.matched is False and cb.matched is True:
+            diff.fixes.append(Change(cid, ca, cb, f"{_state(ca)} → {_state(cb)}: meets its expectation again"))
+        elif (ca.outcome, ca.reason) != (cb.outcome, cb.reason):
+            diff.changed.append(Change(cid, ca, cb, f"{_state(ca)} → {_state(cb)}"))
+        else:
+            diff.unchanged += 1
+        same_outcome = ca.outcome == cb.outcome
+        for name, get, unit, unit_abs in _DRIFT:
+            va, vb = get(ca), get(cb)
+            if va is None and vb is None:
+                continue
+            if va is None or vb is None:
+                if same_outcome:
+                    diff.drift.append(Drift(cid, name, unit, va, vb))
+                continue
+            d = abs(vb - va)
+            if d > tolerance * max(abs(va), abs(vb)) and d > unit_abs + 1e-12:
+                diff.drift.append(Drift(cid, name, unit, va, vb))
+    diff.only_a = [c for cid, c in cells_a.items() if cid not in cells_b]
+    return diff
+
+
+# ---------------------------------------------------------------- rendering (rich)
+
+STYLE = {"booted": "green", "refused": "yellow", "crashed": "red", "timeout": "magenta", "error": "red bold"}
+
+
+def _o(c: CellResult | None) -> str:
+    if c is None:
+        return "—"
+    mark = {True: " ✓", False: " ✗", None: ""}[c.matched]
+    return f"[{STYLE.get(c.outcome, '')}]{c.outcome}[/]" + (f" ({c.reason})" if c.reason else "") + mark
+
+
+def render_pairs(pairs: list[Pair], run_id: str):
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    if not pairs:
+        return Text(f"run {run_id}: no two cells differ in that axis alone")
+    axis = pairs[0].axis
+    flipped = sum(p.flipped for p in pairs)
+    out: list = [Text(f"run {run_id}: {len(pairs)} pair(s) differing only in {axis}, {flipped} with a flipped outcome",
+                      style="bold")]
+    for p in pairs:
+        shared = ", ".join(f"{k}={v}" for k, v in p.shared.items()) or "(no other axis)"
+        head = Text.from_markup(
+            f"{'[bold red]FLIPPED[/] ' if p.flipped else ''}[bold]{shared}[/]: {axis}={p.a.axes.get(axis)} "
+            f"{_o(p.a)}  vs  {axis}={p.b.axes.get(axis)} {_o(p.b)}")
+        out.append(Text(""))
+        out.append(head)
+        t = Table(box=None, pad_edge=False, show_header=True, header_style="dim")
+        for col in ("", str(p.a.axes.get(axis)), str(p.b.axes.get(axis)), "difference"):
+            t.add_column(col, justify="left" if col == "" else "right")
+        for n in p.numbers:
+            if n.a is None and n.b is None:
+                continue
+            rel = f" ({n.rel:+.0%})" if n.rel is not None and n.delta else ""
+            t.add_row(n.name, n.fmt(n.a), n.fmt(n.b), (n.fmt(n.delta, signed=True) + rel) if n.delta is not None else "")
+        if t.row_count:
+            out.append(t)
+        for c in (p.a, p.b):
+            if c.detail and c.outcome != "booted":
+                out.append(Text(f"  {c.cell_id}: {c.detail[:300]}", style="dim"))
+    return Group(*out)
+
+
+def render_diff(d: RunDiff):
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    out: list = [Text(f"{d.a_id} → {d.b_id}: {len(d.regressions)} regression(s), {len(d.fixes)} fix(es), "
+                      f"{len(d.changed)} other change(s), {d.unchanged} unchanged, {len(d.only_a)} only in A, "
+                      f"{len(d.only_b)} only in B, {len(d.drift)} KV number(s) drifted beyond {d.tolerance:.1%}",
+                      style="bold")]
+    for n in d.notes:
+        out.append(Text(f"note: {n}", style="yellow"))
+
+    def changes(title: str, items: list[Change], style: str) -> None:
+        if not items:
+            return
+        t = Table(title=title, title_justify="left", title_style=style, box=None, pad_edge=False)
+        for col in ("cell", "A", "B", "why"):
+            t.add_column(col)
+        for c in items:
+            t.add_row(c.cell_id, _o(c.a), _o(c.b), c.why)
+        out.extend([Text(""), t])
+
+    changes("REGRESSIONS", d.regressions, "bold red")
+    changes("fixes", d.fixes, "bold green")
+    changes("other changes", d.changed, "bold")
+    for title, cells in (("only in A", d.only_a), ("only in B", d.only_b)):
+        if cells:
+            out.append(Text(""))
+            out.append(Text(f"{title}: " + ", ".join(f"{c.cell_id} ({c.outcome})" for c in cells)))
+    if d.drift:
+        t = Table(title=f"KV drift beyond {d.tolerance:.1%}", title_justify="left", title_style="bold", box=None,
+                  pad_edge=False)
+        for col in ("cell", "number", "A", "B", "change"):
+            t.add_column(col, justify="right" if col in ("A", "B", "change") else "left")
+        for x in d.drift:
+            change = "appeared" if x.a is None else "disappeared" if x.b is None else f"{x.rel:+.1%}"
+            t.add_row(x.cell_id, x.field, "—" if x.a is None else f"{x.a:g}", "—" if x.b is None else f"{x.b:g}",
+                      change)
+        out.extend([Text(""), t])
+    return Group(*out)

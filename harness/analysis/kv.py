@@ -1,0 +1,347 @@
+"""The KV numbers of a recorded cell, as bytes with their uncertainty: what every analysis command reads.
+
+A cell record keeps what the server logged, rounded the way vLLM prints it (GiB to two decimals, concurrency to two
+decimals). This module turns those into bytes and says how far each number can be off, so the fits and the floors
+never pretend to more precision than the log gave:
+
+- the **length** of a cell: its value on the max_model_len axis (`131072`, `128k` = 128000, `128K` = 131072);
+- the **cap**: the KV pool the engine may use. The fork's expert-offload cap when it was logged, else the explicit
+  `--kv-cache-memory-bytes` of the cell's argv (exact), else "Available KV cache memory", else the explicit size the
+  log echoed, else the refusal's "available";
+- the **need**: the smallest KV pool that serves one request of the cell's length. From a KV refusal's "X GiB is
+  needed" when that number is precise enough; else scaled from vLLM's own estimated maximum length at the known cap;
+  from a booted cell, scaled from the logged KV capacity in tokens (cap / tokens per request).
+
+GiB printed to two decimals is ±0.005 GiB: a `0.0` or `0.01` (the CPU example's tiny caches) is "too coarse" and is
+left out of fits, said so, instead of being read as zero.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from harness.errors import UsageError
+from harness.results.model import CellResult, RunResult
+
+GIB = float(1 << 30)
+MIB = float(1 << 20)
+KIB = 1024.0
+#: Half the unit vLLM prints GiB in (two decimals).
+GIB_ROUNDING = 0.005 * GIB
+#: A GiB figure whose rounding is more than this fraction of it is too coarse to fit or to derive from.
+COARSE_FRACTION = 0.05
+LENGTH_FLAG = "--max-model-len"
+KV_BYTES_FLAG = "--kv-cache-memory-bytes"
+BLOCK_FLAG = "--block-size"
+#: vLLM's default attention block on GPU; the CPU backend uses 128 (docs/cpu-calibration.md).
+GPU_BLOCK, CPU_BLOCK = 16, 128
+FLOOR_ENV = "CLAV_KV_RESERVE_FLOOR_GIB"
+
+_HUMAN = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def human_int(text: str) -> int | None:
+    """vLLM's human-readable integers: `131072`, `128k` (10**3), `128K` (2**10), `4G`, `25.6k`; None if not one."""
+    text = str(text).strip()
+    m = _HUMAN.match(text)
+    if m:
+        number, suffix = m.groups()
+        if suffix in _DECIMAL:
+            return int(float(number) * _DECIMAL[suffix])
+        if "." in number:
+            return None  # vLLM refuses decimals with binary suffixes
+        return int(number) * _BINARY[suffix]
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def flag_value(argv: list[str], flag: str) -> str | None:
+    """The last value given to `flag` (`--flag V` or `--flag=V`), as the server's argparse would take it."""
+    found = None
+    for i, token in enumerate(argv):
+        if token == flag and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif token.startswith(flag + "="):
+            found = token[len(flag) + 1:]
+    return found
+
+
+def replace_flag(argv: list[str], flag: str, value: str) -> list[str]:
+    """`argv` with every value of `flag` replaced; UsageError when the flag is not there."""
+    out, hit = list(argv), False
+    for i, token in enumerate(out):
+        if token == flag and i + 1 < len(out):
+            out[i + 1], hit = value, True
+        elif token.startswith(flag + "="):
+            out[i], hit = f"{flag}={value}", True
+    if not hit:
+        raise UsageError(f"the cell's arguments have no {flag}: cannot set its length")
+    return out
+
+
+def fmt_bytes(b: float | None, signed: bool = False) -> str:
+    """Bytes in the unit that keeps them readable: GiB from 0.1 GiB up, else MiB, else KiB."""
+    if b is None:
+        return "—"
+    sign = "+" if signed and b > 0 else ""
+    a = abs(b)
+    if a >= 0.1 * GIB:
+        return f"{sign}{b / GIB:.2f} GiB"
+    if a >= 0.1 * MIB:
+        return f"{sign}{b / MIB:.2f} MiB"
+    if a == 0:
+        return "0 B"
+    return f"{sign}{b / KIB:.1f} KiB"
+
+
+def fmt_tokens(n: float | None) -> str:
+    return "—" if n is None else f"{n:,.0f}"
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """Bytes read or derived from a log: the value used in fits, the range the log allows (`lo`..`hi`; a floor is
+    built on `hi`), where it came from, and whether it is too coarse to use (a GiB figure like `0.0` or `0.01`)."""
+
+    bytes: float
+    source: str
+    lo: float = -1.0
+    hi: float = -1.0
+    coarse: bool = False
+
+    def __post_init__(self) -> None:
+        if self.lo < 0:
+            object.__setattr__(self, "lo", self.bytes)
+        if self.hi < 0:
+            object.__setattr__(self, "hi", self.bytes)
+
+    @property
+    def gib(self) -> float:
+        return self.bytes / GIB
+
+    @property
+    def err(self) -> float:
+        return max(self.hi - self.bytes, self.bytes - self.lo)
+
+
+def _gib(value: float | None, source: str) -> Quantity | None:
+    if value is None:
+        return None
+    b = value * GIB
+    return Quantity(b, source, max(0.0, b - GIB_ROUNDING), b + GIB_ROUNDING,
+                    coarse=GIB_ROUNDING > COARSE_FRACTION * b)
+
+
+# ---------------------------------------------------------------- which axis is max_model_len
+
+
+def length_axis(run: RunResult, override: str | None = None) -> str | None:
+    """The run's max_model_len axis: `override`, else an axis named max_model_len, else the axis whose value every
+    cell passes after --max-model-len. None when there is none (a UsageError when `override` names no axis)."""
+    axes = axis_order(run)
+    if override:
+        if override not in axes:
+            raise UsageError(f"--length-axis {override}: the run has no such axis (axes are: {', '.join(axes) or 'none'})")
+        return override
+    for name in axes:
+        if name.replace("-", "_").lower() in ("max_model_len", "max_len", "mml"):
+            return name
+    for name in axes:
+        vals = [(flag_value(c.argv, LENGTH_FLAG), c.axes.get(name)) for c in run.cells]
+        if vals and all(v is not None and a is not None and human_int(v) == human_int(a) for v, a in vals):
+            return name
+    return None
+
+
+def axis_order(run: RunResult) -> list[str]:
+    """Axis names in matrix order (as the cells list them)."""
+    names: list[str] = []
+    for c in run.cells:
+        for n in c.axes:
+            if n not in names:
+                names.append(n)
+    return names
+
+
+def axis_values(run: RunResult, axis: str) -> list[str]:
+    """An axis's values in the order the run's cells first show them (lengths numerically)."""
+    seen: list[str] = []
+    for c in run.cells:
+        v = c.axes.get(axis)
+        if v is not None and v not in seen:
+            seen.append(v)
+    if seen and all(human_int(v) is not None for v in seen):
+        seen.sort(key=lambda v: human_int(v) or 0)
+    return seen
+
+
+def cell_length(cell: CellResult, axis: str | None) -> int | None:
+    """The cell's max_model_len: its axis value, else its --max-model-len, else the refusal's max seq len."""
+    for raw in ((cell.axes.get(axis) if axis else None), flag_value(cell.argv, LENGTH_FLAG)):
+        if raw is not None and human_int(raw) is not None:
+            return human_int(raw)
+    return cell.refusal.max_seq_len if cell.refusal and cell.refusal.max_seq_len else None
+
+
+# ---------------------------------------------------------------- block size
+
+
+def _log_says_cpu(text: str) -> bool:
+    return "CPU KV cache size" in text or "for KV cache on node" in text or "[cpu_worker.py" in text
+
+
+@lru_cache(maxsize=256)
+def _log_file_says_cpu(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return _log_says_cpu(f.read(4_000_000))
+    except OSError:
+        return False
+
+
+def block_size(cell: CellResult, run_dir: Path | None = None, override: int | None = None) -> tuple[int, str]:
+    """The KV block in tokens and why: `override`, the cell's --block-size, 128 when the log is the CPU backend's,
+    else vLLM's GPU default 16."""
+    if override:
+        return override, "given"
+    explicit = flag_value(cell.argv, BLOCK_FLAG)
+    if explicit and human_int(explicit):
+        return human_int(explicit) or GPU_BLOCK, BLOCK_FLAG
+    if _log_says_cpu("\n".join(cell.log_tail)) or (
+        run_dir is not None and cell.log_path and _log_file_says_cpu(str(Path(run_dir) / cell.log_path))
+    ):
+        return CPU_BLOCK, "CPU backend"
+    return GPU_BLOCK, "vLLM's GPU default"
+
+
+# ---------------------------------------------------------------- cap and need
+
+
+def cap_of(cell: CellResult) -> Quantity | None:
+    """The KV pool the engine may use for this cell (see the module's docstring for the order)."""
+    kv = cell.kv
+    if kv.offload_cap_gib is not None:
+        return _gib(kv.offload_cap_gib, "offload cap (log)")
+    explicit = flag_value(cell.argv, KV_BYTES_FLAG)
+    if explicit is not None and human_int(explicit):
+        return Quantity(float(human_int(explicit) or 0), KV_BYTES_FLAG)
+    if kv.available_gib is not None:
+        return _gib(kv.available_gib, "available KV (log)")
+    if kv.reserved_gib is not None:
+        return _gib(kv.reserved_gib, "explicit KV (log)")
+    if cell.refusal is not None and cell.refusal.kind == "kv_insufficient" and cell.refusal.available_gib is not None:
+        return _gib(cell.refusal.available_gib, "available (refusal)")
+    return None
+
+
+def available_of(cell: CellResult) -> Quantity | None:
+    """What vLLM said is available for KV (before the fork's cap): the log's line, else the refusal's figure."""
+    if cell.kv.available_gib is not None:
+        return _gib(cell.kv.available_gib, "available KV (log)")
+    if cell.refusal is not None and cell.refusal.available_gib is not None:
+        return _gib(cell.refusal.available_gib, "available (refusal)")
+    return None
+
+
+def _blocks_for(length: int, block: int) -> int:
+    """Blocks one request of `length` tokens needs, plus the one block vLLM holds back (its null block)."""
+    return math.ceil(length / block) + 1
+
+
+def need_of(cell: CellResult, length: int | None, cap: Quantity | None, block: int) -> Quantity | None:
+    """The smallest KV pool that serves one request of `length` tokens, from this cell's log (None if it cannot be
+    derived honestly). `hi` is the top of what the log allows, so a floor built on it boots."""
+    if length is None:
+        return None
+    r = cell.refusal
+    if r is not None and r.needed_gib is not None and r.kind == "kv_insufficient":
+        logged = _gib(r.needed_gib, "needed (refusal)")
+        if logged is not None and not logged.coarse:
+            return logged
+    if cap is None or cap.coarse:
+        return None
+    rel = cap.err / cap.bytes if cap.bytes else 0.0
+    if r is not None and r.kind == "kv_insufficient" and r.estimated_max_model_len:
+        # vLLM's estimate M is the longest request the cap holds: the cap is M/block + 1 whole blocks (one is held
+        # back) and less than one more, so a token costs at most cap / (M + block): `length` needs that many blocks.
+        m = r.estimated_max_model_len
+        upper = cap.bytes * _blocks_for(length, block) / (m / block + 1)
+        lower = cap.bytes * _blocks_for(length, block) / (m / block + 2)
+        return Quantity(upper, f"scaled from vLLM's estimate {m:,}", lower * (1 - rel), upper * (1 + rel))
+    if cell.outcome == "booted":
+        tokens = cell.kv.kv_tokens
+        conc_rel = 0.0
+        if tokens is None and cell.kv.max_concurrency:
+            tokens = cell.kv.max_concurrency * length
+            conc_rel = 0.005 / cell.kv.max_concurrency  # printed %.2fx
+        if tokens:
+            # The pool holds `tokens` (whole blocks, the held-back one included): a token costs at most cap / tokens.
+            upper = cap.bytes * _blocks_for(length, block) * block / tokens
+            lower = cap.bytes * _blocks_for(length, block) * block / (tokens + block)
+            src = "cap / KV tokens" if cell.kv.kv_tokens is not None else "cap / concurrency"
+            return Quantity(upper, src, lower * (1 - rel - conc_rel), upper * (1 + rel + conc_rel))
+    return None
+
+
+@dataclass(frozen=True)
+class CellKv:
+    """Everything the analysis needs about one cell, derived once."""
+
+    cell: CellResult
+    length: int | None
+    block: int
+    block_source: str
+    cap: Quantity | None
+    need: Quantity | None
+    available: Quantity | None
+
+    @property
+    def cell_id(self) -> str:
+        return self.cell.cell_id
+
+    @property
+    def outcome(self) -> str:
+        return self.cell.outcome
+
+    @property
+    def kv_refused(self) -> bool:
+        return self.cell.outcome == "refused" and self.cell.reason == "kv_insufficient"
+
+
+def cell_kv(cell: CellResult, axis: str | None, run_dir: Path | None = None, block: int | None = None) -> CellKv:
+    length = cell_length(cell, axis)
+    blk, why = block_size(cell, run_dir, block)
+    cap = cap_of(cell)
+    return CellKv(cell, length, blk, why, cap, need_of(cell, length, cap, blk), available_of(cell))
+
+
+def resolve_run_dir(path: Path) -> Path:
+    """A run directory, or its results.json."""
+    path = Path(path)
+    return path.parent if path.name == "results.json" else path
+
+
+def open_run(path: Path) -> tuple[RunResult, Path]:
+    from harness.results.store import RunStore
+
+    run_dir = resolve_run_dir(path)
+    if not run_dir.exists():
+        raise UsageError(f"{path}: no such run directory")
+    run = RunStore.open(run_dir).run
+    # The cell files are read in name order; results.json keeps the matrix's order: restore it.
+    try:
+        listed = [c.get("cell_id") for c in json.loads((run_dir / "results.json").read_text()).get("cells", [])]
+    except (OSError, ValueError, AttributeError):
+        listed = []
+    rank = {cid: i for i, cid in enumerate(listed)}
+    run.cells.sort(key=lambda c: (rank.get(c.cell_id, len(rank)), c.cell_id))
+    return run, run_dir

@@ -1,0 +1,206 @@
+"""The analysis commands of `boot-harness`: compare, analyze, frontier, report.
+
+`harness.cli` wires them in with `COMMANDS.update(register(sub))`: each handler takes (args, out Console) and returns
+the exit code; a UsageError becomes one line on stderr and exit 2, as for every other command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console
+
+from harness.errors import UsageError
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _positive_int(text: str) -> int:
+    from harness.analysis.kv import human_int
+
+    value = human_int(text)
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive length (131072, 128k, 128K)")
+    return value
+
+
+def register(sub) -> dict[str, Callable[[argparse.Namespace, Console], int]]:
+    """Add compare/analyze/frontier/report to `sub` (argparse subparsers); return name → handler."""
+    p = sub.add_parser("compare", help="cells that differ in one axis (one run), or the same cells across two runs",
+                       description="One run: pair the cells that differ only in --axis (default image), flipped "
+                                   "outcomes first. Two runs: regressions, fixes, cells in one run only, and KV numbers "
+                                   "that drifted beyond --tolerance; exit 1 when there is a regression.")
+    p.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="one or two run directories (or results.json)")
+    p.add_argument("--axis", help="one run: the axis the pairs differ in (default: image)")
+    p.add_argument("--tolerance", default="2%", help="two runs: relative KV drift to report (default 2%%; 0.02 or 2)")
+    p.add_argument("--length-axis", help="the max_model_len axis, if it cannot be told from the run")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
+    p = sub.add_parser("analyze", help="fit KV need and cap against max_model_len; crossover; floors that boot",
+                       description="Per group of cells sharing every axis but max_model_len: least-squares lines of "
+                                   "the KV need and the cap, their crossover, and for each KV refusal the smallest "
+                                   "floor that boots it. See docs/analysis.md.")
+    p.add_argument("run", type=Path, metavar="RUN")
+    p.add_argument("--length-axis", help="the max_model_len axis (default: the one passing --max-model-len)")
+    p.add_argument("--block-size", type=_positive_int, help="KV block in tokens (default: --block-size of the "
+                   "cell, 128 on the CPU backend, else 16)")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
+    p = sub.add_parser("frontier", help="boot until the largest max_model_len that boots is known, per group",
+                       description="For each group of the selected cells (all axes but the length equal): probe --hi, "
+                                   "jump to vLLM's estimated maximum, then bisect to one KV block. Every probe is a "
+                                   "recorded cell in a new run directory (plus frontier.json).")
+    p.add_argument("--matrix", "-m", required=True, help="the matrix file (YAML)")
+    p.add_argument("--select", "-s", action="append", metavar="EXPR", help="cells to take (as `run`)")
+    p.add_argument("--axis", help="the max_model_len axis (default: the axis whose flag is --max-model-len)")
+    p.add_argument("--lo", type=_positive_int, help="smallest length to consider (default: one block)")
+    p.add_argument("--hi", type=_positive_int, help="largest length to consider (default: the axis's largest value)")
+    p.add_argument("--block-size", type=_positive_int, help="resolution in tokens (default: learnt from the first "
+                   "boot: 128 on the CPU backend, else 16)")
+    p.add_argument("--from", dest="from_run", type=Path, metavar="RUN_DIR",
+                   help="reuse the outcomes a run already recorded for these groups (no boot for those lengths)")
+    p.add_argument("--results-dir", type=Path, default=Path("results"), help="where the run directory goes")
+    p.add_argument("--timeout-s", type=float, help="override the matrix's per-cell deadline")
+    p.add_argument("--json", action="store_true", help="the frontiers as one JSON object on stdout")
+
+    p = sub.add_parser("report", help="the outcome grid and KV plot of a run: terminal, --html FILE, --markdown FILE",
+                       description="A grid per value of --axis (default image, when the run has one): rows "
+                                   "max_model_len, columns the other axes. --html writes one offline file with the "
+                                   "plot embedded; --markdown suits a CI job summary ('-' for stdout).")
+    p.add_argument("run", type=Path, metavar="RUN")
+    p.add_argument("--html", type=Path, metavar="FILE")
+    p.add_argument("--markdown", type=Path, metavar="FILE", help="'-' writes to stdout")
+    p.add_argument("--plot", type=Path, metavar="FILE", help="also write the KV plot as a PNG (linked from markdown)")
+    p.add_argument("--axis", help="split into one grid per value of this axis (default: image, if any)")
+    p.add_argument("--length-axis", help="the max_model_len axis (the grid's rows)")
+    return {"compare": cmd_compare, "analyze": cmd_analyze, "frontier": cmd_frontier, "report": cmd_report}
+
+
+def cmd_compare(args: argparse.Namespace, out: Console) -> int:
+    from harness.analysis.compare import compare_runs, pairs_within, parse_tolerance, render_diff, render_pairs
+    from harness.analysis.kv import open_run
+
+    if len(args.runs) > 2:
+        raise UsageError("compare takes one run (pairs within it) or two runs (A then B)")
+    if len(args.runs) == 1:
+        run, run_dir = open_run(args.runs[0])
+        pairs = pairs_within(run, args.axis, run_dir, args.length_axis)
+        if args.json:
+            print(json.dumps({"run": run.run_id, "axis": pairs[0].axis if pairs else args.axis,
+                              "pairs": [p.to_dict() for p in pairs]}, indent=2))
+        else:
+            out.print(render_pairs(pairs, run.run_id))
+        return EXIT_OK
+    tolerance = parse_tolerance(args.tolerance)
+    (a, _), (b, _) = open_run(args.runs[0]), open_run(args.runs[1])
+    diff = compare_runs(a, b, tolerance)
+    if args.json:
+        print(json.dumps(diff.to_dict(), indent=2, default=str))
+    else:
+        out.print(render_diff(diff))
+    return EXIT_FAIL if diff.has_regression else EXIT_OK
+
+
+def cmd_analyze(args: argparse.Namespace, out: Console) -> int:
+    from harness.analysis.fit import analyze_run, render
+    from harness.analysis.kv import open_run
+
+    run, run_dir = open_run(args.run)
+    analysis = analyze_run(run, run_dir, args.length_axis, args.block_size)
+    if args.json:
+        print(json.dumps(analysis.to_dict(), indent=2))
+    else:
+        out.print(render(analysis))
+    return EXIT_OK
+
+
+def cmd_frontier(args: argparse.Namespace, out: Console) -> int:
+    from harness.analysis.frontier import render_frontiers, run_frontier
+    from harness.analysis.kv import open_run
+    from harness.cells import expand_cells, select_cells
+    from harness.matrix.load import load_matrix
+    from harness.runner import Interrupted
+
+    loaded = load_matrix(args.matrix)
+    cells = select_cells(expand_cells(loaded.matrix, str(args.matrix)), args.select, loaded.matrix)
+    if args.lo is not None and args.hi is not None and args.lo > args.hi:
+        raise UsageError(f"--lo {args.lo} is above --hi {args.hi}")
+    from_run = open_run(args.from_run)[0] if args.from_run else None
+    err = Console(stderr=True)
+    try:
+        store, found = run_frontier(loaded, cells, lo=args.lo, hi=args.hi, axis=args.axis,
+                                    results_dir=args.results_dir, block=args.block_size, selection=args.select,
+                                    timeout_s=args.timeout_s, from_run=from_run,
+                                    say=lambda line: err.print(line, highlight=False, markup=False))
+    except (Interrupted, KeyboardInterrupt):
+        err.print("interrupted: the probes booted so far are kept in the run directory", highlight=False)
+        return EXIT_INTERRUPTED
+    if args.json:
+        print(json.dumps({"run_dir": str(store.run_dir), "groups": [g.to_dict() for g in found]}, indent=2))
+    else:
+        out.print(render_frontiers(found, store.run_dir))
+        out.print(f"boots: {sum(g.search.boots for g in found)}; results: {store.run_dir / 'results.json'}",
+                  highlight=False)
+    return EXIT_FAIL if any(g.search.status in ("stopped", "limit") for g in found) else EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace, out: Console) -> int:
+    from harness.analysis.kv import open_run
+    from harness.report import build_report, grid_renderable
+    from harness.results.store import atomic_write_text
+
+    run, run_dir = open_run(args.run)
+    rep = build_report(run, run_dir, args.axis, args.length_axis, plot=bool(args.html or args.plot))
+    if args.plot:
+        if rep.png is None:
+            raise UsageError(f"--plot {args.plot}: " + (rep.notes[-1] if rep.notes else "nothing to plot"))
+        args.plot.parent.mkdir(parents=True, exist_ok=True)
+        args.plot.write_bytes(rep.png)
+    if args.html:
+        atomic_write_text(args.html, rep.html())
+        Console(stderr=True).print(f"html: {args.html}", highlight=False)
+    if args.markdown:
+        link = None
+        if args.plot:
+            base = Path.cwd() if str(args.markdown) == "-" else args.markdown.resolve().parent
+            try:
+                link = str(args.plot.resolve().relative_to(base))
+            except ValueError:
+                link = str(args.plot.resolve())
+        text = rep.markdown(link)
+        if str(args.markdown) == "-":
+            sys.stdout.write(text)
+        else:
+            atomic_write_text(args.markdown, text)
+            Console(stderr=True).print(f"markdown: {args.markdown}", highlight=False)
+    if str(args.markdown) != "-":  # markdown on stdout is for a pipe: nothing else goes there
+        out.print(grid_renderable(run, args.axis, run_dir, args.length_axis))
+        for n in rep.notes:
+            out.print(f"note: {n}", highlight=False)
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (`python -m harness.cli_analysis ...`) with the same error handling as `boot-harness`."""
+    parser = argparse.ArgumentParser(prog="boot-harness")
+    sub = parser.add_subparsers(dest="command", required=True)
+    handlers = register(sub)
+    args = parser.parse_args(argv)
+    try:
+        return handlers[args.command](args, Console())
+    except UsageError as exc:
+        print(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        sys.stderr.close()
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,9 @@
+"""What a host has to hand out to cells: GPUs through NVML, CPU slots where there is none, or a fake for tests.
+
+`Inventory` is the Protocol the scheduler works against; `open_inventory` picks the one a run gets.
+"""
+
+from harness.gpu.inventory import CpuInventory, Inventory, GpuPool, open_inventory
+from harness.gpu.idle import IdleBaseline, IdleWait
+
+__all__ = ["CpuInventory", "GpuPool", "IdleBaseline", "IdleWait", "Inventory", "open_inventory"]

@@ -1,0 +1,63 @@
+"""A fake GPU inventory for tests and the parallel-efficiency benchmark: N GPUs whose used memory a test scripts
+(`hold` some for a while, as a dying server does), and which remembers every reservation it saw at once."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from harness.errors import UsageError
+from harness.results.model import GpuInfo
+
+GIB = 1024**3
+
+
+class FakeInventory:
+    kind = "fake"
+
+    def __init__(self, count: int, total_gib: float = 80.0, idle_used_gib: float = 0.5,
+                 clock: Callable[[], float] = time.monotonic, name: str = "Fake GPU"):
+        self.count = count
+        self.total_gib = total_gib
+        self.idle_used_gib = idle_used_gib
+        self.clock = clock
+        self.name = name
+        self._holds: dict[int, list[tuple[float, float]]] = {i: [] for i in range(count)}  # (gib, until)
+        self._lock = threading.Lock()
+        self.reads = 0
+
+    @classmethod
+    def from_spec(cls, spec: str) -> FakeInventory:
+        """`N` or `N:TOTAL_GIB` (the BOOT_HARNESS_FAKE_GPUS test hook)."""
+        count, _, total = spec.partition(":")
+        try:
+            return cls(int(count), float(total) if total else 80.0)
+        except ValueError:
+            raise UsageError(f"BOOT_HARNESS_FAKE_GPUS={spec!r}: expected N or N:TOTAL_GIB") from None
+
+    def hold(self, index: int, gib: float, for_s: float = float("inf")) -> None:
+        """Memory in use on GPU `index` beyond idle, for `for_s` seconds from now (a server still dying)."""
+        with self._lock:
+            self._holds[index].append((gib, self.clock() + for_s))
+
+    def release_all(self, index: int) -> None:
+        with self._lock:
+            self._holds[index] = []
+
+    def _used_gib(self, index: int) -> float:
+        now = self.clock()
+        with self._lock:
+            self.reads += 1
+            return self.idle_used_gib + sum(g for g, until in self._holds[index] if until > now)
+
+    def devices(self) -> list[int]:
+        return list(range(self.count))
+
+    def info(self, index: int) -> GpuInfo:
+        used = self._used_gib(index)
+        return GpuInfo(index=index, id=str(index), uuid=f"GPU-fake-{index:04d}", name=self.name, driver="0.0-fake",
+                       total_gib=self.total_gib, free_gib=round(self.total_gib - used, 3))
+
+    def used_bytes(self, index: int) -> int | None:
+        return int(self._used_gib(index) * GIB)

@@ -1,0 +1,164 @@
+"""The outcome grid of a run: one grid per value of a split axis (default `image`, when the run has one), rows the
+max_model_len values, columns every combination of the other axes; each cell its outcome, reason, key KV numbers and
+whether it met its expectation. The HTML, markdown and terminal forms all draw this one model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from io import StringIO
+from pathlib import Path
+
+from harness.analysis.kv import (
+    CellKv,
+    axis_order,
+    axis_values,
+    cell_kv,
+    fmt_bytes,
+    length_axis,
+    open_run,
+)
+from harness.errors import UsageError
+from harness.results.model import CellResult, RunResult
+
+DEFAULT_SPLIT = "image"
+SYMBOL = {"booted": "●", "refused": "◐", "crashed": "✖", "timeout": "◷", "error": "⚠"}
+RICH_STYLE = {"booted": "bold green", "refused": "bold yellow", "crashed": "bold red", "timeout": "bold magenta",
+              "error": "bold red"}
+
+
+def expectation_mark(c: CellResult) -> str:
+    """`✓` met, `✗ expected booted` not met, `` no expectation."""
+    if c.matched is None or c.expected is None:
+        return ""
+    if c.matched:
+        return "✓"
+    return "✗ expected " + c.expected.outcome + (f" ({c.expected.reason})" if c.expected.reason else "")
+
+
+def key_numbers(k: CellKv) -> list[str]:
+    """The KV numbers that explain the outcome, shortest first."""
+    c = k.cell
+    out = []
+    if k.cell.outcome == "refused" and k.need is not None:
+        out.append(f"need {fmt_bytes(k.need.bytes)}" + (f" > cap {fmt_bytes(k.cap.bytes)}" if k.cap else ""))
+    elif k.cap is not None:
+        out.append(f"cap {fmt_bytes(k.cap.bytes)}")
+    if c.kv.kv_tokens is not None:
+        out.append(f"{c.kv.kv_tokens:,} tok" + (f" · {c.kv.max_concurrency:.2f}x" if c.kv.max_concurrency else ""))
+    if c.refusal is not None and c.refusal.estimated_max_model_len:
+        out.append(f"est. max {c.refusal.estimated_max_model_len:,}")
+    elif c.refusal is not None and c.refusal.kind == "max_len_exceeds_model" and c.refusal.derived_max_model_len:
+        out.append(f"model limit {c.refusal.derived_max_model_len:,}")
+    return out
+
+
+@dataclass
+class Grid:
+    run_id: str
+    split_axis: str | None
+    split_value: str | None
+    row_axis: str | None
+    rows: list[str]
+    col_axes: list[str]
+    cols: list[tuple[str, ...]]
+    cells: dict[tuple[str, tuple[str, ...]], CellKv] = field(default_factory=dict)
+
+    @property
+    def title(self) -> str:
+        return f"{self.split_axis} = {self.split_value}" if self.split_axis else f"run {self.run_id}"
+
+    def col_label(self, col: tuple[str, ...], sep: str = ", ") -> str:
+        return sep.join(f"{a}={v}" for a, v in zip(self.col_axes, col)) or "—"
+
+    def at(self, row: str, col: tuple[str, ...]) -> CellKv | None:
+        return self.cells.get((row, col))
+
+
+def build_grids(run: RunResult, split: str | None = None, run_dir: Path | None = None,
+                length_override: str | None = None) -> list[Grid]:
+    axes = axis_order(run)
+    if split is not None and split not in axes:
+        raise UsageError(f"--axis {split}: the run has no such axis (axes are: {', '.join(axes) or 'none'})")
+    if split is None and DEFAULT_SPLIT in axes:
+        split = DEFAULT_SPLIT
+    row_axis = length_axis(run, length_override)
+    if split is not None and split == row_axis:
+        raise UsageError(f"--axis {split} is the max_model_len axis, which is the grid's rows: choose another axis")
+    if row_axis is None:
+        row_axis = next((a for a in axes if a != split), None)
+    col_axes = [a for a in axes if a not in (split, row_axis)]
+    rows = axis_values(run, row_axis) if row_axis else [""]
+    grids = []
+    for value in (axis_values(run, split) if split else [None]):
+        cells = [c for c in run.cells if split is None or c.axes.get(split) == value]
+        cols: list[tuple[str, ...]] = []
+        for c in cells:
+            col = tuple(c.axes.get(a, "") for a in col_axes)
+            if col not in cols:
+                cols.append(col)
+        rank = {a: {v: i for i, v in enumerate(axis_values(run, a))} for a in col_axes}
+        cols.sort(key=lambda col: tuple(rank[a].get(v, 0) for a, v in zip(col_axes, col)))
+        g = Grid(run.run_id, split, value, row_axis, [r for r in rows if any(
+            c.axes.get(row_axis) == r for c in cells)] if row_axis else rows, col_axes, cols)
+        for c in cells:
+            g.cells[(c.axes.get(row_axis, "") if row_axis else "", tuple(c.axes.get(a, "") for a in col_axes))] = \
+                cell_kv(c, length_axis(run, length_override), run_dir)
+        grids.append(g)
+    return grids
+
+
+# ---------------------------------------------------------------- terminal
+
+
+def grid_renderable(run: RunResult, split: str | None = None, run_dir: Path | None = None,
+                    length_override: str | None = None):
+    """A rich renderable of every grid (what the pytest plugin prints at the end of a session)."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    tables = []
+    for g in build_grids(run, split, run_dir, length_override):
+        t = Table(title=f"{g.title}  ({run.run_id})", title_justify="left", show_lines=True)
+        t.add_column(g.row_axis or "", justify="right", style="bold")
+        for col in g.cols:
+            t.add_column(g.col_label(col, "\n"))
+        for row in g.rows:
+            cells = []
+            for col in g.cols:
+                k = g.at(row, col)
+                if k is None:
+                    cells.append(Text("—", style="dim"))
+                    continue
+                c = k.cell
+                text = Text(f"{SYMBOL.get(c.outcome, '?')} {c.outcome}", style=RICH_STYLE.get(c.outcome, ""))
+                if c.reason and c.reason != "ready":
+                    text.append(f" ({c.reason})")
+                mark = expectation_mark(c)
+                if mark:
+                    text.append(f" {mark}", style="green" if mark == "✓" else "bold red")
+                for line in key_numbers(k):
+                    text.append("\n" + line, style="dim")
+                cells.append(text)
+            t.add_row(row, *cells)
+        tables.append(t)
+    s = run.summary
+    foot = Text(f"{s.get('cells', len(run.cells))} cells: {s.get('booted', 0)} booted, {s.get('refused', 0)} refused, "
+                f"{s.get('crashed', 0)} crashed, {s.get('timeout', 0)} timeout, {s.get('error', 0)} error; "
+                f"{s.get('mismatched', 0)} mismatched")
+    return Group(*tables, foot)
+
+
+def grid_text(run: RunResult | Path | str, width: int = 120, color: bool = False, split: str | None = None) -> str:
+    """The grid as text (ANSI colours when `color`), from a run or its directory: for terminals, logs and the pytest
+    plugin's terminal summary. Never raises for a run without a length axis (rows are then the first axis)."""
+    from rich.console import Console
+
+    run_dir = None
+    if not isinstance(run, RunResult):
+        run, run_dir = open_run(Path(run))
+    buf = StringIO()
+    console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
+                      no_color=not color, highlight=False)
+    console.print(grid_renderable(run, split, run_dir))
+    return buf.getvalue()

@@ -1,0 +1,179 @@
+"""`boot-harness merge RUN_DIR... --out DIR`: the runs of a matrix's shards as one run directory.
+
+Refused (UsageError, exit 2): runs of different matrices (matrix sha256), of different selections, shards of different
+splits (1/2 with 1/3) or the same shard twice, and any cell id recorded by two runs. Every input's `cells/`, `logs/`
+(retried attempts' logs included) and `patches/` are copied; `results.json` is written fresh, in the matrix's cell
+order when the matrix file is at hand, else by cell id. The result is an ordinary run directory: `report`,
+`compare` and even `run --resume` take it.
+
+Its status is `complete` only if every input was complete and, for shards, every shard 1..N is there; otherwise
+`interrupted` (resumable: `run --resume` boots the cells the missing shard would have). Where each cell came from —
+each input's run id, shard, host, status and cell ids — is `merged_from` in results.json and, for readers of older
+schemas, `merge.json` beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.errors import UsageError
+from harness.results.model import CellResult, RunResult
+from harness.results.store import RunStore, atomic_write_text, summarize
+from harness.scale.shard import parse_shard
+
+MERGE_FILE = "merge.json"
+
+
+@dataclass
+class MergeOutcome:
+    run: RunResult
+    run_dir: Path
+    sources: list[dict]
+    #: Lines for stderr: missing shards, incomplete inputs, how the cells were ordered.
+    warnings: list[str] = field(default_factory=list)
+
+
+def _load(run_dir: Path) -> RunResult:
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir}: no such run directory")
+    return RunStore.open(run_dir).run  # the cells on disk are the truth
+
+
+def _source(run_dir: Path, run: RunResult) -> dict:
+    return {"run_id": run.run_id, "shard": run.shard, "status": run.status, "host": run.host.model_dump(),
+            "started_at": run.started_at.isoformat(), "finished_at": run.finished_at.isoformat()
+            if run.finished_at else None, "harness_version": run.harness_version,
+            "cells": [c.cell_id for c in run.cells], "path": str(run_dir)}
+
+
+def check_compatible(runs: list[tuple[Path, RunResult]]) -> tuple[bool, list[str]]:
+    """Raise UsageError for inputs that are not pieces of one run; return whether together they are complete, and a
+    warning for each reason they are not."""
+    warnings: list[str] = []
+    first_dir, first = runs[0]
+    seen_paths: dict[Path, Path] = {}
+    for d, _ in runs:
+        real = d.resolve()
+        if real in seen_paths:
+            raise UsageError(f"{d}: given twice")
+        seen_paths[real] = d
+    for d, r in runs[1:]:
+        if r.matrix.sha256 != first.matrix.sha256:
+            raise UsageError(f"{d} and {first_dir} are runs of different matrices (sha256 {r.matrix.sha256[:12]}… vs "
+                             f"{first.matrix.sha256[:12]}…)")
+        if r.runtime != first.runtime:
+            raise UsageError(f"{d} ran on {r.runtime}, {first_dir} on {first.runtime}: not one matrix run")
+        if sorted(r.selection) != sorted(first.selection):
+            raise UsageError(f"{d} and {first_dir} selected different cells ({r.selection or 'all'} vs "
+                             f"{first.selection or 'all'}): not shards of one run")
+    shards = [(d, r.shard) for d, r in runs if r.shard]
+    if shards:
+        if len(shards) != len(runs):
+            plain = next(d for d, r in runs if not r.shard)
+            raise UsageError(f"{plain} is not a shard, {shards[0][0]} is shard {shards[0][1]}: not shards of one run")
+        parsed = {}
+        for d, s in shards:
+            i, n = parse_shard(s)
+            parsed.setdefault(n, {})
+            if i in parsed[n]:
+                raise UsageError(f"shard {s} twice: {parsed[n][i]} and {d}")
+            parsed[n][i] = d
+        if len(parsed) > 1:
+            raise UsageError(f"shards of different splits ({', '.join(sorted({s for _, s in shards}))}): "
+                             "every shard must be I/N with the same N")
+        (n, have), = parsed.items()
+        missing = [f"{i}/{n}" for i in range(1, n + 1) if i not in have]
+        if missing:
+            warnings.append(f"missing shard(s) {', '.join(missing)}: the merged run is marked interrupted")
+    owner: dict[str, Path] = {}
+    for d, r in runs:
+        for c in r.cells:
+            if c.cell_id in owner:
+                raise UsageError(f"cell {c.cell_id} is in both {owner[c.cell_id]} and {d}: shards must not overlap")
+            owner[c.cell_id] = d
+    for d, r in runs:
+        if r.status != "complete":
+            warnings.append(f"{d} is {r.status}: the merged run is marked interrupted")
+    return not warnings, warnings
+
+
+def _matrix_order(runs: list[tuple[Path, RunResult]], matrix_path: Path | None) -> tuple[list[str] | None, str]:
+    from harness.cells import expand_cells
+    from harness.matrix.load import load_matrix
+
+    sha = runs[0][1].matrix.sha256
+    path = matrix_path or Path(runs[0][1].matrix.path)
+    if not path.is_file():
+        return None, f"matrix file {path} not here: cells ordered by id"
+    loaded = load_matrix(path)
+    if loaded.sha256 != sha:
+        if matrix_path is not None:
+            raise UsageError(f"{matrix_path}: not the matrix these runs ran (sha256 {loaded.sha256[:12]}… vs {sha[:12]}…)")
+        return None, f"matrix file {path} changed since the runs: cells ordered by id"
+    return [c.id for c in expand_cells(loaded.matrix, str(path))], ""
+
+
+def _copy_tree(src: Path, dst: Path, what: str) -> None:
+    if not src.is_dir():
+        return
+    for f in sorted(src.rglob("*")):
+        rel = f.relative_to(src)
+        target = dst / rel
+        if f.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        if target.exists():
+            raise UsageError(f"{what}/{rel} is in two of the runs: shards must not overlap")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, target)
+
+
+def merge_runs(run_dirs: list[Path], out: Path, matrix_path: Path | None = None) -> MergeOutcome:
+    if not run_dirs:
+        raise UsageError("merge: name at least one run directory")
+    out = Path(out)
+    runs = [(Path(d), _load(Path(d))) for d in run_dirs]
+    complete, warnings = check_compatible(runs)
+    for d, _ in runs:
+        if out.resolve() == d.resolve() or d.resolve() in out.resolve().parents:
+            raise UsageError(f"--out {out}: inside the input {d}")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"--out {out}: exists and is not an empty directory")
+    order, how = _matrix_order(runs, matrix_path)
+    if how:
+        warnings.append(how)
+
+    cells: list[CellResult] = [c for _, r in runs for c in r.cells]
+    rank = {cid: i for i, cid in enumerate(order or [])}
+    cells.sort(key=lambda c: (rank.get(c.cell_id, len(rank)), c.cell_id))
+    sources = [_source(d, r) for d, r in runs]
+    first = runs[0][1]
+    finished = [r.finished_at for _, r in runs if r.finished_at is not None]
+    fields = dict(
+        run_id=out.name, matrix=first.matrix, runtime=first.runtime,
+        started_at=min(r.started_at for _, r in runs),
+        finished_at=max(finished) if finished else None,
+        status="complete" if complete else "interrupted",
+        host=first.host,  # the first shard's; every shard's host is in merged_from / merge.json
+        harness_version=first.harness_version, selection=list(first.selection), shard=None,
+        cells=cells, summary=summarize(cells),
+    )
+    if "merged_from" in RunResult.model_fields:
+        fields["merged_from"] = [{k: v for k, v in s.items() if k != "path"} for s in sources]
+    run = RunResult(**fields)
+
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        for sub in ("cells", "logs", "patches"):
+            (out / sub).mkdir(exist_ok=True)
+            for d, _ in runs:
+                _copy_tree(d / sub, out / sub, sub)
+        atomic_write_text(out / MERGE_FILE, json.dumps({"merged_from": sources, "warnings": warnings}, indent=2))
+        atomic_write_text(out / "results.json", run.model_dump_json(indent=2))
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    return MergeOutcome(run=run, run_dir=out, sources=sources, warnings=warnings)

@@ -1,0 +1,324 @@
+"""Cells at once on one host: a small pool of worker threads, each taking the next cell, reserving a disjoint GPU set
+(or a CPU slot), waiting for those GPUs to go idle, booting the cell through the ordinary CellRunner, releasing, and
+recording it. Results come back in the matrix's order whatever order they finished in.
+
+Stopping (Ctrl-C, SIGTERM). Python delivers signals to the main thread only, and a worker is deep in a watch loop that
+only ends at a verdict. So the scheduler keeps every started server in a registry; on an interrupt the main thread
+(1) sets the stop event — no worker takes another cell or keeps waiting for a GPU, (2) stops every server that its
+worker has not begun to tear down yet, with SIGINT/SIGTERM held back, which makes each watch loop end at once, (3) joins
+the workers, whose CellRunner.run tears down in `finally` as always, (4) marks the run interrupted and re-raises. A
+cell whose server the main thread had to stop is not recorded — its "verdict" would be the harness's own kill — so
+`--resume` boots it again. No server outlives the run: every one is stopped by its owner or by the main thread, and
+each worker thread lives until its servers are torn down (the process runtime's PR_SET_PDEATHSIG fires when the
+*thread* that started a server exits, which is why servers are never handed between threads).
+
+GPU hygiene. Before a cell starts, its GPUs must be back at their idle baseline (bounded wait, harness.gpu.idle); the
+cell records each GPU's name, driver, total and free memory at start. A `gpu_memory_busy` refusal means memory was
+held when vLLM looked: that attempt is contaminated, its log is kept as `logs/<id>.attempt1.log`, and the cell is booted
+once more after the wait. If the second attempt refuses the same way while its GPUs were still above idle, the cell is
+recorded as `error` / `gpu_memory_held` — never as the configuration's verdict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.cells import Cell
+from harness.gpu.idle import IdleBaseline, IdleWait
+from harness.gpu.inventory import GpuPool, Inventory
+from harness.results.model import CellResult, GpuInfo
+from harness.runner import CellRunner, Interrupted, NullObserver, Observer, interrupts_raise, signals_held
+
+#: The refusal that means "memory was held when the engine looked", on a GPU or (CPU backend) in RAM.
+BUSY_REASON = "gpu_memory_busy"
+#: Outcome reason for a cell whose every attempt was refused while its GPUs were still above idle.
+HELD_REASON = "gpu_memory_held"
+JOIN_SLICE_S = 0.2
+
+
+class _TrackedServer:
+    """A started server as the registry sees it: stopped either by its owner (the runner's teardown) or, on an
+    interrupt, by the main thread — and then its cell's verdict is void."""
+
+    def __init__(self, inner: Any, cell_id: str, live: _LiveServers):
+        self._inner, self._cell_id, self._live = inner, cell_id, live
+        self._lock = threading.Lock()
+        self._owner_stopping = False
+        self.killed = False
+
+    def __getattr__(self, name: str) -> Any:  # argv, base_url, port, wait, owns_listener, container_info, ...
+        return getattr(self._inner, name)
+
+    def stop(self, *args: Any, **kwargs: Any) -> int | None:
+        with self._lock:
+            self._owner_stopping = True
+        try:
+            return self._inner.stop(*args, **kwargs)
+        finally:
+            self._live.forget(self._cell_id, self)
+
+    def kill(self) -> bool:
+        """Stop from outside (main thread). False when the owner is already tearing it down."""
+        with self._lock:
+            if self._owner_stopping:
+                return False
+            self.killed = True
+        self._inner.stop()
+        return True
+
+
+class _LiveServers:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._servers: dict[str, _TrackedServer] = {}
+        self._stopping = False
+        self.killed: set[str] = set()
+
+    def add(self, cell_id: str, server: Any) -> _TrackedServer:
+        tracked = _TrackedServer(server, cell_id, self)
+        with self._lock:
+            late = self._stopping
+            if not late:
+                self._servers[cell_id] = tracked
+        if late:  # started while the main thread was stopping everything: stop it here, void its verdict
+            if tracked.kill():
+                with self._lock:
+                    self.killed.add(cell_id)
+        return tracked
+
+    def forget(self, cell_id: str, tracked: _TrackedServer) -> None:
+        with self._lock:
+            if self._servers.get(cell_id) is tracked:
+                del self._servers[cell_id]
+
+    def stop_all(self) -> list[str]:
+        """Stop every server no owner is tearing down yet, all at once; returns the cells whose verdict is void."""
+        with self._lock:
+            self._stopping = True
+            victims = list(self._servers.items())
+        killed: list[str] = []
+
+        def kill(cell_id: str, tracked: _TrackedServer) -> None:
+            if tracked.kill():
+                killed.append(cell_id)
+
+        threads = [threading.Thread(target=kill, args=v, name=f"stop-{v[0]}") for v in victims]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        with self._lock:
+            self.killed.update(killed)
+        return killed
+
+    def was_killed(self, cell_id: str) -> bool:
+        with self._lock:
+            return cell_id in self.killed
+
+    def running(self) -> list[str]:
+        with self._lock:
+            return list(self._servers)
+
+
+class _TrackingRuntime:
+    """The cell's runtime, registering each server it starts."""
+
+    def __init__(self, inner: Any, live: _LiveServers):
+        self._inner, self._live = inner, live
+        self.name = inner.name
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def start(self, cell: Cell, ctx: Any, on_line: Any) -> Any:
+        return self._live.add(cell.id, self._inner.start(cell, ctx, on_line))
+
+
+class _LockedObserver:
+    def __init__(self, inner: Observer):
+        self._inner, self._lock = inner, threading.Lock()
+
+    def cell_started(self, cell: Cell) -> None:
+        with self._lock:
+            self._inner.cell_started(cell)
+
+    def cell_finished(self, cell: Cell, result: CellResult) -> None:
+        with self._lock:
+            self._inner.cell_finished(cell, result)
+
+
+def _note(log: Path, *lines: str) -> None:
+    try:
+        with log.open("a", encoding="utf-8") as f:
+            for line in lines:
+                f.write(f"[boot-harness] {line}\n")
+    except OSError:
+        pass
+
+
+def _gpu_line(gpus: list[GpuInfo]) -> str:
+    return "gpus: " + "; ".join(
+        f"{g.index} (id {g.id}, {g.name}, driver {g.driver}, {g.free_gib} of {g.total_gib} GiB free at start)"
+        for g in gpus)
+
+
+def has_field(name: str) -> bool:
+    return name in CellResult.model_fields
+
+
+class Scheduler:
+    """Run cells `parallel` at a time. With `gpus_per_cell` > 0 each cell gets its own GPUs from `inventory`."""
+
+    def __init__(self, runner: CellRunner, inventory: Inventory, parallel: int, gpus_per_cell: int = 0,
+                 observer: Observer | None = None, idle: IdleBaseline | None = None, retry_busy: bool = True):
+        if parallel < 1:
+            raise ValueError("parallel must be at least 1")
+        self.inventory = inventory
+        self.parallel = parallel
+        self.gpus_per_cell = gpus_per_cell
+        self.observer = _LockedObserver(observer or NullObserver())
+        self.retry_busy = retry_busy
+        self.store = runner.store
+        self.live = _LiveServers()
+        self.runner = dataclasses.replace(runner, runtime=_TrackingRuntime(runner.runtime, self.live))
+        self.pool = GpuPool(inventory.devices(), gpus_per_cell) if gpus_per_cell > 0 else None
+        self.idle = idle if idle is not None else (IdleBaseline(inventory) if self.pool else None)
+        self.stop = threading.Event()
+        self._results: dict[str, CellResult] = {}
+        self._errors: list[BaseException] = []
+        self._lock = threading.Lock()
+        #: (cell id, GPU indices, t_start, t_end) per attempt: what tests and the benchmark look at.
+        self.timeline: list[tuple[str, tuple[int, ...], float, float]] = []
+
+    # ---- main thread
+    def run(self, cells: list[Cell]) -> list[CellResult]:
+        if self.idle is not None:
+            self.idle.capture()
+        todo: queue.SimpleQueue[Cell] = queue.SimpleQueue()
+        for c in cells:
+            todo.put(c)
+        workers = [threading.Thread(target=self._worker, args=(todo,), name=f"cell-worker-{i}")
+                   for i in range(min(self.parallel, len(cells)))]
+        with interrupts_raise():
+            try:
+                for w in workers:
+                    w.start()
+                for w in workers:
+                    while w.is_alive():
+                        w.join(JOIN_SLICE_S)  # a short join keeps the main thread ready for signals
+                        if self._errors:
+                            raise self._errors[0]
+                if self._errors:
+                    raise self._errors[0]
+            except (Interrupted, KeyboardInterrupt):
+                with signals_held():
+                    self._shutdown(workers)
+                    self.store.finish("interrupted")
+                raise
+            except BaseException:
+                with signals_held():
+                    self._shutdown(workers)
+                raise
+        return [self._results[c.id] for c in cells if c.id in self._results]
+
+    def _shutdown(self, workers: list[threading.Thread]) -> None:
+        self.stop.set()
+        self.live.stop_all()
+        for w in workers:
+            if w.ident is not None:
+                w.join()
+
+    # ---- workers
+    def _worker(self, todo: queue.SimpleQueue[Cell]) -> None:
+        try:
+            while not self.stop.is_set():
+                try:
+                    cell = todo.get_nowait()
+                except queue.Empty:
+                    return
+                indices: list[int] = []
+                if self.pool is not None:
+                    got = self.pool.reserve(self.stop)
+                    if got is None:
+                        return
+                    indices = got
+                try:
+                    result = self._run_cell(cell, indices)
+                finally:
+                    if self.pool is not None:
+                        self.pool.release(indices)
+                if result is None:  # interrupted: its server was stopped by us, so there is no verdict
+                    return
+                self.store.record(result)
+                with self._lock:
+                    self._results[cell.id] = result
+                self.observer.cell_finished(cell, result)
+        except BaseException as exc:  # a bug in a runtime or here: stop everything, the main thread re-raises
+            with self._lock:
+                self._errors.append(exc)
+            self.stop.set()
+
+    def _prepare(self, indices: list[int]) -> tuple[list[GpuInfo] | None, IdleWait | None]:
+        if self.pool is None:
+            return None, None
+        assert self.idle is not None
+        wait = self.idle.wait(indices, self.stop)
+        return [self.inventory.info(i) for i in indices], wait
+
+    def _attempt(self, cell: Cell, indices: list[int], gpus: list[GpuInfo] | None) -> CellResult:
+        t0 = time.monotonic()
+        try:
+            return self.runner.run(cell, gpus)
+        finally:
+            with self._lock:
+                self.timeline.append((cell.id, tuple(indices), t0, time.monotonic()))
+
+    def _run_cell(self, cell: Cell, indices: list[int]) -> CellResult | None:
+        log = self.store.log_path(cell.id)
+        gpus, wait = self._prepare(indices)
+        if self.stop.is_set():
+            return None
+        self.observer.cell_started(cell)
+        result = self._attempt(cell, indices, gpus)
+        if self.live.was_killed(cell.id):
+            return None
+        self._gpu_notes(log, gpus, wait)
+        if not (self.retry_busy and result.outcome == "refused" and result.reason == BUSY_REASON):
+            return result
+        # Contaminated: memory was held when vLLM looked. Keep the attempt's log, wait for idle, boot once more.
+        first = log.with_name(f"{cell.id}.attempt1.log")
+        _note(log, f"attempt 1 refused {BUSY_REASON} while memory was held: contaminated, not the configuration's "
+                   "verdict; booting once more after the idle wait")
+        if log.exists():
+            log.replace(first)
+        gpus, wait = self._prepare(indices)
+        if self.stop.is_set():
+            return None
+        result = self._attempt(cell, indices, gpus)
+        if self.live.was_killed(cell.id):
+            return None
+        self._gpu_notes(log, gpus, wait)
+        result.attempts = 2
+        if has_field("contaminated"):
+            result.contaminated = True  # type: ignore[attr-defined]
+        _note(log, f"attempt 2 of 2; attempt 1 refused {BUSY_REASON} (contaminated), its log: "
+                   f"{first.relative_to(self.store.run_dir)}")
+        if result.reason == BUSY_REASON and wait is not None and not wait.idle:
+            result = self._held(cell, result, wait)
+        return result
+
+    def _held(self, cell: Cell, result: CellResult, wait: IdleWait) -> CellResult:
+        detail = (f"refused {BUSY_REASON} on both attempts, the second with {wait.describe()}: memory held by "
+                  f"something else, not this configuration's verdict ({result.detail})")
+        matched = cell.expected.matches("error", HELD_REASON) if cell.expected else None
+        return result.model_copy(update={"outcome": "error", "reason": HELD_REASON, "detail": detail,
+                                         "matched": matched})
+
+    def _gpu_notes(self, log: Path, gpus: list[GpuInfo] | None, wait: IdleWait | None) -> None:
+        if gpus:
+            _note(log, _gpu_line(gpus), *([f"before start: {wait.describe()}"] if wait else []))

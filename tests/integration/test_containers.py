@@ -1,0 +1,191 @@
+"""The container runtime on a real Docker engine with the locally built vLLM CPU image: the seed's patch workflow
+(unpatched vs patched), numbers parsed from container logs, clean refusals of bad input before any cell runs, a
+`repro` command that boots the same cell when pasted into a shell, and no container of ours left after any of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from harness.matrix.load import read_yaml
+from harness.runtime.ports import free_port
+from tests.conftest import ROOT, require
+from tests.integration.conftest import harness_cli, only_run_dir, read_run
+
+pytestmark = pytest.mark.docker
+EXAMPLE = ROOT / "examples" / "cpu-container.yaml"
+LABEL = "boot-harness.owner-pid"
+
+
+@pytest.fixture(scope="session")
+def docker_image() -> dict[str, str]:
+    """The engine answers and the local image exists (scripts/setup-container-example.sh makes both true)."""
+    import docker
+
+    image = os.environ.get("VLLM_CPU_IMAGE", "boot-harness/vllm-cpu:latest")
+    try:
+        client = docker.from_env()
+        client.ping()
+        client.images.get(image)
+        ok = True
+    except Exception:  # noqa: BLE001
+        ok = False
+    require("the Docker engine with the local vLLM CPU image", ok, "run scripts/setup-container-example.sh")
+    return {"VLLM_CPU_IMAGE": image}
+
+
+def our_containers() -> list[str]:
+    out = subprocess.run(["docker", "ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}"],
+                         capture_output=True, text=True, check=True).stdout
+    return [n for n in out.split() if n]
+
+
+@pytest.fixture
+def no_leftovers():
+    yield
+    assert our_containers() == [], "a container of ours survived the test"
+
+
+def variant(tmp_path: Path, name: str = "variant.yaml", **changes) -> Path:
+    doc = read_yaml(EXAMPLE.read_text())
+    for key, value in changes.items():
+        doc[key] = value
+    (tmp_path / "patches").mkdir(exist_ok=True)
+    path = tmp_path / "examples" / name
+    path.parent.mkdir(exist_ok=True)
+    # keep the patch path relative to the matrix file, as in the example
+    (tmp_path / "patches" / "cpu_worker-kv-floor.patch").write_bytes(
+        (ROOT / "patches" / "cpu_worker-kv-floor.patch").read_bytes())
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def container_run(docker_image, tmp_path_factory):
+    results = tmp_path_factory.mktemp("container-example")
+    proc = harness_cli("run", "--matrix", str(EXAMPLE), "--results-dir", str(results), env=docker_image)
+    run_dir = only_run_dir(results)
+    return proc, run_dir, {c["cell_id"]: c for c in read_run(run_dir)["cells"]}
+
+
+def test_the_container_example_exits_0_with_every_expectation_matched(container_run):
+    proc, run_dir, cells = container_run
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert len(cells) == 6 and all(c["matched"] for c in cells.values())
+    assert our_containers() == []
+
+
+def test_the_unpatched_image_ignores_the_floor_and_the_patched_one_boots_with_it(container_run):
+    cells = container_run[2]
+    assert cells["image_unpatched-spec_draft-floor_env"]["outcome"] == "refused"
+    assert cells["image_patched-spec_draft-floor_none"]["outcome"] == "refused"
+    booted = cells["image_patched-spec_draft-floor_env"]
+    assert booted["outcome"] == "booted"
+    assert booted["kv"]["kv_tokens"] == 2560, "0.005 GiB floor at 2048 B/token, in 128-token blocks"
+
+
+def test_refusal_numbers_come_from_the_container_log(container_run):
+    r = container_run[2]["image_unpatched-spec_draft-floor_none"]["refusal"]
+    assert (r["kind"], r["max_seq_len"], r["estimated_max_model_len"]) == ("kv_insufficient", 2048, 1408)
+
+
+def test_a_patched_cell_records_the_patch_and_keeps_the_file_it_mounted(container_run):
+    _, run_dir, cells = container_run
+    cell = cells["image_patched-spec_draft-floor_env"]
+    (patch,) = cell["patches"]
+    kept = run_dir / patch["patched_file"]
+    import hashlib
+
+    assert hashlib.sha256(kept.read_bytes()).hexdigest() == patch["patched_sha256"]
+    assert "KV floor: raised the KV cache" in (run_dir / cell["log_path"]).read_text()
+    c = cell["container"]
+    assert c["engine"] == "docker" and c["engine_version"] and c["image_digest"].startswith("sha256:")
+    assert cells["image_unpatched-spec_off-floor_none"]["patches"] == []
+
+
+def test_a_patch_hash_mismatch_is_rejected_before_any_cell_runs(docker_image, tmp_path, no_leftovers):
+    doc = read_yaml(EXAMPLE.read_text())
+    doc["axes"]["image"]["patched"]["patches"][0]["base_sha256"] = "0" * 64
+    path = variant(tmp_path, axes=doc["axes"])
+    proc = harness_cli("run", "--matrix", str(path), "--results-dir", str(tmp_path / "r"), env=docker_image)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    assert "cpu_worker.py" in lines[0] and "5889af10bfa8" in lines[0] and "0" * 64 in lines[0]
+
+
+def test_a_missing_image_with_pull_never_is_one_clear_line(docker_image, tmp_path, no_leftovers):
+    path = variant(tmp_path, image="boot-harness/no-such-image:nope")
+    proc = harness_cli("run", "--matrix", str(path), "--results-dir", str(tmp_path / "r"), env=docker_image)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "image: boot-harness/no-such-image:nope is not present on the docker engine and `pull: never` "
+        "(build or load it, or set `pull: missing`)")
+
+
+def test_an_unreachable_engine_is_one_clear_line(docker_image, tmp_path):
+    proc = harness_cli("run", "--matrix", str(EXAMPLE), "--results-dir", str(tmp_path / "r"),
+                       env={**docker_image, "DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("runtime: the docker engine does not answer at unix:///nonexistent")
+
+
+def test_a_gpu_request_this_engine_cannot_honour_is_refused_up_front(docker_image, tmp_path, no_leftovers):
+    path = variant(tmp_path, gpus="all")
+    proc = harness_cli("run", "--matrix", str(path), "--results-dir", str(tmp_path / "r"), env=docker_image)
+    assert proc.returncode == 2 and proc.stderr.startswith("gpus: the docker engine")
+
+
+def test_repro_prints_a_command_that_boots_the_same_cell_in_a_shell(docker_image, tmp_path, no_leftovers):
+    cell = "image_patched-spec_draft-floor_env"
+    port = free_port()
+    proc = harness_cli("repro", "--matrix", str(EXAMPLE), cell, "--port", str(port), "--results-dir",
+                       str(tmp_path / "r"), env=docker_image)
+    assert proc.returncode == 0, proc.stderr
+    command = proc.stdout.strip()
+    assert command.startswith("docker run --rm --init") and "--shm-size 1g" in command
+    assert ":/opt/venv/lib/python3.11/site-packages/vllm/v1/worker/cpu_worker.py:ro" in command
+    shell = subprocess.Popen(["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline, healthy = time.monotonic() + 300, False
+        while time.monotonic() < deadline and shell.poll() is None and not healthy:
+            try:
+                healthy = requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+            except requests.RequestException:
+                time.sleep(1)
+        assert healthy, (shell.stdout.read() if shell.poll() is not None else "no /health 200 within 300 s")
+    finally:
+        subprocess.run(["docker", "rm", "-f", f"bh-repro-{cell}"], capture_output=True)
+        shell.wait(timeout=30)
+
+
+def test_ctrl_c_of_a_container_run_leaves_no_container(docker_image, tmp_path):
+    results = tmp_path / "r"
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--matrix", str(EXAMPLE), "--results-dir",
+                             str(results), "--select", "image=unpatched,spec=off"], cwd=ROOT,
+                            env={**os.environ, **docker_image}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not our_containers():
+            time.sleep(0.2)
+        assert our_containers(), "the container never started"
+        time.sleep(3)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out[-2000:]
+    assert our_containers() == [] and took < 15
+    assert read_run(only_run_dir(results))["status"] == "interrupted"
