@@ -19,6 +19,26 @@ from harness.runner import CellRunner  # noqa: E402
 Bare = Callable[[Cell, int], tuple[str, float]]
 
 
+def poll_health(port: int, exited: Callable[[], str | None], interval: float = 0.5, limit_s: float = 600) -> str:
+    """What people write by hand: ask /health every `interval` until 200, or until the server is gone."""
+    import time
+
+    import requests
+
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit_s:
+        gone = exited()
+        if gone is not None:
+            return gone
+        try:
+            if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return "healthy"
+        except requests.RequestException:
+            pass
+        time.sleep(interval)
+    return "timeout"
+
+
 def pct(values: list[float], p: float) -> float:
     values = sorted(values)
     return values[max(0, min(len(values) - 1, round(p / 100 * (len(values) - 1))))]

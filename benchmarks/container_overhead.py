@@ -18,9 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import requests
-
-from _sidebyside import ROOT, side_by_side
+from _sidebyside import ROOT, poll_health, side_by_side
 
 from harness.cells import expand_cells, select_cells
 from harness.matrix.load import load_matrix
@@ -43,21 +41,13 @@ def bare_docker(matrix, cell, interval: float = 0.5) -> tuple[str, float]:
     argv += [cell.image, *cell.server_args]
     t0 = time.monotonic()
     subprocess.run(argv, check=True, capture_output=True)
-    verdict = "timeout"
+    def exited() -> str | None:
+        state = subprocess.run(["docker", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name],
+                               capture_output=True, text=True).stdout.split()
+        return f"exited({state[1]})" if state and state[0] == "exited" else None
+
     try:
-        while time.monotonic() - t0 < 600:
-            state = subprocess.run(["docker", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name],
-                                   capture_output=True, text=True).stdout.split()
-            if state and state[0] == "exited":
-                verdict = f"exited({state[1]})"
-                break
-            try:
-                if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    verdict = "healthy"
-                    break
-            except requests.RequestException:
-                pass
-            time.sleep(interval)
+        verdict = poll_health(port, exited, interval)
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True)
     return verdict, time.monotonic() - t0

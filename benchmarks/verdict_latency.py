@@ -24,9 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import requests
-
-from _sidebyside import ROOT, side_by_side
+from _sidebyside import ROOT, poll_health, side_by_side
 
 from harness.cells import expand_cells, select_cells
 from harness.matrix.load import load_matrix
@@ -45,19 +43,8 @@ def bare_loop(runtime: ProcessRuntime, cell, work: Path, interval: float = 0.5) 
     t0 = time.monotonic()
     proc = subprocess.Popen(runtime.argv(cell, port), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-    verdict = "timeout"
     try:
-        while time.monotonic() - t0 < 600:
-            if proc.poll() is not None:
-                verdict = f"exited({proc.returncode})"
-                break
-            try:
-                if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    verdict = "healthy"
-                    break
-            except requests.RequestException:
-                pass
-            time.sleep(interval)
+        verdict = poll_health(port, lambda: None if proc.poll() is None else f"exited({proc.returncode})", interval)
     finally:
         for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 30)):
             try:

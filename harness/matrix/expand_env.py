@@ -23,7 +23,7 @@ def expand_string(text: str, environ: Mapping[str, str], path: str) -> str:
     def substitute(match: re.Match[str]) -> str:
         if match.group(0) == "$${":
             return "${"
-        name, default, bad = match.group(1), match.group(2), match.group(3)
+        name, default = match.group(1), match.group(2)
         if name is None:
             raise UnsetVariable(path, f"malformed variable reference {match.group(0)!r} (write ${{NAME}} or ${{NAME:-default}})")
         value = environ.get(name)

@@ -41,6 +41,30 @@ def only_run_dir(results_dir: Path) -> Path:
     return runs[0]
 
 
+def interrupt_when_started(argv: list[str], env: dict, started, settle_s: float, sig=None) -> tuple[int, str, float]:
+    """Start a harness command, wait until `started()` is true (its server exists), let it settle, send SIGINT;
+    returns (exit code, output, seconds from the signal to the harness's exit)."""
+    import signal as _signal
+    import time
+
+    sig = _signal.SIGINT if sig is None else sig
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", *argv], cwd=ROOT, env={**os.environ, **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not started():
+            time.sleep(0.2)
+        assert started(), "the server never started"
+        time.sleep(settle_s)
+        t0 = time.monotonic()
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=30)
+        return proc.returncode, out, time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def processes_with(needle: str) -> list[int]:
     """PIDs whose command line contains `needle` (a run-unique path or port): what a leak check looks for."""
     found = []

@@ -4,11 +4,8 @@
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,7 +16,7 @@ import yaml
 from harness.matrix.load import read_yaml
 from harness.runtime.ports import free_port
 from tests.conftest import ROOT, require
-from tests.integration.conftest import harness_cli, only_run_dir, read_run
+from tests.integration.conftest import harness_cli, interrupt_when_started, only_run_dir, read_run
 
 pytestmark = pytest.mark.docker
 EXAMPLE = ROOT / "examples" / "cpu-container.yaml"
@@ -169,23 +166,9 @@ def test_repro_prints_a_command_that_boots_the_same_cell_in_a_shell(docker_image
 
 def test_ctrl_c_of_a_container_run_leaves_no_container(docker_image, tmp_path):
     results = tmp_path / "r"
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--matrix", str(EXAMPLE), "--results-dir",
-                             str(results), "--select", "image=unpatched,spec=off"], cwd=ROOT,
-                            env={**os.environ, **docker_image}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not our_containers():
-            time.sleep(0.2)
-        assert our_containers(), "the container never started"
-        time.sleep(3)
-        t0 = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
-        took = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, out[-2000:]
+    code, out, took = interrupt_when_started(
+        ["run", "--matrix", str(EXAMPLE), "--results-dir", str(results), "--select", "image=unpatched,spec=off"],
+        docker_image, lambda: bool(our_containers()), settle_s=3)
+    assert code == 130, out[-2000:]
     assert our_containers() == [] and took < 15
     assert read_run(only_run_dir(results))["status"] == "interrupted"

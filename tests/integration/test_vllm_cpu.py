@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,8 @@ import yaml
 
 from harness.matrix.load import read_yaml
 from tests.conftest import ROOT
-from tests.integration.conftest import CPU_EXAMPLE, harness_cli, only_run_dir, processes_with, read_run
+from tests.integration.conftest import (CPU_EXAMPLE, harness_cli, interrupt_when_started, only_run_dir,
+                                       processes_with, read_run)
 
 pytestmark = pytest.mark.vllm
 KIB = 1024
@@ -98,26 +97,19 @@ def test_a_timeout_ends_the_cell_and_leaves_no_process(vllm_cpu, tmp_path):
 
 def test_ctrl_c_of_a_running_harness_leaves_no_process_and_a_valid_run(vllm_cpu, tmp_path):
     results = tmp_path / "r"
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--matrix", str(CPU_EXAMPLE), "--results-dir",
-                             str(results), "--select", "spec=draft"], cwd=ROOT, env={**os.environ, **vllm_cpu},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        active: list[Path] = []
-        while time.monotonic() < deadline and not active:
-            active = list(results.glob("*/active/*.json"))
-            time.sleep(0.2)
-        assert active, "the server never started"
-        pgid = json.loads(active[0].read_text())["pgid"]
-        time.sleep(5)  # mid start-up, where vLLM ignores SIGTERM
-        t0 = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
-        took = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, out[-2000:]
+    seen: list[int] = []
+
+    def started() -> bool:
+        active = list(results.glob("*/active/*.json"))
+        if active and not seen:
+            seen.append(json.loads(active[0].read_text())["pgid"])
+        return bool(seen)
+
+    # 5 s in: mid start-up, where vLLM ignores SIGTERM
+    code, out, took = interrupt_when_started(["run", "--matrix", str(CPU_EXAMPLE), "--results-dir", str(results),
+                                              "--select", "spec=draft"], vllm_cpu, started, settle_s=5)
+    pgid = seen[0]
+    assert code == 130, out[-2000:]
     assert took < 15
     with pytest.raises(ProcessLookupError):
         os.killpg(pgid, 0)
