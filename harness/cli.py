@@ -64,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("facts", help="what the parser finds in a saved vLLM server log")
     p.add_argument("logfile", type=Path)
     p.add_argument("--json", action="store_true", help="one JSON object (same keys as a cell record's kv/refusal)")
+
+    from harness.cli_analysis import register
+
+    COMMANDS.update(register(sub))
     return parser
 
 

@@ -151,7 +151,7 @@ def cmd_frontier(args: argparse.Namespace, out: Console) -> int:
 def cmd_report(args: argparse.Namespace, out: Console) -> int:
     from harness.analysis.kv import open_run
     from harness.report import build_report, grid_renderable
-    from harness.results.store import atomic_write_text
+    from harness.report.html import write_text
 
     run, run_dir = open_run(args.run)
     rep = build_report(run, run_dir, args.axis, args.length_axis, plot=bool(args.html or args.plot))
@@ -161,7 +161,7 @@ def cmd_report(args: argparse.Namespace, out: Console) -> int:
         args.plot.parent.mkdir(parents=True, exist_ok=True)
         args.plot.write_bytes(rep.png)
     if args.html:
-        atomic_write_text(args.html, rep.html())
+        write_text(args.html, rep.html())
         Console(stderr=True).print(f"html: {args.html}", highlight=False)
     if args.markdown:
         link = None
@@ -175,7 +175,7 @@ def cmd_report(args: argparse.Namespace, out: Console) -> int:
         if str(args.markdown) == "-":
             sys.stdout.write(text)
         else:
-            atomic_write_text(args.markdown, text)
+            write_text(args.markdown, text)
             Console(stderr=True).print(f"markdown: {args.markdown}", highlight=False)
     if str(args.markdown) != "-":  # markdown on stdout is for a pipe: nothing else goes there
         out.print(grid_renderable(run, args.axis, run_dir, args.length_axis))

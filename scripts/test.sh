@@ -7,5 +7,6 @@ t0=$(date +%s)
 bash scripts/setup-dev.sh
 . "$(bash scripts/setup-cpu-example.sh | tail -1)"
 . "$(bash scripts/setup-container-example.sh | tail -1)"
+bash scripts/setup-browser.sh
 echo "setup took $(( $(date +%s) - t0 )) s" >&2
 exec .venv/bin/python -m pytest tests "$@"

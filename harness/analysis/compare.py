@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.analysis.kv import (
+    GIB,
     CellKv,
     axis_order,
     axis_values,
@@ -55,22 +56,28 @@ class NumberDiff:
     unit: str  # "bytes" | "tokens" | "x"
     a: float | None
     b: float | None
+    #: (a, b) only known as a GiB figure too coarse to compare (`0.01 GiB`): shown as printed, no difference.
+    coarse: tuple[bool, bool] = (False, False)
 
     @property
     def delta(self) -> float | None:
-        return None if self.a is None or self.b is None else self.b - self.a
+        if self.a is None or self.b is None or any(self.coarse):
+            return None
+        return self.b - self.a
 
     @property
     def rel(self) -> float | None:
+        """The change relative to A."""
         d = self.delta
-        if d is None:
+        if d is None or not self.a:
             return None
-        base = max(abs(self.a or 0), abs(self.b or 0))
-        return 0.0 if base == 0 else d / base
+        return d / abs(self.a)
 
-    def fmt(self, v: float | None, signed: bool = False) -> str:
+    def fmt(self, v: float | None, signed: bool = False, coarse: bool = False) -> str:
         if v is None:
             return "—"
+        if coarse:
+            return f"{v / GIB:.2f} GiB (as printed)"
         if self.unit == "bytes":
             return fmt_bytes(v, signed)
         if self.unit == "x":
@@ -78,7 +85,8 @@ class NumberDiff:
         return f"{v:+,.0f}" if signed else f"{v:,.0f}"
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "unit": self.unit, "a": self.a, "b": self.b, "delta": self.delta}
+        return {"name": self.name, "unit": self.unit, "a": self.a, "b": self.b, "delta": self.delta,
+                "coarse": list(self.coarse)}
 
 
 def kv_numbers(a: CellKv, b: CellKv) -> list[NumberDiff]:
@@ -87,13 +95,16 @@ def kv_numbers(a: CellKv, b: CellKv) -> list[NumberDiff]:
         v = getattr(k, what)
         return None if v is None else v.bytes
 
+    def c(what: str) -> tuple[bool, bool]:
+        return tuple(bool(getattr(k, what) is not None and getattr(k, what).coarse) for k in (a, b))  # type: ignore
+
     def est(k: CellKv) -> float | None:
         return k.cell.refusal.estimated_max_model_len if k.cell.refusal else None
 
     return [
-        NumberDiff("needed", "bytes", q(a, "need"), q(b, "need")),
-        NumberDiff("available", "bytes", q(a, "available"), q(b, "available")),
-        NumberDiff("cap", "bytes", q(a, "cap"), q(b, "cap")),
+        NumberDiff("needed", "bytes", q(a, "need"), q(b, "need"), c("need")),
+        NumberDiff("available", "bytes", q(a, "available"), q(b, "available"), c("available")),
+        NumberDiff("cap", "bytes", q(a, "cap"), q(b, "cap"), c("cap")),
         NumberDiff("KV tokens", "tokens", a.cell.kv.kv_tokens, b.cell.kv.kv_tokens),
         NumberDiff("concurrency", "x", a.cell.kv.max_concurrency, b.cell.kv.max_concurrency),
         NumberDiff("estimated max len", "tokens", est(a), est(b)),
@@ -199,10 +210,10 @@ class Drift:
 
     @property
     def rel(self) -> float | None:
-        if self.a is None or self.b is None:
+        """The change relative to A (None when a side is missing or A is 0)."""
+        if self.a is None or self.b is None or not self.a:
             return None
-        base = max(abs(self.a), abs(self.b))
-        return 0.0 if base == 0 else (self.b - self.a) / base
+        return (self.b - self.a) / abs(self.a)
 
     def to_dict(self) -> dict:
         return {"cell_id": self.cell_id, "field": self.field, "unit": self.unit, "a": self.a, "b": self.b,
@@ -284,7 +295,7 @@ def compare_runs(a: RunResult, b: RunResult, tolerance: float = DEFAULT_TOLERANC
                     diff.drift.append(Drift(cid, name, unit, va, vb))
                 continue
             d = abs(vb - va)
-            if d > tolerance * max(abs(va), abs(vb)) and d > unit_abs + 1e-12:
+            if d > tolerance * abs(va) and d > unit_abs + 1e-12:
                 diff.drift.append(Drift(cid, name, unit, va, vb))
     diff.only_a = [c for cid, c in cells_a.items() if cid not in cells_b]
     return diff
@@ -327,7 +338,8 @@ def render_pairs(pairs: list[Pair], run_id: str):
             if n.a is None and n.b is None:
                 continue
             rel = f" ({n.rel:+.0%})" if n.rel is not None and n.delta else ""
-            t.add_row(n.name, n.fmt(n.a), n.fmt(n.b), (n.fmt(n.delta, signed=True) + rel) if n.delta is not None else "")
+            t.add_row(n.name, n.fmt(n.a, coarse=n.coarse[0]), n.fmt(n.b, coarse=n.coarse[1]),
+                      (n.fmt(n.delta, signed=True) + rel) if n.delta is not None else "")
         if t.row_count:
             out.append(t)
         for c in (p.a, p.b):
@@ -371,7 +383,8 @@ def render_diff(d: RunDiff):
         for col in ("cell", "number", "A", "B", "change"):
             t.add_column(col, justify="right" if col in ("A", "B", "change") else "left")
         for x in d.drift:
-            change = "appeared" if x.a is None else "disappeared" if x.b is None else f"{x.rel:+.1%}"
+            change = ("appeared" if x.a is None else "disappeared" if x.b is None
+                      else f"{x.rel:+.1%}" if x.rel is not None else "from 0")
             t.add_row(x.cell_id, x.field, "—" if x.a is None else f"{x.a:g}", "—" if x.b is None else f"{x.b:g}",
                       change)
         out.extend([Text(""), t])

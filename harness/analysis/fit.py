@@ -261,7 +261,7 @@ def _cap_line(cells: list[CellKv], excluded: list[str]) -> tuple[Line | None, st
     return line, ("" if line else _why_no_line(pts, "cap", excluded))
 
 
-def _floor(c: CellKv, need_line: Line | None, group: GroupAnalysis | None = None) -> Floor:
+def _floor(c: CellKv, need_line: Line | None) -> Floor:
     r = c.cell.refusal
     notes: list[str] = []
     fitted = need_line.at(c.length) if need_line and c.length is not None else None

@@ -370,7 +370,3 @@ def render_frontiers(found: list[GroupFrontier], run_dir: Path | None = None):
                   "—" if s.refused_at is None else f"{s.refused_at:,}", str(s.boots),
                   " → ".join(p.short() for p in s.probes), s.text)
     return t
-
-
-def ceil_block(length: int, block: int) -> int:
-    return math.ceil(length / block) * block

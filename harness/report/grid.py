@@ -35,11 +35,18 @@ def expectation_mark(c: CellResult) -> str:
     return "✗ expected " + c.expected.outcome + (f" ({c.expected.reason})" if c.expected.reason else "")
 
 
+def inconsistent(k: CellKv) -> bool:
+    """A boot whose need exceeds its cap beyond rounding: the numbers and the outcome contradict each other."""
+    return k.cell.outcome == "booted" and k.need is not None and k.cap is not None and k.need.lo > k.cap.hi
+
+
 def key_numbers(k: CellKv) -> list[str]:
     """The KV numbers that explain the outcome, shortest first."""
     c = k.cell
     out = []
-    if k.cell.outcome == "refused" and k.need is not None:
+    if inconsistent(k):
+        out.append(f"⚠ need {fmt_bytes(k.need.bytes)} > cap {fmt_bytes(k.cap.bytes)}, yet booted")
+    elif k.cell.outcome == "refused" and k.need is not None:
         out.append(f"need {fmt_bytes(k.need.bytes)}" + (f" > cap {fmt_bytes(k.cap.bytes)}" if k.cap else ""))
     elif k.cap is not None:
         out.append(f"cap {fmt_bytes(k.cap.bytes)}")
@@ -119,7 +126,8 @@ def grid_renderable(run: RunResult, split: str | None = None, run_dir: Path | No
 
     tables = []
     for g in build_grids(run, split, run_dir, length_override):
-        t = Table(title=f"{g.title}  ({run.run_id})", title_justify="left", show_lines=True)
+        title = f"{g.title}  ({run.run_id})" if g.split_axis else g.title
+        t = Table(title=title, title_justify="left", show_lines=True)
         t.add_column(g.row_axis or "", justify="right", style="bold")
         for col in g.cols:
             t.add_column(g.col_label(col, "\n"))

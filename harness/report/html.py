@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness.analysis.fit import Analysis
 from harness.analysis.kv import fmt_bytes
-from harness.report.grid import SYMBOL, Grid, expectation_mark, key_numbers
+from harness.report.grid import SYMBOL, Grid, expectation_mark, inconsistent, key_numbers
 from harness.results.model import RunResult
 
 COLOURS = {"booted": ("#c8e6c9", "#1b5e20"), "refused": ("#fff3c4", "#7a5b00"), "crashed": ("#ffcdd2", "#b71c1c"),
@@ -36,6 +36,7 @@ td.cell .mark{font-weight:700;margin-left:4px}
 td.cell.mismatched{outline:3px solid #d50000;outline-offset:-3px}
 td.cell.mismatched .mark{color:#d50000}
 td.cell.matched .mark{color:#1b5e20}
+td.cell.inconsistent .kv:first-of-type{color:#b71c1c;font-weight:700}
 td.empty{background:#f5f5f5;color:#9e9e9e}
 %OUTCOMES%
 .legend span{display:inline-block;padding:2px 8px;margin-right:6px;border:1px solid #9e9e9e}
@@ -65,6 +66,8 @@ def _cell_td(g: Grid, row: str, col: tuple[str, ...]) -> str:
     mark_html = f'<span class="mark">{escape(mark)}</span>' if mark else ""
     kv = "".join(f'<div class="kv">{escape(line)}</div>' for line in key_numbers(k))
     title = escape(c.detail or c.cell_id, quote=True)
+    if inconsistent(k):
+        state += " inconsistent"
     return (f'<td class="cell {c.outcome} {state}" id="cell-{cid}" data-cell-id="{cid}" data-outcome="{c.outcome}" '
             f'data-reason="{escape(c.reason or "", quote=True)}" data-matched="{str(c.matched).lower()}" '
             f'title="{title}"><div><span class="outcome">{SYMBOL.get(c.outcome, "?")} {c.outcome}</span>{reason}'
@@ -99,7 +102,7 @@ def _analysis_html(a: Analysis) -> str:
                 fit = f", fitted {f.fitted_max_len:,}" if f.fitted_max_len is not None else ""
                 if f.floor_bytes is not None:
                     paste = " or ".join(f"<code>{escape(p)}</code>" for p in f.paste())
-                    parts.append(f"<li data-cell-id=\"{escape(f.cell_id, quote=True)}\">floor for "
+                    parts.append(f"<li data-floor-for=\"{escape(f.cell_id, quote=True)}\">floor for "
                                  f"<b>{escape(f.cell_id)}</b>: {escape(fmt_bytes(f.floor_bytes))} → {paste} "
                                  f"<small>({escape(f.basis)}; {escape(est + fit)})</small>")
                 else:
@@ -144,7 +147,9 @@ def render_html(run: RunResult, grids: list[Grid], analysis: Analysis | None, pn
             f"<body>{''.join(body)}</body></html>\n")
 
 
-def write_html(path: Path, text: str) -> None:
+def write_text(path: Path, text: str) -> None:
+    """Atomically, and readable by others (a report is meant to be shared or served)."""
     from harness.results.store import atomic_write_text
 
     atomic_write_text(Path(path), text)
+    Path(path).chmod(0o644)

@@ -12,11 +12,9 @@ MISSING = "matplotlib is not installed: pip install 'boot-harness[analysis]' for
 
 
 def available() -> bool:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def _unit(g: GroupAnalysis) -> tuple[float, str]:
@@ -73,12 +71,14 @@ def plot_png(analysis: Analysis, dpi: int = 100) -> bytes | None:
             ax.annotate(f"crossover ≈{g.cross.length:,.0f}", (g.cross.length, 0), xytext=(4, 6),
                         textcoords="offset points", fontsize=8, color="#333333", rotation=90, va="bottom")
         ax.set_xlim(0, x_max)
-        ax.set_ylim(bottom=0)
+        tops = [q.bytes / scale for c in g.cells for q in (c.cap, c.need) if q is not None]
+        tops += [line.at(x_max) / scale for line in (g.need_line, g.cap_line) if line is not None]
+        ax.set_ylim(0, max(tops, default=1.0) * 1.15 or 1.0)
         ax.set_title(g.label, fontsize=10)
         ax.set_xlabel(f"{analysis.length_axis} (tokens)")
         ax.set_ylabel(f"KV ({unit})")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, loc="upper left")
+        ax.legend(fontsize=7, loc="best")
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()

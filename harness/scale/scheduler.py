@@ -68,6 +68,7 @@ class _TrackedServer:
             if self._owner_stopping:
                 return False
             self.killed = True
+        self._live.mark_killed(self._cell_id)  # before the stop: the worker may see the exit at once
         self._inner.stop()
         return True
 
@@ -86,10 +87,12 @@ class _LiveServers:
             if not late:
                 self._servers[cell_id] = tracked
         if late:  # started while the main thread was stopping everything: stop it here, void its verdict
-            if tracked.kill():
-                with self._lock:
-                    self.killed.add(cell_id)
+            tracked.kill()
         return tracked
+
+    def mark_killed(self, cell_id: str) -> None:
+        with self._lock:
+            self.killed.add(cell_id)
 
     def forget(self, cell_id: str, tracked: _TrackedServer) -> None:
         with self._lock:
@@ -101,20 +104,13 @@ class _LiveServers:
         with self._lock:
             self._stopping = True
             victims = list(self._servers.items())
-        killed: list[str] = []
-
-        def kill(cell_id: str, tracked: _TrackedServer) -> None:
-            if tracked.kill():
-                killed.append(cell_id)
-
-        threads = [threading.Thread(target=kill, args=v, name=f"stop-{v[0]}") for v in victims]
+        threads = [threading.Thread(target=tracked.kill, name=f"stop-{cell_id}") for cell_id, tracked in victims]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         with self._lock:
-            self.killed.update(killed)
-        return killed
+            return sorted(self.killed)
 
     def was_killed(self, cell_id: str) -> bool:
         with self._lock:

