@@ -149,9 +149,9 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
 
 
 def _gc_before_run(results_dir: Path, runtime_name: str) -> None:
-    from harness.gc import sweep
+    from harness.gc import sweep_before_run
 
-    swept = sweep(results_dir, [runtime_name] if runtime_name in ("docker", "podman") else [])
+    swept = sweep_before_run(results_dir, runtime_name)
     if swept.containers or swept.process_groups:
         Console(stderr=True).print(f"gc: removed {len(swept.containers)} leftover container(s) and "
                                    f"{len(swept.process_groups)} leftover process group(s) of killed runs",

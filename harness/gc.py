@@ -78,6 +78,11 @@ def sweep_process_groups(results_dir: Path, swept: Swept) -> None:
         record.unlink(missing_ok=True)
 
 
+def sweep_before_run(results_dir: Path, runtime_name: str) -> Swept:
+    """What every run (CLI or pytest) does first: reap what killed harness runs left, for this runtime."""
+    return sweep(results_dir, [runtime_name] if runtime_name in ("docker", "podman") else [])
+
+
 def sweep(results_dir: Path | None, engines: list[str], everything: bool = False) -> Swept:
     swept = Swept()
     if results_dir is not None and Path(results_dir).is_dir():

@@ -49,7 +49,10 @@ class _BootSession:
             from harness.runner import CellRunner, watch_config
             from harness.runtime import make_runtime
 
+            from harness.gc import sweep_before_run
+
             runtime = make_runtime(self.loaded)
+            sweep_before_run(Path(self.config.getoption("results_dir")), runtime.name)
             try:
                 runtime.preflight(self.cells)
             except UsageError as exc:

@@ -146,6 +146,10 @@ class CellRunner:
         if verdict.exit_code is None:
             verdict.exit_code = exit_code
         result = self._result(cell, verdict, server, argv, masker, sink, started_at, t0)
+        if result.container and result.container.oom_killed and result.outcome in ("crashed", "timeout"):
+            result.outcome, result.reason = "crashed", "oom_killed"
+            result.detail = f"the engine OOM-killed the container; {result.detail}"
+            result.matched = cell.expected.matches("crashed", "oom_killed") if cell.expected else None
         if gpus:
             result.gpus = list(gpus)
         return result
