@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from harness import __version__
+from harness.cli_scale import add_merge_parser, add_parallel_options, add_shard_option, apply_shard, cmd_merge
 from harness.errors import UsageError
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cells", help="list cell ids, one a line")
     _add_matrix(p)
     _add_selection(p)
+    add_shard_option(p)
     p.add_argument("--json", action="store_true", help="one JSON object per cell: id, axes, argv, env, expected")
 
     p = sub.add_parser("run", help="boot every selected cell and record the results")
@@ -45,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print what each cell would run, run nothing")
     p.add_argument("--timeout-s", type=float, help="override the matrix's per-cell deadline")
     p.add_argument("--keep-work", action="store_true", help="keep each cell's TMPDIR and caches under the run dir")
+    add_shard_option(p)
+    add_parallel_options(p)
 
     p = sub.add_parser("repro", help="print (or run) exactly what the harness runs for one cell")
     _add_matrix(p)
@@ -60,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", action="append", choices=["docker", "podman"],
                    help="container engines to sweep (default: every one that answers)")
     p.add_argument("--all", action="store_true", help="also containers of harness runs that are still alive")
+
+    add_merge_parser(sub)
 
     p = sub.add_parser("facts", help="what the parser finds in a saved vLLM server log")
     p.add_argument("logfile", type=Path)
@@ -89,11 +95,14 @@ def _selected(args: argparse.Namespace):
 
     loaded = load_matrix(args.matrix)
     cells = select_cells(expand_cells(loaded.matrix, str(args.matrix)), args.select, loaded.matrix)
-    return loaded, cells
+    return loaded, apply_shard(args, cells)
 
 
 def cmd_cells(args: argparse.Namespace, out: Console) -> int:
     _, cells = _selected(args)
+    if not cells:
+        Console(stderr=True).print(f"shard {args.shard_text}: none of the {args.shard_total} selected cells hashes "
+                                   "into this shard", highlight=False)
     for c in cells:
         if args.json:
             print(json.dumps({"id": c.id, "axes": c.axes, "server_args": c.server_args, "env": c.env,
@@ -107,13 +116,16 @@ def cmd_cells(args: argparse.Namespace, out: Console) -> int:
 def cmd_run(args: argparse.Namespace, out: Console) -> int:
     from harness.progress import LiveProgress, summary_table
     from harness.results.store import RunStore
-    from harness.runner import CellRunner, Interrupted, run_cells, watch_config
+    from harness.runner import CellRunner, Interrupted, watch_config
     from harness.runtime import make_runtime
     from harness.runtime.base import CellContext
     from harness.shell import format_shell
     from harness.secrets import Masker
+    from harness.cli_scale import check_resume_shard, empty_shard_run, plan_parallel, run_planned
 
     loaded, cells = _selected(args)
+    if not cells:  # an empty shard: not an error (see docs/scale.md)
+        return empty_shard_run(args, loaded, out)
     runtime = make_runtime(loaded)
     if args.dry_run:
         for c in cells:
@@ -122,20 +134,25 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
         return EXIT_OK
     _gc_before_run(args.results_dir if not args.resume else args.resume.parent, runtime.name)
     runtime.preflight(cells)
+    plan = plan_parallel(loaded, args)  # bad --parallel / no GPUs for gpus_per_cell: exit 2 before the run dir
     if args.resume:
         store = RunStore.open(args.resume, loaded)
+        check_resume_shard(store.run.shard, args.shard_text, args.resume)
         todo = [c for c in cells if c.id not in store.done()]
         store.run.status = "running"
     else:
-        store = RunStore.create(args.results_dir, loaded, runtime.name, selection=args.select)
+        store = RunStore.create(args.results_dir, loaded, runtime.name, selection=args.select, shard=args.shard_text)
         todo = cells
     store.order = [c.id for c in cells]
     err = Console(stderr=True)
-    err.print(f"run directory: {store.run_dir}  ({len(todo)} of {len(cells)} cells to boot)", highlight=False)
+    err.print(f"run directory: {store.run_dir}  ({len(todo)} of {len(cells)} cells to boot"
+              f"{f', shard {args.shard_text}' if args.shard_text else ''})", highlight=False)
+    if plan is not None:
+        err.print(plan.describe(), highlight=False)
     runner = CellRunner(loaded, runtime, store, watch_config(loaded, args.timeout_s), keep_work=args.keep_work)
     try:
         with LiveProgress(todo, err) as progress:
-            run_cells(todo, runner, progress)
+            run_planned(plan, todo, runner, progress)
     except (Interrupted, KeyboardInterrupt):
         err.print(f"interrupted: finished cells are kept in {store.run_dir} (continue with --resume {store.run_dir})",
                   highlight=False)
@@ -247,7 +264,7 @@ def cmd_facts(args: argparse.Namespace, out: Console) -> int:
 
 
 COMMANDS = {"validate": cmd_validate, "cells": cmd_cells, "run": cmd_run, "repro": cmd_repro, "gc": cmd_gc,
-            "facts": cmd_facts}
+            "facts": cmd_facts, "merge": cmd_merge}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,9 +1,11 @@
 """pytest plugin: a matrix as tests, one per cell, recorded exactly as `boot-harness run` records it.
 
-    pytest tests/test_boot_matrix.py --matrix examples/cpu-tiny.yaml [--results-dir D] [--select EXPR]
+    pytest tests/test_boot_matrix.py --matrix examples/cpu-tiny.yaml [--results-dir D] [--select EXPR] [--shard I/N]
 
 A test that asks for `boot_result` is parametrized over the matrix's cells (ids are the cell ids, so `-k` works);
-the fixture boots that cell and hands back its CellResult. `explain(result)` is the mismatch message.
+the fixture boots that cell and hands back its CellResult. `explain(result)` is the mismatch message. Each test
+carries the cell's outcome, reason and KV numbers as user properties: JUnit <properties> with
+`--junitxml F -o junit_family=xunit1`, `user_properties` with pytest-reportlog's `--report-log F`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--results-dir", default="results", help="where the run directory goes (default: results)")
     group.addoption("--select", action="append", default=None, metavar="EXPR", help="cells to take (as the CLI)")
     group.addoption("--boot-timeout", type=float, default=None, help="override the matrix's per-cell deadline (s)")
+    group.addoption("--shard", default=None, metavar="I/N", help="only shard I of N of the cells (as the CLI)")
 
 
 class _BootSession:
@@ -39,6 +42,13 @@ class _BootSession:
             self.loaded = load_matrix(path)
             self.cells = select_cells(expand_cells(self.loaded.matrix, path), config.getoption("select"),
                                       self.loaded.matrix)
+            self.shard = None
+            if config.getoption("shard"):
+                from harness.scale.shard import format_shard, parse_shard, shard_cells
+
+                i, n = parse_shard(config.getoption("shard"))
+                self.shard = format_shard(i, n)
+                self.cells = shard_cells(self.cells, i, n)
         except UsageError as exc:
             raise pytest.UsageError(str(exc)) from None
         self._runner = None
@@ -58,7 +68,7 @@ class _BootSession:
             except UsageError as exc:
                 pytest.fail(str(exc), pytrace=False)
             store = RunStore.create(Path(self.config.getoption("results_dir")), self.loaded, runtime.name,
-                                    selection=self.config.getoption("select"))
+                                    selection=self.config.getoption("select"), shard=self.shard)
             store.order = [c.id for c in self.cells]
             self._runner = CellRunner(self.loaded, runtime, store,
                                       watch_config(self.loaded, self.config.getoption("boot_timeout")))
@@ -72,7 +82,16 @@ class _BootSession:
 
     def finish(self, status: str) -> Path | None:
         if self._runner is None:
-            return None
+            if self.shard is None or self.cells:
+                return None
+            # An empty shard is not an error: write an empty complete run, as `boot-harness run --shard` does.
+            from harness.results.store import RunStore
+
+            store = RunStore.create(Path(self.config.getoption("results_dir")), self.loaded,
+                                    self.loaded.matrix.runtime, selection=self.config.getoption("select"),
+                                    shard=self.shard)
+            store.finish(status)
+            return store.run_dir
         self._runner.store.finish(status)
         return self._runner.store.run_dir
 
@@ -95,7 +114,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def boot_result(request: pytest.FixtureRequest, matrix_cell: Cell) -> CellResult:
     """Boot this test's cell for real and return its record (already written to the run directory)."""
-    return _session(request.config).run(matrix_cell)
+    from harness.scale.junit import cell_properties
+
+    result = _session(request.config).run(matrix_cell)
+    request.node.user_properties.extend(cell_properties(result))  # JUnit <properties> (xunit1), reportlog
+    return result
 
 
 def explain(result: CellResult) -> str:

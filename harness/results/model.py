@@ -88,6 +88,10 @@ class CellResult(_Record):
     patches: list[AppliedPatch] = []
     gpus: list[GpuInfo] = []
     attempts: int = 1
+    contaminated: bool = Field(
+        False, description="an earlier attempt was refused with gpu_memory_busy while memory was still held (not the "
+                           "configuration's verdict); it was discarded, its log kept as logs/<cell_id>.attempt1.log, "
+                           "and the cell booted once more after the idle wait")
 
 
 class MatrixRef(_Record):
@@ -103,6 +107,19 @@ class HostInfo(_Record):
     cpu_count: int | None = None
 
 
+class MergeSource(_Record):
+    """One run that `boot-harness merge` took cells from."""
+
+    run_id: str
+    shard: str | None = None
+    status: Literal["running", "complete", "interrupted"]
+    host: HostInfo
+    started_at: datetime
+    finished_at: datetime | None = None
+    harness_version: str
+    cells: list[str] = Field([], description="the ids of the cells this run contributed")
+
+
 class RunResult(_Record):
     schema_version: Literal[1] = SCHEMA_VERSION
     run_id: str
@@ -115,5 +132,7 @@ class RunResult(_Record):
     harness_version: str
     selection: list[str] = []
     shard: str | None = None
+    merged_from: list[MergeSource] = Field(
+        [], description="the runs `boot-harness merge` combined into this one; empty for a run that booted its cells")
     cells: list[CellResult] = []
     summary: dict[str, int] = Field(default_factory=dict, description="count per outcome, plus matched/mismatched")

@@ -1,0 +1,141 @@
+"""How to put the runs of a matrix's shards back together: `boot-harness merge RUN_DIR... --out DIR` makes one run
+directory — every cell's record and log, a fresh results.json — and refuses inputs that are not pieces of one run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from rich.console import Console
+
+from harness.cells import expand_cells
+from harness.cli_scale import add_merge_parser, cmd_merge
+from harness.errors import UsageError
+from harness.matrix.load import load_matrix
+from harness.results.model import CellResult, Expected, RunResult
+from harness.results.store import RunStore, load_run
+from harness.scale.merge import MERGE_FILE, merge_runs
+from harness.scale.shard import shard_cells
+
+FAKE = str(Path(__file__).resolve().parents[1] / "fakes" / "fake_vllm.py")
+
+
+def write_matrix(tmp_path: Path, lengths=(1024, 2048, 4096, 8192), name="m.yaml") -> Path:
+    doc = {"name": "grid", "command": [sys.executable, FAKE], "model": "fake",
+           "axes": {"max_model_len": {"flag": "--max-model-len", "values": list(lengths)},
+                    "spec": {"off": {}, "draft": {}}},
+           "expect": [{"where": {"spec": "off"}, "outcome": "booted"}]}
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def cell_result(cell) -> CellResult:
+    booted = cell.axes["spec"] == "off"
+    return CellResult(cell_id=cell.id, axes=cell.axes, runtime="process", argv=["vllm"], env={},
+                      outcome="booted" if booted else "refused", reason="ready" if booted else "kv_insufficient",
+                      expected=Expected(outcome="booted") if booted else None, matched=True if booted else None,
+                      log_path=f"logs/{cell.id}.log")
+
+
+def shard_run(tmp_path: Path, matrix: Path, i: int, n: int, status: str = "complete", cells=None) -> Path:
+    loaded = load_matrix(matrix)
+    all_cells = expand_cells(loaded.matrix)
+    store = RunStore.create(tmp_path / "shards" / f"s{i}", loaded, "process", shard=f"{i}/{n}" if n else None)
+    store.order = [c.id for c in all_cells]
+    for c in cells if cells is not None else shard_cells(all_cells, i, n):
+        store.log_path(c.id).write_text(f"log of {c.id}\n")
+        store.record(cell_result(c))
+    (store.run_dir / "patches" / "x").mkdir(parents=True)
+    (store.run_dir / "patches" / "x" / f"kept-{i}.py").write_text("patched\n")
+    store.finish(status)
+    return store.run_dir
+
+
+def test_two_shards_merge_into_one_complete_run_in_matrix_order(tmp_path):
+    m = write_matrix(tmp_path)
+    runs = [shard_run(tmp_path, m, i, 2) for i in (1, 2)]
+    out = merge_runs(runs, tmp_path / "merged", matrix_path=m)
+    every = [c.id for c in expand_cells(load_matrix(m).matrix)]
+    run = load_run(tmp_path / "merged")  # an ordinary run directory
+    written = RunResult.model_validate_json((tmp_path / "merged" / "results.json").read_text())
+    assert [c.cell_id for c in written.cells] == every, "matrix order, not shard order"
+    assert sorted(c.cell_id for c in run.cells) == sorted(every)
+    assert written.status == "complete" and written.shard is None and written.run_id == "merged"
+    assert written.summary["cells"] == len(every) and written.summary["matched"] == len(every) // 2
+    for cid in every:
+        assert (tmp_path / "merged" / "logs" / f"{cid}.log").read_text() == f"log of {cid}\n"
+        assert (tmp_path / "merged" / "cells" / f"{cid}.json").is_file()
+    assert {p.name for p in (tmp_path / "merged" / "patches" / "x").iterdir()} == {"kept-1.py", "kept-2.py"}
+    sources = json.loads((tmp_path / "merged" / MERGE_FILE).read_text())["merged_from"]
+    assert [s["shard"] for s in sources] == ["1/2", "2/2"]
+    assert sorted(sum((s["cells"] for s in sources), [])) == sorted(every)
+    if "merged_from" in RunResult.model_fields:
+        assert [s.run_id for s in written.merged_from] == [r.name for r in runs]
+    assert out.warnings == []
+
+
+def test_a_cell_in_two_runs_is_refused(tmp_path):
+    m = write_matrix(tmp_path)
+    cells = expand_cells(load_matrix(m).matrix)
+    a = shard_run(tmp_path, m, 1, 0, cells=cells[:3])
+    b = shard_run(tmp_path, m, 2, 0, cells=cells[2:])
+    with pytest.raises(UsageError, match=f"cell {cells[2].id} is in both"):
+        merge_runs([a, b], tmp_path / "merged")
+    assert not (tmp_path / "merged").exists()
+
+
+def test_runs_of_different_matrices_are_refused(tmp_path):
+    a = shard_run(tmp_path, write_matrix(tmp_path), 1, 2)
+    other = write_matrix(tmp_path, lengths=(1024, 2048), name="other.yaml")
+    b = shard_run(tmp_path, other, 2, 2)
+    with pytest.raises(UsageError, match="different matrices"):
+        merge_runs([a, b], tmp_path / "merged")
+
+
+@pytest.mark.parametrize("shards,says", [([(1, 2), (1, 3)], "different splits"), ([(1, 2), (1, 2)], "twice")])
+def test_shards_of_different_splits_or_the_same_shard_twice_are_refused(tmp_path, shards, says):
+    m = write_matrix(tmp_path)
+    loaded = load_matrix(m)
+    runs = []
+    for k, (i, n) in enumerate(shards):
+        store = RunStore.create(tmp_path / "shards", loaded, "process", shard=f"{i}/{n}", run_id=f"r{k}")
+        store.finish("complete")
+        runs.append(store.run_dir)
+    with pytest.raises(UsageError, match=says):
+        merge_runs(runs, tmp_path / "merged")
+
+
+def test_a_missing_shard_or_an_interrupted_one_makes_the_merge_interrupted(tmp_path):
+    m = write_matrix(tmp_path)
+    only = merge_runs([shard_run(tmp_path, m, 1, 3)], tmp_path / "m1", matrix_path=m)
+    assert only.run.status == "interrupted" and any("2/3, 3/3" in w for w in only.warnings)
+    runs = [shard_run(tmp_path / "b", m, 1, 2), shard_run(tmp_path / "b", m, 2, 2, status="interrupted")]
+    out = merge_runs(runs, tmp_path / "m2", matrix_path=m)
+    assert out.run.status == "interrupted"
+
+
+def test_the_output_must_be_new_or_empty(tmp_path):
+    m = write_matrix(tmp_path)
+    runs = [shard_run(tmp_path, m, i, 2) for i in (1, 2)]
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "x").write_text("")
+    with pytest.raises(UsageError, match="not an empty directory"):
+        merge_runs(runs, tmp_path / "busy")
+    with pytest.raises(UsageError, match="inside the input"):
+        merge_runs(runs, runs[0] / "merged")
+
+
+def test_the_merge_command_prints_one_line_and_the_results_path(tmp_path, capsys):
+    m = write_matrix(tmp_path)
+    runs = [shard_run(tmp_path, m, i, 2) for i in (1, 2)]
+    p = argparse.ArgumentParser()
+    add_merge_parser(p.add_subparsers(dest="command"))
+    args = p.parse_args(["merge", *map(str, runs), "--out", str(tmp_path / "merged")])
+    assert cmd_merge(args, Console(width=300)) == 0
+    out = capsys.readouterr().out
+    assert "merged 2 run(s), 8 cells (4 matched, 0 mismatched)" in out and "complete" in out
