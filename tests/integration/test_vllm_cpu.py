@@ -24,18 +24,21 @@ KIB = 1024
 
 
 @pytest.fixture(scope="module")
-def example_run(vllm_cpu, tmp_path_factory):
-    """`boot-harness run --matrix examples/cpu-tiny.yaml`, exactly as the README runs it."""
-    results = tmp_path_factory.mktemp("cpu-example")
-    proc = harness_cli("run", "--matrix", str(CPU_EXAMPLE), "--results-dir", str(results), env=vllm_cpu)
-    run_dir = only_run_dir(results)
-    cells = {c["cell_id"]: c for c in read_run(run_dir)["cells"]}
-    return proc, run_dir, cells
+def example_run(cpu_example_shards):
+    """The CPU example's cells, from the merged run of its two shards (see cpu_example_shards)."""
+    base, procs, merge = cpu_example_shards
+    run_dir = base / "merged"
+    cells = {c["cell_id"]: c for c in read_run(run_dir)["cells"]} if (run_dir / "results.json").exists() else {}
+    return (procs, merge), run_dir, cells
 
 
-def test_the_cpu_example_exits_0_with_every_expectation_matched(example_run):
-    proc, run_dir, cells = example_run
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+def test_the_cpu_example_exits_0_with_every_expectation_matched(example_run, vllm_cpu):
+    (procs, merge), run_dir, cells = example_run
+    for proc in procs.values():
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert merge.returncode == 0, merge.stderr
+    every = harness_cli("cells", "--matrix", str(CPU_EXAMPLE), env=vllm_cpu).stdout.split()
+    assert sorted(cells) == sorted(every), "the shards' union is the whole matrix"
     run = read_run(run_dir)
     assert run["status"] == "complete" and run["summary"]["mismatched"] == 0
     assert len(cells) == 6 and all(c["matched"] for c in cells.values())
@@ -53,7 +56,10 @@ def test_without_speculation_the_tight_kv_boots_and_logs_its_capacity(example_ru
 
 def test_the_draft_model_tips_the_same_length_into_a_kv_refusal_with_its_numbers(example_run):
     cell = example_run[2]["mml2048-spec_draft-kv_tight"]
-    assert (cell["outcome"], cell["reason"], cell["exit_code"]) == ("refused", "kv_insufficient", 1)
+    assert (cell["outcome"], cell["reason"]) == ("refused", "kv_insufficient")
+    # vLLM exits 1 some seconds after the refusal; on a loaded 2-core machine it may take longer than linger_s, and
+    # then the exit code is our SIGTERM's. Either way the verdict was taken at the line.
+    assert cell["exit_code"] in (1, -15)
     r = cell["refusal"]
     assert r["max_seq_len"] == 2048
     assert r["needed_gib"] is not None and r["available_gib"] is not None  # both print as ~0.0 GiB at this size
