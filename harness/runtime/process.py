@@ -47,6 +47,7 @@ def _child_setup() -> None:
 def cell_dirs(work_dir: Path) -> dict[str, str]:
     """A private TMPDIR and caches per cell. TMPDIR is short and outside the run directory: vLLM puts its zmq IPC
     sockets there, and a unix socket path longer than 107 bytes makes the engine fail to start."""
+    work_dir.mkdir(parents=True, exist_ok=True)
     short_tmp = work_dir / "tmp"
     if not short_tmp.exists():
         short_tmp.symlink_to(tempfile.mkdtemp(prefix="bh-"))
