@@ -46,6 +46,8 @@ def pct(values: list[float], p: float) -> float:
 
 def side_by_side(cells: list[Cell], runner: CellRunner, bare: Bare, rounds: int) -> None:
     latencies: list[float] = []
+    health_lat: list[float] = []  # readiness line -> /health 200 seen
+    probe_lat: list[float] = []  # /health 200 -> the one-token probe answered (the verdict)
     rows: list[tuple[str, dict]] = []
     for r in range(rounds):
         for cell in cells:
@@ -58,6 +60,9 @@ def side_by_side(cells: list[Cell], runner: CellRunner, bare: Bare, rounds: int)
                     lat = None if event is None or t.verdict_s is None else t.verdict_s - event
                     if lat is not None:
                         latencies.append(lat)
+                    if res.outcome == "booted" and t.ready_s is not None and t.ready_line_s is not None:
+                        health_lat.append(t.ready_s - t.ready_line_s)
+                        probe_lat.append(t.verdict_s - t.ready_s)
                     got[who] = (f"{res.outcome}/{res.reason}", t.total_s, lat, t.verdict_s)
                 else:
                     verdict, wall = bare(cell, r)
@@ -71,6 +76,9 @@ def side_by_side(cells: list[Cell], runner: CellRunner, bare: Bare, rounds: int)
     if latencies:
         print(f"n={len(latencies)}  p50={statistics.median(latencies):.3f}s  p95={pct(latencies, 95):.3f}s  "
               f"max={max(latencies):.3f}s   target: p95 <= 0.300s")
+    if health_lat:
+        print(f"  boots, split: readiness line -> /health 200 seen p95={pct(health_lat, 95):.3f}s; "
+              f"/health 200 -> probe served (verdict) p95={pct(probe_lat, 95):.3f}s")
     print("\n== wall time per cell: harness (start to torn down) / bare loop (start to its verdict, torn down) ==")
     for cell in cells:
         hs = [g["harness"][1] for cid, g in rows if cid == cell.id]

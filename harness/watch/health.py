@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass
 
 import requests
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, retry_if_result, wait_fixed
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, retry_if_result
 
 from harness.watch.events import Clock, Event, EventQueue
 
@@ -29,6 +29,7 @@ class HealthPoller:
         self.interval_s, self.request_timeout_s = interval_s, request_timeout_s
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._burst_until = float("-inf")
         self._thread = threading.Thread(target=self._run, daemon=True, name="health-poller")
         self.session = requests.Session()
 
@@ -36,8 +37,15 @@ class HealthPoller:
         self._thread.start()
         return self
 
+    #: After a readiness line the server is about to listen: ask every 50 ms for a while instead of every interval.
+    BURST_S, BURST_INTERVAL_S = 3.0, 0.05
+
     def wake(self) -> None:
+        self._burst_until = self.clock() + self.BURST_S
         self._wake.set()
+
+    def _wait(self, _: RetryCallState) -> float:
+        return self.BURST_INTERVAL_S if self.clock() < self._burst_until else self.interval_s
 
     def stop(self) -> None:
         self._stop.set()
@@ -56,7 +64,7 @@ class HealthPoller:
         retrying = Retrying(
             retry=retry_if_result(lambda ok: not ok) | retry_if_exception_type(requests.RequestException),
             stop=self._should_stop,
-            wait=wait_fixed(self.interval_s),
+            wait=self._wait,
             sleep=self._sleep,
             retry_error_callback=lambda _: False,
         )
