@@ -86,7 +86,8 @@ def generated(rng: random.Random) -> object:
     """Text that was never a log line: keywords in random company, random unicode, random bytes."""
     how = rng.randrange(3)
     if how == 0:
-        return " ".join(rng.choice(KEYWORDS + tuple(NUMBERS) + ("(", ")", "GiB", ":")) for _ in range(rng.randint(1, 20)))
+        words = KEYWORDS + tuple(NUMBERS) + ("(", ")", "GiB", ":")
+        return " ".join(rng.choice(words) for _ in range(rng.randint(1, 20)))
     if how == 1:
         return "".join(chr(rng.randrange(0x110000)) if rng.random() < 0.3 else rng.choice(JUNK)
                        for _ in range(rng.randint(0, 200))).encode("utf-8", "replace").decode("utf-8", "replace")

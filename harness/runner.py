@@ -141,6 +141,7 @@ class CellRunner:
                     exit_code = server.stop()
                     if watch is not None:
                         watch.collect_rest()
+            events.close()
             sink.close()
             _remove_work(work, self.keep_work)
         if verdict.exit_code is None:

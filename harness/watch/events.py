@@ -28,14 +28,34 @@ class EventQueue(Protocol):
 
 
 class ThreadedEvents:
-    """The real queue: producers are the log reader, the exit waiter and the health poller threads."""
+    """The real queue: producers are the log reader, the exit waiter and the health poller threads.
 
-    def __init__(self, clock: Clock = time.monotonic):
+    Bounded, so a server flooding its log is slowed to the pace the watch loop reads at (the pipe fills, the server
+    blocks on write) instead of growing our memory; once closed, producers drop what they have and end."""
+
+    MAXSIZE = 4096
+
+    def __init__(self, clock: Clock = time.monotonic, maxsize: int = MAXSIZE):
         self.clock = clock
-        self._q: queue.Queue[Event] = queue.Queue()
+        self._q: queue.Queue[Event] = queue.Queue(maxsize=maxsize)
+        self._closed = False
 
     def put(self, event: Event) -> None:
-        self._q.put(event)
+        while not self._closed:
+            try:
+                self._q.put(event, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def close(self) -> None:
+        """Nobody reads any more: let blocked producers go, and drop what is queued."""
+        self._closed = True
+        try:
+            while True:
+                self._q.get_nowait()
+        except queue.Empty:
+            pass
 
     def line_sink(self, text: str | None) -> None:
         self.put(Event("eof", self.clock()) if text is None else Event("line", self.clock(), text=text))

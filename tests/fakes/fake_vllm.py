@@ -2,9 +2,26 @@
 """A stand-in for `vllm serve` with scripted behaviour, for fast tests of the watch loop and the process runtime.
 
 It takes vLLM's `--host/--port/--model` and ignores other flags. FAKE_VLLM_SCENARIO picks the shape:
-boot, refuse, refuse_hang, crash, exit0, hang, ignore_term, probe_fail, die_after_ready, garbage, never_bind.
-FAKE_VLLM_DELAY (seconds, default 0.3) is how long "loading" takes. Real vLLM is tested elsewhere; these are faults it
-cannot be made to show on demand.
+boot, refuse, refuse_hang, crash, exit0, hang, ignore_term, probe_fail, die_after_ready, garbage, never_bind,
+and for the reliability suite (tests/reliability):
+  dead_after_health  answers /health 200 once, then 503 (and completions 500), and exits 1 a second later
+  exit_after_health  answers /health 200 once and exits 1 at once, before the harness can look at the listener
+  flood              writes FAKE_VLLM_FLOOD_MB megabytes of log (ordinary lines, 100 KiB lines, binary junk,
+                     a 1 MiB line) before it boots, or, with FAKE_VLLM_FLOOD_WHEN=ready, right after it is ready;
+                     FAKE_VLLM_FLOOD_LINE_KB=N makes every line N KiB
+  partial            a refusal written in pieces (split mid-line, `\\r` redraws, junk bytes), the last line without
+                     its newline, then exit 1
+FAKE_VLLM_DELAY (seconds, default 0.3) is how long "loading" takes. Knobs that combine with any scenario:
+  FAKE_VLLM_IGNORE_TERM=1   ignore SIGTERM (vLLM does mid-start-up)
+  FAKE_VLLM_CHILD=1         start an "engine core" child in the same process group (prints `engine core pid=N`);
+                            it ignores SIGTERM when the parent does, and outlives a SIGKILLed parent
+  FAKE_VLLM_PROBE_DELAY=S   a completion takes S seconds (a harness is "after ready, in the probe" meanwhile)
+  FAKE_VLLM_LOG_REQUESTS=1  log every request served, with this server's pid and port
+  FAKE_VLLM_ECHO_ENV=1      print the whole environment into the log (vLLM echoes its args; this is worse)
+  FAKE_VLLM_ERROR_TEXT=T    `crash` prints `ValueError: T` as its last error line (it becomes the cell's detail)
+  FAKE_VLLM_MARKS=DIR       touch DIR/<phase>.<pid> at each phase: started, child, bound, probe (a completion
+                            arrived): how a test outside the harness knows where the boot is
+Real vLLM is tested elsewhere; these are faults it cannot be made to show on demand.
 """
 
 import json
@@ -33,44 +50,142 @@ def log(line: str) -> None:
     sys.stdout.flush()
 
 
+def raw(data: bytes) -> None:
+    sys.stdout.buffer.write(data)
+    sys.stdout.flush()
+
+
+def flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
+
+
+def mark(phase: str, pid: int | None = None) -> None:
+    marks = os.environ.get("FAKE_VLLM_MARKS")
+    if marks:
+        with open(os.path.join(marks, f"{phase}.{pid or os.getpid()}"), "w"):
+            pass
+
+
 class Handler(BaseHTTPRequestHandler):
     healthy = True
     probe_ok = True
+    health_answers = None  # how many /health 200s before the engine "dies" (None: forever)
+    exit_after_health = False
+    probe_delay = 0.0
+    log_requests = False
 
     def log_message(self, *a):  # quiet
         pass
 
     def _send(self, code: int, body: dict) -> None:
+        if Handler.log_requests:  # before the answer: once the client has it, this server may be stopped at once
+            log(f"fake: served {self.command} {self.path} {code} pid={os.getpid()} port={self.server.server_port}")
         data = json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+        self.wfile.flush()
 
     def do_GET(self):
         if self.path == "/health":
-            self._send(200 if Handler.healthy else 503, {})
+            code = 200 if Handler.healthy else 503
+            if code == 200 and Handler.health_answers is not None:
+                Handler.health_answers -= 1
+                if Handler.health_answers <= 0:
+                    Handler.healthy = False
+                    Handler.probe_ok = False
+            self._send(code, {})
+            if code == 200 and Handler.exit_after_health:
+                os._exit(1)
         elif self.path == "/v1/models":
             self._send(200, {"data": [{"id": arg("--model", "fake")}]})
         else:
             self._send(404, {})
 
     def do_POST(self):
+        mark("probe")
+        if Handler.probe_delay:
+            time.sleep(Handler.probe_delay)
         if self.path == "/v1/completions" and Handler.probe_ok:
             self._send(200, {"choices": [{"text": "x"}]})
         else:
             self._send(500, {"error": "engine dead"})
 
 
+def start_child(ignore_term: bool) -> None:
+    """An engine-core stand-in: same process group, no PDEATHSIG of its own, so it survives a SIGKILLed parent."""
+    pid = os.fork()
+    if pid == 0:
+        if ignore_term:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.closerange(3, 1024)
+        while True:
+            time.sleep(3600)
+    log(f"INFO 11-29 10:00:00 [core.py:1] engine core pid={pid}")
+    mark("child", pid)
+
+
+def flood(megabytes: float) -> None:
+    """Megabytes of log as fast as a pipe takes it: what a server stuck in a warning loop prints. With
+    FAKE_VLLM_FLOOD_LINE_KB=N every line is N KiB long instead of the mix."""
+    line_kb = float(os.environ.get("FAKE_VLLM_FLOOD_LINE_KB", "0") or 0)
+    if line_kb:
+        line = b"WARNING 11-29 10:00:00 [flood.py:3] " + b"w" * int(line_kb * 1024) + b"\n"
+        for _ in range(int(megabytes * 1024 / line_kb)):
+            raw(line)
+        return
+    ordinary = (b"WARNING 11-29 10:00:00 [flood.py:1] the same warning again, and again, and again: "
+                + b"x" * 60 + b"\n")
+    long_line = b"INFO 11-29 10:00:00 [flood.py:2] " + b"y" * (100 * 1024) + b"\n"
+    junk = bytes(range(256)).replace(b"\n", b"") * 4 + b"\n"
+    block = ordinary * 200 + long_line + junk * 10 + b"no newline " * 20
+    budget = int(megabytes * 1024 * 1024)
+    written = 0
+    endless_done = False
+    while written < budget:
+        if not endless_done and written > budget // 2:
+            raw(b"z" * (1024 * 1024) + b"\n")  # one 1 MiB line
+            written += 1024 * 1024
+            endless_done = True
+            continue
+        raw(block)
+        written += len(block)
+    raw(b"\n")
+
+
+def partial(delay: float) -> None:
+    raw(b"INFO 11-29 10:00:00 [loader.py:1] Loading weights: 10%\r")
+    time.sleep(delay / 3)
+    raw(b"Loading weights: 55%\rLoading weights: 100%\n")
+    raw(b"\xff\xfe\x00 half a multibyte char \xe2\x82")
+    time.sleep(delay / 3)
+    raw(b"\xac and the rest\n")
+    head, tail = REFUSAL[:70].encode(), REFUSAL[70:].encode()
+    raw(head)
+    time.sleep(delay / 3)
+    raw(tail)  # the refusal's last line never gets its newline: the process exits first
+    os._exit(1)
+
+
 def main() -> None:
     scenario = os.environ.get("FAKE_VLLM_SCENARIO", "boot")
     delay = float(os.environ.get("FAKE_VLLM_DELAY", "0.3"))
     host, port = arg("--host", "127.0.0.1"), int(arg("--port", "8000"))
-    if scenario == "ignore_term":
+    ignore_term = scenario == "ignore_term" or flag("FAKE_VLLM_IGNORE_TERM")
+    if ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     log("INFO 11-29 10:00:00 [api_server.py:1] vLLM API server version 0.0.0-fake")
+    mark("started")
     log(f"INFO 11-29 10:00:00 [api_server.py:2] args: {' '.join(sys.argv[1:])}")
+    if flag("FAKE_VLLM_ECHO_ENV"):
+        log("INFO 11-29 10:00:00 [api_server.py:2] environment: "
+            + " ".join(f"{k}={v}" for k, v in sorted(os.environ.items())))
+    if flag("FAKE_VLLM_CHILD"):
+        start_child(ignore_term)
+    if scenario == "partial":
+        partial(delay)
     time.sleep(delay)
     if scenario in ("refuse", "refuse_hang"):
         log(REFUSAL)
@@ -81,7 +196,8 @@ def main() -> None:
         sys.exit(1)
     if scenario == "crash":
         log("Traceback (most recent call last):")
-        log("SomethingError: boom")
+        text = os.environ.get("FAKE_VLLM_ERROR_TEXT")
+        log(f"ValueError: {text}" if text else "SomethingError: boom")
         sys.exit(3)
     if scenario == "exit0":
         sys.exit(0)
@@ -91,18 +207,38 @@ def main() -> None:
     if scenario == "garbage":
         sys.stdout.buffer.write(b"\x00\xff\xfe garbage \x1b[31m partial")
         sys.stdout.flush()
+    flood_mb = float(os.environ.get("FAKE_VLLM_FLOOD_MB", "200"))
+    flood_after_ready = os.environ.get("FAKE_VLLM_FLOOD_WHEN", "boot") == "ready"
+    if scenario == "flood" and not flood_after_ready:
+        flood(flood_mb)
     log("INFO 11-29 10:00:01 [gpu_worker.py:1] Available KV cache memory: 0.5 GiB")
     log("INFO 11-29 10:00:01 [kv_cache_utils.py:1] GPU KV cache size: 10,720 tokens")
     Handler.probe_ok = scenario != "probe_fail"
+    Handler.probe_delay = float(os.environ.get("FAKE_VLLM_PROBE_DELAY", "0") or 0)
+    Handler.log_requests = flag("FAKE_VLLM_LOG_REQUESTS")
+    if scenario == "dead_after_health":
+        Handler.health_answers = 1
+    Handler.exit_after_health = scenario == "exit_after_health"
     server = ThreadingHTTPServer((host, port), Handler)
+    mark("bound")
     log(f"INFO 11-29 10:00:02 [api_server.py:3] Starting vLLM API server 0 on http://{host}:{port}")
     log("INFO:     Application startup complete.")
+    if scenario == "flood" and flood_after_ready:
+        threading.Thread(target=flood, args=(flood_mb,), daemon=True).start()
     if scenario == "die_after_ready":
         def die():
             time.sleep(0.2)
             Handler.healthy = False
             Handler.probe_ok = False
         threading.Thread(target=die, daemon=True).start()
+    if scenario == "dead_after_health":
+        def shut_down():
+            while Handler.healthy:
+                time.sleep(0.05)
+            time.sleep(1.0)
+            log("ERROR 11-29 10:00:03 [core.py:9] EngineCore died unexpectedly")
+            os._exit(1)
+        threading.Thread(target=shut_down, daemon=True).start()
     server.serve_forever()
 
 

@@ -1,0 +1,322 @@
+"""What the reliability suite shares: fake-server matrices, a `boot-harness` child process to signal, what is left of
+a run's servers (process groups, containers), and the figures the suite measured (printed at the end of the session,
+and written as JSON to $RELIABILITY_FIGURES when it is set; docs/reliability.md quotes them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, require
+from tests.integration.conftest import vllm_cpu  # noqa: F401 - the fixture (test_kills_real.py)
+
+FAKE = ROOT / "tests" / "fakes" / "fake_vllm.py"
+IMAGE = os.environ.get("VLLM_CPU_IMAGE", "boot-harness/vllm-cpu:latest")
+OWNER_LABEL = "boot-harness.owner-pid"
+
+# ---------------------------------------------------------------------------------------------------- the figures
+
+FIGURES: dict[str, list] = defaultdict(list)
+
+
+def figure(key: str, value) -> None:
+    """Keep one measurement (a time to clean, an RSS, a count) for the end-of-session table."""
+    FIGURES[key].append(value)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not FIGURES:
+        return
+    terminalreporter.write_sep("-", "reliability figures")
+    for key in sorted(FIGURES):
+        values = FIGURES[key]
+        nums = [v for v in values if isinstance(v, (int, float))]
+        if nums and len(nums) == len(values):
+            terminalreporter.write_line(f"{key}: n={len(nums)} min={min(nums):.3f} "
+                                        f"median={sorted(nums)[len(nums) // 2]:.3f} max={max(nums):.3f}")
+        else:
+            terminalreporter.write_line(f"{key}: {values}")
+    out = os.environ.get("RELIABILITY_FIGURES")
+    if out:
+        Path(out).write_text(json.dumps(FIGURES, indent=2, sort_keys=True))
+
+
+# ---------------------------------------------------------------------------------------------------- matrices
+
+
+def fake_matrix(path: Path, cases: dict[str, dict[str, str]], runtime: str = "process",
+                extra_mounts: list[dict] | None = None, **top) -> Path:
+    """One named axis `case`, each value a fake-server scenario given by its env (FAKE_VLLM_*).
+
+    Process runtime: the fake runs with this interpreter. Container runtime: the fake is mounted into the local vLLM
+    CPU image and run by its Python, listening on 0.0.0.0:8000 inside."""
+    doc: dict = {"name": "fake", "model": "fake-model", "timeout_s": 20, "linger_s": 2}
+    if runtime == "process":
+        doc["command"] = [sys.executable, str(FAKE)]
+    else:
+        doc.update(runtime=runtime, image=IMAGE, entrypoint=["/opt/venv/bin/python", "/fake/fake_vllm.py"],
+                   args=["--host", "0.0.0.0", "--port", "8000"],
+                   mounts=[{"source": str(FAKE.parent), "target": "/fake"}, *(extra_mounts or [])])
+    doc["axes"] = {"case": {name: {"env": env} for name, env in cases.items()}}
+    doc.update(top)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def run_dirs(results: Path) -> list[Path]:
+    return sorted(p for p in results.iterdir() if (p / "results.json").exists()) if results.exists() else []
+
+
+def only_run(results: Path) -> Path:
+    runs = run_dirs(results)
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+# ---------------------------------------------------------------------------------------------------- the harness
+
+
+def cli(*args: str, env: dict | None = None, timeout: float = 300, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "NO_COLOR": "1", **(env or {})})
+
+
+class Harness:
+    """`boot-harness ARGS` as a child process we can signal; its output goes to a file, so it never blocks on a pipe."""
+
+    def __init__(self, *args: str, env: dict | None = None, log: Path):
+        self.log = log
+        self._out = log.open("w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "harness.cli", *args], cwd=ROOT, stdout=self._out,
+                                     stderr=subprocess.STDOUT, text=True,
+                                     env={**os.environ, "NO_COLOR": "1", **(env or {})})
+        self.pid = self.proc.pid
+
+    def signal(self, sig: int) -> float:
+        self.proc.send_signal(sig)
+        return time.monotonic()
+
+    def wait(self, timeout: float = 120) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._out.close()
+
+    @property
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._out.close()
+
+
+@pytest.fixture
+def harnesses():
+    """Start harness processes through this; any still running when the test ends is killed (and said so)."""
+    started: list[Harness] = []
+
+    def start(*args: str, env: dict | None = None, log: Path) -> Harness:
+        h = Harness(*args, env=env, log=log)
+        started.append(h)
+        return h
+
+    yield start
+    for h in started:
+        h.kill()
+
+
+def wait_for(what: str, pred: Callable[[], object], timeout: float, every: float = 0.02):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = pred()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(every)
+
+
+# ---------------------------------------------------------------------------------------------------- what is left
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+#: Every process this session starts inherits it (the process runtime passes its environment on), so a pid that was
+#: ours and has been reused since is never counted, nor killed, by these tests: the host's pid_max may be 32768.
+SESSION_VAR = "BOOT_HARNESS_RELIABILITY_SESSION"
+os.environ.setdefault(SESSION_VAR, uuid.uuid4().hex)
+_SESSION_MARK = f"{SESSION_VAR}={os.environ[SESSION_VAR]}".encode()
+
+
+def _ours(pid: int) -> bool:
+    try:
+        return _SESSION_MARK in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def live(pid: int) -> bool:
+    """One of this session's processes, running and not a zombie (a zombie holds no memory and no GPU; it waits for
+    its parent to read its status)."""
+    st = _stat(pid)
+    return st is not None and st[0] not in ("Z", "X") and _ours(pid)
+
+
+def group_members(pgid: int) -> list[int]:
+    """This session's live processes whose process group is `pgid`."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            st = _stat(int(entry.name))
+            if st is not None and int(st[2]) == pgid and st[0] not in ("Z", "X") and _ours(int(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
+def marks(d: Path, phase: str) -> list[int]:
+    """PIDs that reached `phase` (the fake's FAKE_VLLM_MARKS files)."""
+    return [int(p.name.split(".", 1)[1]) for p in d.glob(f"{phase}.*")]
+
+
+def server_pids(mark_dir: Path) -> set[int]:
+    """Every fake server (and engine-core child) that a run started, from its marks."""
+    return {int(p.name.split(".", 1)[1]) for p in mark_dir.glob("*.*")}
+
+
+def containers(label: str = OWNER_LABEL, value: str | None = None) -> list[str]:
+    flt = f"label={label}" if value is None else f"label={label}={value}"
+    out = subprocess.run(["docker", "ps", "-a", "--filter", flt, "--format", "{{.Names}}"], capture_output=True,
+                         text=True, timeout=60).stdout
+    return [n for n in out.split() if n]
+
+
+def remove_containers(names: list[str]) -> None:
+    if names:
+        subprocess.run(["docker", "rm", "-f", *names], capture_output=True, timeout=120)
+
+
+def kill_pids(pids) -> None:
+    """Clean-up after a test: SIGKILL those of `pids` that are still this session's processes."""
+    for pid in pids:
+        if live(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+# ---------------------------------------------------------------------------------------------------- components
+
+
+@pytest.fixture(scope="session")
+def docker_image() -> dict[str, str]:
+    """The Docker engine answers and the local vLLM CPU image is there (scripts/setup-container-example.sh)."""
+    try:
+        import docker
+
+        client = docker.from_env()
+        client.ping()
+        client.images.get(IMAGE)
+        ok = True
+    except Exception:  # noqa: BLE001
+        ok = False
+    require("the Docker engine with the local vLLM CPU image", ok, "run scripts/setup-container-example.sh")
+    return {"VLLM_CPU_IMAGE": IMAGE}
+
+
+def check_run_dir(run_dir: Path, killed: bool = False) -> dict:
+    """A run directory a reader can trust: results.json valid against its schema and equal to cells/*.json (after a
+    SIGKILL it may lack the one cell whose record was being written), no half-written files."""
+    import jsonschema
+
+    run = read_json(run_dir / "results.json")
+    schema = read_json(ROOT / "harness" / "schemas" / "results.schema.json")
+    jsonschema.validate(run, schema)
+    on_disk = {p.stem: read_json(p) for p in (run_dir / "cells").glob("*.json")}
+    listed = {c["cell_id"] for c in run["cells"]}
+    if killed:
+        assert listed <= set(on_disk) and len(set(on_disk) - listed) <= 1, "results.json lists cells not on disk"
+    else:
+        assert listed == set(on_disk), "results.json and cells/ disagree"
+    for c in run["cells"]:
+        assert c == on_disk[c["cell_id"]]
+    if not killed:
+        assert not list(run_dir.rglob(".*.tmp")), "a half-written file was left"
+    assert run["summary"]["cells"] == len(run["cells"])
+    return run
+
+
+#: Runs that sweep containers (every `run` of a container matrix, `gc`) remove any container of ours whose harness is
+#: dead, host-wide: tests that SIGKILL a container run and then count what is left take this lock.
+DOCKER_LOCK = threading.RLock()
+
+
+# ---------------------------------------------------------------------------------------------------- real vLLM
+
+#: runtime -> Future of the real-vLLM kill chain's observations (test_kills_real.py waits for them).
+REAL_CHAINS: dict[str, Future] = {}
+_HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Within this directory's block: fake-server tests first, then the docker ones (they wait for the real container
+    chain to let go of the engine), then the real-vLLM tests, which wait for the chains running in the background."""
+    mine = [i for i in items if Path(str(i.fspath)).resolve().parent == _HERE]
+    if not mine:
+        return
+    first = items.index(mine[0])
+    real = [i for i in mine if Path(str(i.fspath)).name == "test_kills_real.py"]
+    docker = [i for i in mine if i not in real and i.get_closest_marker("docker")]
+    rest = [i for i in mine if i not in real and i not in docker]
+    others = [i for i in items if Path(str(i.fspath)).resolve().parent != _HERE]
+    items[:] = others[:first] + rest + docker + real + others[first:]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _real_chains_in_background(request, tmp_path_factory):
+    """Start the selected real-vLLM chains at once, each in its own thread: a real boot is ~50 s of mostly one core,
+    and the fake-server tests need the other. The container chain holds DOCKER_LOCK while it runs. A chain whose
+    component is missing is not started; its test then fails (CI) or skips through the usual fixtures."""
+    from tests.reliability import real_chains
+
+    wanted = {"process" if "process" in i.name else "docker" for i in request.session.items
+              if Path(str(i.fspath)).name == "test_kills_real.py"}
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="real-vllm")
+
+    def docker_chain(tmp: Path) -> dict:
+        with DOCKER_LOCK:
+            return real_chains.chain_in_background("docker", tmp)
+
+    if "process" in wanted and real_chains.process_env():
+        REAL_CHAINS["process"] = pool.submit(real_chains.chain_in_background, "process",
+                                             tmp_path_factory.mktemp("real-process"))
+    if "docker" in wanted and real_chains.docker_env():
+        REAL_CHAINS["docker"] = pool.submit(docker_chain, tmp_path_factory.mktemp("real-docker"))
+    yield
+    pool.shutdown(wait=True)
