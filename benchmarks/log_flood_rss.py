@@ -3,6 +3,7 @@
     python benchmarks/log_flood_rss.py                        # 1 GB while the server boots, the figure in the docs
     python benchmarks/log_flood_rss.py --mb 1024 --when ready --probe-delay 20   # while the harness is in the probe
     python benchmarks/log_flood_rss.py --runtime docker       # the fake in the local vLLM CPU image
+    python benchmarks/log_flood_rss.py --line-kb 60 --when ready --probe-delay 20   # long lines only
 
 The server is tests/fakes/fake_vllm.py (FAKE_VLLM_SCENARIO=flood): ordinary warning lines, 100 KiB lines, binary junk
 and a 1 MiB line, as fast as the pipe takes them. The harness is `boot-harness run` in a child process whose own peak
@@ -33,19 +34,23 @@ def main() -> int:
     ap.add_argument("--when", choices=["boot", "ready"], default="boot",
                     help="flood while booting, or right after ready (while the harness probes)")
     ap.add_argument("--probe-delay", type=float, default=0.0, help="seconds the server takes to answer the probe")
+    ap.add_argument("--line-kb", type=float, default=0,
+                    help="every line this many KiB (default: the mix of short, 100 KiB and 1 MiB lines)")
     ap.add_argument("--runtime", choices=["process", "docker"], default="process")
     ap.add_argument("--keep", action="store_true", help="keep the run directories (the log is --mb big)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bh-flood-"))
     try:
+        extra = {"FAKE_VLLM_FLOOD_LINE_KB": str(args.line_kb)} if args.line_kb else {}
         base = flood_run(0, args.when, args.probe_delay, args.runtime, work / "baseline", 120)
-        got = flood_run(args.mb, args.when, args.probe_delay, args.runtime, work / "flood", 1800)
+        got = flood_run(args.mb, args.when, args.probe_delay, args.runtime, work / "flood", 1800, **extra)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     growth = got["peak_rss_mb"] - base["peak_rss_mb"]
     rate = got["log_mb"] / got["wall_s"]
-    print(f"runtime {args.runtime}, flood {args.mb:g} MB while {'booting' if args.when == 'boot' else 'probing'}"
+    print(f"runtime {args.runtime}, flood {args.mb:g} MB{f' of {args.line_kb:g} KiB lines' if args.line_kb else ''} "
+          f"while {'booting' if args.when == 'boot' else 'probing'}"
           f"{f' (probe takes {args.probe_delay:g} s)' if args.probe_delay else ''}")
     print(f"baseline (0 MB): peak RSS {base['peak_rss_mb']:.1f} MB, {base['outcome']}")
     print(f"flood:           peak RSS {got['peak_rss_mb']:.1f} MB (+{growth:.1f} MB), {got['outcome']}, "

@@ -277,16 +277,36 @@ def check_run_dir(run_dir: Path, killed: bool = False) -> dict:
 DOCKER_LOCK = threading.RLock()
 
 
-# ---------------------------------------------------------------------------------------------------- real vLLM
+# ---------------------------------------------------------------------------------------------------- background
 
-#: runtime -> Future of the real-vLLM kill chain's observations (test_kills_real.py waits for them).
-REAL_CHAINS: dict[str, Future] = {}
+#: name -> Future of a background job's result: the real-vLLM kill chains, and the container scenarios.
+BACKGROUND: dict[str, Future] = {}
+#: name -> (test module, whether it needs docker, job(tmp_path_factory) -> result); test modules register their
+#: expensive module-level work here at import, in the order the docker lane runs it.
+BACKGROUND_JOBS: dict[str, tuple[str, bool, Callable]] = {}
 _HERE = Path(__file__).resolve().parent
 
 
+def in_background(name: str, module: str, needs_docker: bool):
+    """Decorator: run `job(tmp_path_factory)` in the background from the start of the session when a test of `module`
+    is selected; the fixture that needs it calls `background_result(name)`."""
+    def register(job: Callable) -> Callable:
+        BACKGROUND_JOBS[name] = (module, needs_docker, job)
+        return job
+    return register
+
+
+def background_result(name: str, tmp_path_factory):
+    """The job's result: waited for when it was started in the background, else computed here and now."""
+    future = BACKGROUND.get(name)
+    if future is not None:
+        return future.result(timeout=1800)
+    return BACKGROUND_JOBS[name][2](tmp_path_factory)
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """Within this directory's block: fake-server tests first, then the docker ones (they wait for the real container
-    chain to let go of the engine), then the real-vLLM tests, which wait for the chains running in the background."""
+    """Within this directory's block: fake-server tests first, then the docker ones, then the real-vLLM tests, which
+    wait for what runs in the background."""
     mine = [i for i in items if Path(str(i.fspath)).resolve().parent == _HERE]
     if not mine:
         return
@@ -299,24 +319,39 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _real_chains_in_background(request, tmp_path_factory):
-    """Start the selected real-vLLM chains at once, each in its own thread: a real boot is ~50 s of mostly one core,
-    and the fake-server tests need the other. The container chain holds DOCKER_LOCK while it runs. A chain whose
-    component is missing is not started; its test then fails (CI) or skips through the usual fixtures."""
+def _work_in_background(request, tmp_path_factory):
+    """Two lanes start with the session, while the fake-server tests run in the main thread: a real vLLM boot is ~50 s
+    of mostly one core, and much of a container scenario is waiting. The process lane runs the real vLLM process chain;
+    the docker lane runs, one after the other and holding DOCKER_LOCK, the real container chain and then the container
+    scenarios the test modules registered. A job whose component is missing is not started; its tests then fail (CI)
+    or skip through the usual fixtures."""
     from tests.reliability import real_chains
 
-    wanted = {"process" if "process" in i.name else "docker" for i in request.session.items
-              if Path(str(i.fspath)).name == "test_kills_real.py"}
-    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="real-vllm")
+    selected: dict[str, list] = defaultdict(list)
+    for item in request.session.items:
+        selected[Path(str(item.fspath)).name].append(item)
+    real = {"process" if "process" in i.name else "docker" for i in selected.get("test_kills_real.py", [])}
+    wants_docker = "docker" in real or any(
+        needs and any(i.get_closest_marker("docker") for i in selected.get(module, []))
+        for module, needs, _ in BACKGROUND_JOBS.values())
+    has_docker = wants_docker and bool(real_chains.docker_env())
+    process_lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bg-process")
+    docker_lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bg-docker")
 
-    def docker_chain(tmp: Path) -> dict:
+    def locked(job: Callable, *args):
         with DOCKER_LOCK:
-            return real_chains.chain_in_background("docker", tmp)
+            return job(*args)
 
-    if "process" in wanted and real_chains.process_env():
-        REAL_CHAINS["process"] = pool.submit(real_chains.chain_in_background, "process",
-                                             tmp_path_factory.mktemp("real-process"))
-    if "docker" in wanted and real_chains.docker_env():
-        REAL_CHAINS["docker"] = pool.submit(docker_chain, tmp_path_factory.mktemp("real-docker"))
+    if "process" in real and real_chains.process_env():
+        BACKGROUND["real:process"] = process_lane.submit(real_chains.chain_in_background, "process",
+                                                         tmp_path_factory.mktemp("real-process"))
+    if "docker" in real and has_docker:
+        BACKGROUND["real:docker"] = docker_lane.submit(locked, real_chains.chain_in_background, "docker",
+                                                       tmp_path_factory.mktemp("real-docker"))
+    for name, (module, needs_docker, job) in BACKGROUND_JOBS.items():
+        wanted = [i for i in selected.get(module, []) if not needs_docker or i.get_closest_marker("docker")]
+        if wanted and needs_docker and has_docker:
+            BACKGROUND[name] = docker_lane.submit(locked, job, tmp_path_factory)
     yield
-    pool.shutdown(wait=True)
+    process_lane.shutdown(wait=True)
+    docker_lane.shutdown(wait=True)

@@ -94,11 +94,19 @@ class ContainerChain:
 
         wait_for("vLLM's engine core in the container", up, 180, every=0.25)
 
+    def _run_ids(self) -> list[str]:
+        if not self.results.exists():
+            return []
+        return [p.name for p in self.results.glob("*") if (p / "results.json").exists()]
+
     def alive(self, owner: int | None = None) -> list:
-        return containers() if owner is None else containers(value=str(owner))
+        """This chain's containers (its run's label; other people's runs of the same example are not ours)."""
+        if owner is not None:
+            return containers(value=str(owner))
+        return [n for run_id in self._run_ids() for n in containers(label="boot-harness.run", value=run_id)]
 
     def reap(self) -> None:
-        remove_containers([n for n in containers() if self.cell in n and n.startswith("bh-")])
+        remove_containers(self.alive())
 
 
 def run_chain(chain, tmp: Path, env: dict) -> dict:

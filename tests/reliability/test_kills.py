@@ -45,6 +45,8 @@ from tests.reliability.conftest import (
     live,
     marks,
     read_json,
+    background_result,
+    in_background,
     remove_containers,
     run_dirs,
     wait_for,
@@ -247,14 +249,19 @@ def process_kills(tmp_path_factory) -> dict[str, dict]:
     return {o["id"]: o for o in got}
 
 
-@pytest.fixture(scope="module")
-def docker_kills(docker_image, tmp_path_factory) -> dict[str, dict]:
+@in_background("docker_kills", "test_kills.py", needs_docker=True)
+def _docker_kills(tmp_path_factory) -> dict[str, dict]:
     base = tmp_path_factory.mktemp("kills-docker")
     with DOCKER_LOCK:
         with ThreadPoolExecutor(max_workers=2) as pool:
             got = list(pool.map(lambda k: run_kill(k, base / k.id), DOCKER_TERM))
         got += [run_kill(k, base / k.id) for k in DOCKER_KILL]
     return {o["id"]: o for o in got}
+
+
+@pytest.fixture(scope="module")
+def docker_kills(docker_image, tmp_path_factory) -> dict[str, dict]:
+    return background_result("docker_kills", tmp_path_factory)
 
 
 def check(k: Kill, obs: dict) -> None:

@@ -13,7 +13,7 @@ import signal
 
 import pytest
 
-from tests.reliability.conftest import REAL_CHAINS, figure
+from tests.reliability.conftest import BACKGROUND, figure
 from tests.reliability.real_chains import CONTAINER_CELL, PROCESS_CELL, ContainerChain, ProcessChain
 
 CLEAN_WITHIN_S = 5.0
@@ -48,8 +48,8 @@ def _check(chain, obs: dict) -> None:
 
 
 def _observed(runtime: str) -> dict:
-    future = REAL_CHAINS.get(runtime)
-    assert future is not None, "the chain was not started (see conftest.py: _real_chains_in_background)"
+    future = BACKGROUND.get(f"real:{runtime}")
+    assert future is not None, "the chain was not started (see conftest.py: _work_in_background)"
     return future.result(timeout=1200)
 
 

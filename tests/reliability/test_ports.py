@@ -113,7 +113,7 @@ def test_runs_forced_onto_one_port_never_boot_on_each_others_server(tmp_path):
     try:
         procs["owner"] = start_pinned("owner", "boot", 1.0, probe_delay=6.0)  # binds at ~1 s, serves until ~7 s
         time.sleep(0.3)
-        procs["blind"] = start_pinned("blind", "never_bind", 0.1)  # never binds: sees the owner's 200 (or times out)
+        procs["blind"] = start_pinned("blind", "never_bind", 0.1)  # never binds: sees the owner's 200
         procs["loser"] = start_pinned("loser", "boot", 2.0)  # binds too late: EADDRINUSE
         wait_for("the owner to bind", lambda: marks(mark_root / "owner", "bound"), 20)
         procs["late"] = start_pinned("late", "boot", 0.1)  # the port answers before it starts
@@ -129,7 +129,7 @@ def test_runs_forced_onto_one_port_never_boot_on_each_others_server(tmp_path):
     assert got["blind"] == ("error", "stale_server"), {n: c["detail"] for n, c in cells.items()}
     # the loser either starts before the owner binds (then EADDRINUSE: exited, or the owner's 200: stale_server) or,
     # on a slow machine, after it (then the port already answers: start_failed); never booted
-    assert got["loser"][0] in ("crashed", "error") and got["loser"][1] in ("exited", "stale_server", "start_failed"), got
+    assert got["loser"] in {("crashed", "exited"), ("error", "stale_server"), ("error", "start_failed")}, got
     assert got["late"] == ("error", "start_failed"), got
     assert [n for n, (o, _) in got.items() if o == "booted"] == ["owner"]
     # `error` fails a run (exit 1); a crash with no expectation does not

@@ -18,10 +18,13 @@ from pathlib import Path
 import pytest
 
 from tests.reliability.conftest import (
+    DOCKER_LOCK,
+    background_result,
     cli,
     containers,
     fake_matrix,
     figure,
+    in_background,
     kill_pids,
     live,
     only_run,
@@ -115,13 +118,16 @@ def process_faults(tmp_path_factory) -> dict:
         return {"fast": fast.result(), "slow": slow.result()}
 
 
-@pytest.fixture(scope="module")
-def docker_faults(docker_image, tmp_path_factory) -> dict:
-    from tests.reliability.conftest import DOCKER_LOCK
-
+@in_background("docker_faults", "test_server_faults.py", needs_docker=True)
+def _docker_faults(tmp_path_factory) -> dict:
     with DOCKER_LOCK:
         return _fault_run(tmp_path_factory.mktemp("faults-docker"),
                           [f for f in FAULTS if f.case in DOCKER_FAULTS] + _partials(), 5.0, runtime="docker")
+
+
+@pytest.fixture(scope="module")
+def docker_faults(docker_image, tmp_path_factory) -> dict:
+    return background_result("docker_faults", tmp_path_factory)
 
 
 def _partials() -> list[Fault]:
@@ -198,9 +204,8 @@ def test_a_server_that_exits_right_after_its_first_200_is_a_crash_not_a_stale_se
 
 FLOOD_MB = 200
 RSS_LIMIT_MB = 150
-#: Today the reader's queue is unbounded (bug 5), so while booting the growth depends on how much CPU the watch loop
-#: gets: 2-25 MB on an idle machine, up to 63 MB seen with two real vLLM boots on the same 2 cores. The fix bounds it
-#: (16 Mi characters pending, ~30 MB).
+#: Before 5e29d06 the reader's queue was unbounded and the growth depended on how much CPU the watch loop got (2-63 MB
+#: seen); bounded at 4096 lines it is ~5 MB for these mostly short lines, and 16 Mi characters with the fix (~25 MB).
 RSS_GROWTH_MB = 100
 
 
@@ -228,10 +233,10 @@ def test_a_log_flood_while_the_harness_is_in_the_probe_keeps_its_memory_flat(rss
     assert got["peak_rss_mb"] - rss_baseline["peak_rss_mb"] <= RSS_GROWTH_MB, got
 
 
-@pytest.mark.xfail(strict=True, reason="the reader's queue is bounded by a count of lines (ThreadedEvents.MAXSIZE, "
-                                       "4096; uncommitted in harness/watch/events.py) or not at all (HEAD), and a line "
-                                       "may be 64 KiB: 4096 of them are 256 MiB, held while the loop waits for the "
-                                       "probe (fix: bound by characters, drain during the probe)")
+@pytest.mark.xfail(strict=True, reason="the reader's queue is bounded by a count of lines (ThreadedEvents.MAXSIZE = "
+                                       "4096, since 5e29d06) and a line may be 64 KiB: 4096 of them are 256 MiB, held "
+                                       "while the loop waits for the probe (fix: harness/watch/events.py, bound by "
+                                       "characters; loop.py, read during the probe)")
 def test_a_flood_of_long_lines_while_the_harness_is_in_the_probe_keeps_its_memory_flat(rss_baseline, tmp_path):
     got = flood_run(200, "ready", 3, "process", tmp_path, 300, FAKE_VLLM_FLOOD_LINE_KB="60")
     figure("peak RSS, 200 MB of 60 KiB lines during a 3 s probe, MB", round(got["peak_rss_mb"], 1))
@@ -239,11 +244,11 @@ def test_a_flood_of_long_lines_while_the_harness_is_in_the_probe_keeps_its_memor
     assert got["peak_rss_mb"] <= RSS_LIMIT_MB, got
 
 
-@pytest.mark.xfail(strict=True, reason="with the reader's queue bounded (uncommitted in harness/watch/events.py) and "
-                                       "nothing draining it while the loop waits for the probe, a server that logs "
-                                       "while it answers blocks on its own stdout and the harness fails its probe: "
-                                       "crashed/probe_failed for a healthy server (fix: harness/watch/loop.py, probe "
-                                       "in a thread while the loop keeps reading)")
+@pytest.mark.xfail(strict=True, reason="the reader's queue is bounded (since 5e29d06) and nothing reads it while the "
+                                       "loop waits for the probe: a server that logs while it answers blocks on its "
+                                       "own stdout, and the harness fails a healthy server's probe (crashed / "
+                                       "probe_failed) (fix: harness/watch/loop.py, probe in a thread while the loop "
+                                       "keeps reading)")
 def test_a_server_that_logs_while_it_answers_the_probe_is_booted(tmp_path):
     got = flood_run(50, "ready", 1, "process", tmp_path, 6, FAKE_VLLM_LOG_REQUESTS="1")
     assert got["outcome"] == "booted/ready", got["detail"]
