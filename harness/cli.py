@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -77,6 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_timeout(args: argparse.Namespace) -> None:
+    """--timeout-s must be a finite number of seconds above 0: a negative one would time every cell out at once, 0
+    used to mean "the matrix's", nan and inf would never time out."""
+    t = getattr(args, "timeout_s", None)
+    if t is not None and not (math.isfinite(t) and t > 0):
+        raise UsageError(f"--timeout-s: must be a finite number of seconds greater than 0 (got {t:g})")
+
+
 def cmd_validate(args: argparse.Namespace, out: Console) -> int:
     from harness.cells import expand_cells
     from harness.matrix.load import load_matrix
@@ -99,13 +108,17 @@ def _selected(args: argparse.Namespace):
 
 
 def cmd_cells(args: argparse.Namespace, out: Console) -> int:
+    from harness.secrets import Masker, mask_env, secret_values
+
     _, cells = _selected(args)
     if not cells:
         Console(stderr=True).print(f"shard {args.shard_text}: none of the {args.shard_total} selected cells hashes "
                                    "into this shard", highlight=False)
     for c in cells:
         if args.json:
-            print(json.dumps({"id": c.id, "axes": c.axes, "server_args": c.server_args, "env": c.env,
+            masker = Masker(secret_values() | secret_values(c.env, c.server_args))
+            print(json.dumps({"id": c.id, "axes": c.axes, "server_args": masker.argv(c.server_args),
+                              "env": {k: masker(v) for k, v in mask_env(c.env).items()},
                               "image": c.image, "expected": None if not c.expected else
                               {"outcome": c.expected.outcome, "reason": c.expected.reason}}))
         else:
@@ -123,6 +136,7 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
     from harness.secrets import Masker
     from harness.cli_scale import check_resume_shard, empty_shard_run, plan_parallel, run_planned
 
+    _check_timeout(args)
     loaded, cells = _selected(args)
     if not cells:  # an empty shard: not an error (see docs/scale.md)
         return empty_shard_run(args, loaded, out)
@@ -199,6 +213,7 @@ def cmd_repro(args: argparse.Namespace, out: Console) -> int:
     from harness.secrets import Masker
     from harness.shell import format_shell
 
+    _check_timeout(args)
     loaded = load_matrix(args.matrix)
     cells = {c.id: c for c in expand_cells(loaded.matrix, str(args.matrix))}
     if args.cell_id not in cells:

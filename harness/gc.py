@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import RuntimeUnavailable
+from harness.runtime.process import group_carries
 
 
 def pid_alive(pid: int) -> bool:
@@ -67,6 +68,10 @@ def sweep_process_groups(results_dir: Path, swept: Swept) -> None:
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if owner == os.getpid() or (owner and pid_alive(owner)):
+            continue
+        server_id = data.get("server_id")
+        if server_id and not group_carries(pgid, server_id):
+            record.unlink(missing_ok=True)  # the server is gone, and its group id may be someone else's by now
             continue
         try:
             os.killpg(pgid, signal.SIGKILL)

@@ -50,15 +50,23 @@ class NullObserver:
 
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM while tearing down; they are delivered on exit from the block."""
+    """Hold SIGINT/SIGTERM while tearing down; they are delivered on exit from the block.
+
+    Held by swapping the Python-level handlers, not with pthread_sigmask: a mask only covers the calling thread, and
+    while a cell runs the log reader and exit waiter threads take the signal instead, whose Python handler then runs
+    in the main thread all the same, in the middle of the teardown."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    pending: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, _frame: pending.append(signum)) for s in _HELD}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for s, h in previous.items():
+            signal.signal(s, h)
+        if pending:
+            signal.raise_signal(pending[0])
 
 
 @contextlib.contextmanager
@@ -136,14 +144,14 @@ class CellRunner:
                 verdict = watch.run()
         finally:
             exit_code = None
-            if server is not None:
-                with signals_held():
+            with signals_held():  # a second Ctrl-C must not cut the teardown short
+                if server is not None:
                     exit_code = server.stop()
                     if watch is not None:
                         watch.collect_rest()
-            events.close()
-            sink.close()
-            _remove_work(work, self.keep_work)
+                events.close()
+                sink.close()
+                _remove_work(work, self.keep_work)
         if verdict.exit_code is None:
             verdict.exit_code = exit_code
         result = self._result(cell, verdict, server, argv, masker, sink, started_at, t0)
@@ -161,7 +169,8 @@ class CellRunner:
         matched = cell.expected.matches(v.outcome, v.reason) if cell.expected else None
         return CellResult(
             cell_id=cell.id, axes=dict(cell.axes), runtime=self.runtime.name, argv=masker.argv(argv),
-            env=mask_env(cell.env), outcome=v.outcome, reason=v.reason, detail=masker(v.detail), expected=expected,
+            env={k: masker(val) for k, val in mask_env(cell.env).items()},  # by key, and by value inside others
+            outcome=v.outcome, reason=v.reason, detail=masker(v.detail), expected=expected,
             matched=matched, exit_code=v.exit_code,
             timings=Timings(ready_s=v.ready_s, ready_line_s=v.ready_line_s, event_s=v.event_s, verdict_s=v.verdict_s,
                             total_s=round(time.monotonic() - t0, 3)),
@@ -176,7 +185,7 @@ class CellRunner:
 
 def watch_config(loaded: LoadedMatrix, timeout_s: float | None = None) -> WatchConfig:
     m = loaded.matrix
-    return WatchConfig(timeout_s=timeout_s or m.timeout_s, probe=m.probe, linger_s=m.linger_s)
+    return WatchConfig(timeout_s=m.timeout_s if timeout_s is None else timeout_s, probe=m.probe, linger_s=m.linger_s)
 
 
 def run_cells(cells: list[Cell], runner: CellRunner, observer: Observer | None = None) -> list[CellResult]:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 
 MASK = "***"
 _SECRET_KEY = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
-_SECRET_FLAGS = {"--api-key", "--hf-token", "--token", "--password"}
+SECRET_FLAGS = {"--api-key", "--hf-token", "--token", "--password"}
 _MIN_LEN = 4  # masking "1" everywhere would mangle logs and protect nothing
 
 
@@ -31,7 +31,7 @@ def secret_values(env: Mapping[str, str] | None = None, argv: Iterable[str] = ()
     args = list(argv)
     for i, a in enumerate(args):
         flag, eq, val = a.partition("=")
-        if flag in _SECRET_FLAGS:
+        if flag in SECRET_FLAGS:
             v = val if eq else (args[i + 1] if i + 1 < len(args) else "")
             if len(v) >= _MIN_LEN:
                 values.add(v)
@@ -56,9 +56,9 @@ class Masker:
             if hide_next:
                 out.append(MASK)
                 hide_next = False
-            elif flag in _SECRET_FLAGS and eq:
+            elif flag in SECRET_FLAGS and eq:
                 out.append(f"{flag}={MASK}")
             else:
                 out.append(self(a))
-                hide_next = a in _SECRET_FLAGS
+                hide_next = a in SECRET_FLAGS
         return out

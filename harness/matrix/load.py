@@ -118,9 +118,53 @@ def read_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
 
 
+#: More values than this once YAML aliases are expanded is an alias bomb, not a matrix.
+MAX_VALUES = 100_000
+
+
+def _contains_itself(data: Any) -> bool:
+    """A collection reachable from itself (`&a [*a]`): walks each distinct collection once, so aliases cost nothing."""
+    on_path: set[int] = set()
+    done: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    while stack:
+        node, leaving = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        if leaving:
+            on_path.discard(id(node))
+            done.add(id(node))
+            continue
+        if id(node) in on_path:
+            return True
+        if id(node) in done:
+            continue
+        on_path.add(id(node))
+        stack.append((node, True))
+        stack.extend((child, False) for child in (node.values() if isinstance(node, dict) else node))
+    return False
+
+
+def _too_many_values(data: Any, limit: int = MAX_VALUES) -> bool:
+    """Counts values (aliases counted every time they are used) and stops at `limit`: bounded work, no recursion."""
+    stack, seen = [data], 0
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > limit:
+            return True
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
+
+
 def parse_matrix(raw_text: str, file: str, environ: Mapping[str, str] | None = None) -> Matrix:
     try:
         data = read_yaml(raw_text)
+    except RecursionError:
+        raise ConfigError(file, "", "the file nests too deep") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f"line {mark.line + 1}" if mark else "yaml"
@@ -130,12 +174,16 @@ def parse_matrix(raw_text: str, file: str, environ: Mapping[str, str] | None = N
         raise ConfigError(file, "", "the file is empty")
     if not isinstance(data, dict):
         raise ConfigError(file, "", f"must be a mapping of keys, not a {type(data).__name__}")
+    if _contains_itself(data):
+        raise ConfigError(file, "", "a YAML alias refers to itself")
+    if _too_many_values(data):
+        raise ConfigError(file, "", f"the file holds more than {MAX_VALUES} values once its YAML aliases are expanded")
     try:
         data = expand_tree(data, os.environ if environ is None else environ)
     except UnsetVariable as exc:
         raise ConfigError(file, exc.path, exc.message) from None
     except RecursionError:
-        raise ConfigError(file, "", "a YAML alias refers to itself (or the file nests too deep)") from None
+        raise ConfigError(file, "", "the file nests too deep") from None
     try:
         return Matrix.model_validate(data)
     except ValidationError as exc:

@@ -176,9 +176,10 @@ class Matrix(_Strict):
     model: str | None = Field(None, description="passed as `--model MODEL`")
     args: list[str] = []
     env: dict[str, str] = {}
-    timeout_s: float = Field(900.0, gt=0, description="one deadline per cell: start to verdict")
+    timeout_s: float = Field(900.0, gt=0, allow_inf_nan=False, description="one deadline per cell: start to verdict")
     probe: bool = Field(True, description="after /health 200, one max_tokens=1 completion must succeed")
-    linger_s: float = Field(10.0, ge=0, description="after a refusal line, how long to wait for the exit code")
+    linger_s: float = Field(10.0, ge=0, allow_inf_nan=False,
+                            description="after a refusal line, how long to wait for the exit code")
     axes: dict[str, Axis] = Field(min_length=1)
     exclude: list[Selector] = []
     expect: list[ExpectRule] = []

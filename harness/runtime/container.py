@@ -11,6 +11,7 @@ remove leftovers of a harness that was killed.
 from __future__ import annotations
 
 import io
+import math
 import os
 import socket
 import tarfile
@@ -30,7 +31,7 @@ from harness.runtime.patching import PatchError, PreparedPatch, patch_file
 from harness.runtime.process import SERVER_ENV
 from harness.runtime.reader import pump_chunks
 from harness.secrets import is_secret_key
-from harness.shell import Raw
+from harness.shell import Raw, secret_safe_argv
 
 from testcontainers.core.container import DockerContainer  # noqa: E402  (engine sets testcontainers' env first)
 
@@ -40,6 +41,22 @@ HOST = "127.0.0.1"
 def owner_labels() -> dict[str, str]:
     """Who started a container: gc removes only those whose harness process is gone."""
     return {f"{eng.LABEL_PREFIX}.owner-pid": str(os.getpid()), f"{eng.LABEL_PREFIX}.host": socket.gethostname()}
+
+
+def log_stream(container):
+    """The container's log as it comes, and then its last line if the engine held it back: docker's follow stream
+    ends without a final line that has no newline (a server that died mid-line), though the stored log has it."""
+    last = b""
+    for chunk in container.logs(stream=True, follow=True):
+        if chunk:
+            last = chunk
+        yield chunk
+    try:
+        tail = container.logs(stream=False, tail=1)
+    except Exception:  # noqa: BLE001 - removed already: nobody reads this log any more
+        return
+    if tail and not tail.endswith(b"\n") and (not last or last.endswith(b"\n")):
+        yield tail
 
 
 class ContainerServer:
@@ -105,14 +122,16 @@ class ContainerServer:
             return False
         return self.container.status == "running" and self._host_port() == self.port
 
-    def stop(self, grace_s: float = 5.0) -> int | None:
+    def stop(self, grace_s: float = 3.0) -> int | None:
+        """SIGTERM (through the container's init), SIGKILL after `grace_s` (as the process runtime: vLLM ignores
+        SIGTERM mid-start-up, and the whole teardown must fit in the 5 s an interrupted run promises), then remove."""
         with self._lock:
             if self._stopped:
                 return (self._state or {}).get("ExitCode")
             self._stopped = True
             try:
                 if self.container.status == "running" or self._exit_code() is None:
-                    self.container.stop(timeout=max(1, int(grace_s)))
+                    self.container.stop(timeout=max(1, math.ceil(grace_s)))
             except Exception:  # noqa: BLE001 - gone already
                 pass
             try:
@@ -287,7 +306,7 @@ class ContainerRuntime:
                 pass
             raise CellStartError(f"the {self.name} engine could not start the container: {exc}") from None
         wrapped = tc.get_wrapped_container()
-        threading.Thread(target=pump_chunks, args=(wrapped.logs(stream=True, follow=True), on_line), daemon=True,
+        threading.Thread(target=pump_chunks, args=(log_stream(wrapped), on_line), daemon=True,
                          name=f"log-{cell.id}").start()
         entry = self.matrix.entrypoint or (self.client.images.get(image_id).attrs.get("Config", {}).get("Entrypoint") or [])
         patches = [AppliedPatch(target=p.target, patch=p.patch, base_sha256=p.base_sha256,
@@ -318,4 +337,4 @@ class ContainerRuntime:
             tokens += ["--entrypoint", self.matrix.entrypoint[0]]
             extra = self.matrix.entrypoint[1:]
         tokens.append(repo_digest or image_id)
-        return [*tokens, *extra, *cell.server_args]
+        return [*tokens, *extra, *secret_safe_argv(cell.server_args, {**os.environ, **cell.env})]

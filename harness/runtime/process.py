@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -26,12 +27,15 @@ from harness.runtime.base import CellContext, LineSink
 from harness.runtime.ports import free_port, listener_pids, pid_in_group, port_answers
 from harness.runtime.reader import pump_lines
 from harness.secrets import is_secret_key
-from harness.shell import env_token
+from harness.shell import env_token, secret_safe_argv
 
 HOST = "127.0.0.1"
 #: What every server gets: plain logs (the parser still strips ANSI) and a per-cell home for caches and sockets.
 SERVER_ENV = {"NO_COLOR": "1", "VLLM_DISABLE_LOG_LOGO": "1", "PYTHONUNBUFFERED": "1"}
 _PR_SET_PDEATHSIG = 1
+#: Marks every process of a server (children inherit it) with the id its active/ record holds: gc kills a recorded
+#: process group only while a process in it still carries the id, never a group that merely reuses the number.
+SERVER_ID_VAR = "BOOT_HARNESS_SERVER_ID"
 
 
 def _child_setup() -> None:
@@ -66,6 +70,44 @@ def gpu_env(gpu_ids: list[str] | None) -> dict[str, str]:
     return {} if gpu_ids is None else {"CUDA_VISIBLE_DEVICES": ",".join(gpu_ids)}
 
 
+def group_carries(pgid: int, server_id: str) -> bool:
+    """Whether a live process of group `pgid` carries SERVER_ID_VAR=server_id in its environment (True where /proc
+    cannot tell)."""
+    if not os.path.isdir("/proc/self"):
+        return True
+    needle = f"{SERVER_ID_VAR}={server_id}".encode()
+    for pid in live_group_members(pgid) or ():
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def live_group_members(pgid: int) -> set[int] | None:
+    """The group's processes that are not zombies, or None where /proc cannot tell (not Linux).
+
+    A zombie holds no memory and no GPU, but `kill(-pgid, 0)` counts it: an engine child orphaned by its leader is
+    reparented to PID 1 (or a subreaper), and where that does not reap it (a container without an init, a CI job
+    under a subreaper) the group would look alive for ever."""
+    if not os.path.isdir("/proc/self"):
+        return None
+    found: set[int] = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            found.add(int(entry.name))
+    return found
+
+
 class ProcessServer:
     def __init__(self, proc: subprocess.Popen[bytes], argv: list[str], port: int, pid_file: Path):
         self.proc, self.argv, self.port = proc, argv, port
@@ -95,6 +137,9 @@ class ProcessServer:
             return False
 
     def group_alive(self) -> bool:
+        members = live_group_members(self.pgid)
+        if members is not None:
+            return bool(members)
         try:
             os.killpg(self.pgid, 0)
             return True
@@ -163,7 +208,8 @@ class ProcessRuntime:
         if port_answers(HOST, port):
             raise CellStartError(f"port {port} already answers before our server started")
         argv = self.argv(cell, port)
-        env = {**self.base_env, **SERVER_ENV, **cell_dirs(ctx.work_dir), **cell.env, **gpu_env(ctx.gpu_ids)}
+        env = {**self.base_env, **SERVER_ENV, **cell_dirs(ctx.work_dir), **cell.env, **gpu_env(ctx.gpu_ids),
+               SERVER_ID_VAR: secrets.token_hex(8)}
         pid_dir = ctx.run_dir / "active"
         pid_dir.mkdir(parents=True, exist_ok=True)
         try:
@@ -175,10 +221,11 @@ class ProcessRuntime:
             raise CellStartError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
         pid_file = pid_dir / f"{cell.id}.json"
         pid_file.write_text(json.dumps({"runtime": "process", "pgid": proc.pid, "owner_pid": os.getpid(),
-                                        "cell_id": cell.id}))
+                                        "cell_id": cell.id, "server_id": env[SERVER_ID_VAR]}))
         threading.Thread(target=pump_lines, args=(proc.stdout, on_line), daemon=True, name=f"log-{cell.id}").start()
         return ProcessServer(proc, argv, port, pid_file)
 
     def command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> list[str]:
         env = {**SERVER_ENV, **cell.env, **gpu_env(ctx.gpu_ids)}
-        return [*(env_token(k, v, is_secret_key(k)) for k, v in env.items()), *self.argv(cell, host_port)]
+        return [*(env_token(k, v, is_secret_key(k)) for k, v in env.items()),
+                *secret_safe_argv(self.argv(cell, host_port), {**self.base_env, **cell.env})]

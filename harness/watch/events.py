@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ from typing import Literal, Protocol
 
 Clock = Callable[[], float]
 
-EventKind = Literal["line", "eof", "exit", "healthy"]
+EventKind = Literal["line", "eof", "exit", "healthy", "probed"]
 
 
 @dataclass(frozen=True)
@@ -27,41 +28,60 @@ class EventQueue(Protocol):
     def get(self, timeout: float) -> Event | None: ...
 
 
+#: Log text waiting for the watch loop, in characters. Past it the log reader stops reading until the loop catches
+#: up, so a server that floods its log waits on its pipe instead of growing the harness's memory.
+MAX_PENDING_CHARS = 16 * 1024 * 1024
+
+
 class ThreadedEvents:
     """The real queue: producers are the log reader, the exit waiter and the health poller threads.
 
-    Bounded, so a server flooding its log is slowed to the pace the watch loop reads at (the pipe fills, the server
-    blocks on write) instead of growing our memory; once closed, producers drop what they have and end."""
+    Bounded by the log text pending, not by a count of lines (a line may be 64 KiB), so a server flooding its log is
+    slowed to the pace the watch loop reads at (the pipe fills, the server blocks on write) instead of growing our
+    memory. Only the log reader ever waits; exit, health and probe events always go through."""
 
-    MAXSIZE = 4096
-
-    def __init__(self, clock: Clock = time.monotonic, maxsize: int = MAXSIZE):
+    def __init__(self, clock: Clock = time.monotonic, max_pending_chars: int = MAX_PENDING_CHARS):
         self.clock = clock
-        self._q: queue.Queue[Event] = queue.Queue(maxsize=maxsize)
+        self._q: queue.Queue[Event] = queue.Queue()
+        self._room = threading.Condition()
+        self._pending = 0
+        self._max_pending = max_pending_chars
         self._closed = False
 
     def put(self, event: Event) -> None:
-        while not self._closed:
-            try:
-                self._q.put(event, timeout=0.1)
-                return
-            except queue.Full:
-                continue
+        self._q.put(event)
+
+    def line_sink(self, text: str | None) -> None:
+        if text is None:
+            self.put(Event("eof", self.clock()))
+            return
+        with self._room:
+            while self._pending and self._pending + len(text) > self._max_pending and not self._closed:
+                self._room.wait(0.5)
+            if self._closed:
+                return  # the watch is over and nobody reads any more: drop, never block the reader for ever
+            self._pending += len(text)
+        self.put(Event("line", self.clock(), text=text))
+
+    def get(self, timeout: float) -> Event | None:
+        try:
+            ev = self._q.get(timeout=max(0.0, timeout))
+        except queue.Empty:
+            return None
+        if ev.kind == "line":
+            with self._room:
+                self._pending -= len(ev.text or "")
+                self._room.notify_all()
+        return ev
 
     def close(self) -> None:
-        """Nobody reads any more: let blocked producers go, and drop what is queued."""
-        self._closed = True
+        """Nobody reads any more: lines that still arrive are dropped instead of waiting for room, and what is queued
+        is let go."""
+        with self._room:
+            self._closed = True
+            self._room.notify_all()
         try:
             while True:
                 self._q.get_nowait()
         except queue.Empty:
             pass
-
-    def line_sink(self, text: str | None) -> None:
-        self.put(Event("eof", self.clock()) if text is None else Event("line", self.clock(), text=text))
-
-    def get(self, timeout: float) -> Event | None:
-        try:
-            return self._q.get(timeout=max(0.0, timeout))
-        except queue.Empty:
-            return None

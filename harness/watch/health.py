@@ -76,6 +76,8 @@ class HealthPoller:
 class ProbeResult:
     ok: bool
     detail: str
+    #: The connection failed (refused, reset): the listener went away, most likely with the server.
+    connection_lost: bool = False
 
 
 def probe_completion(base_url: str, timeout_s: float) -> ProbeResult:
@@ -98,4 +100,5 @@ def probe_completion(base_url: str, timeout_s: float) -> ProbeResult:
                 return ProbeResult(False, "POST /v1/completions returned no choices")
             return ProbeResult(True, "one-token completion served")
     except (requests.RequestException, ValueError, KeyError, TypeError) as exc:
-        return ProbeResult(False, f"probe failed: {type(exc).__name__}: {str(exc)[:200]}")
+        return ProbeResult(False, f"probe failed: {type(exc).__name__}: {str(exc)[:200]}",
+                           connection_lost=isinstance(exc, requests.ConnectionError))

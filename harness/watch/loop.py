@@ -24,6 +24,8 @@ from harness.watch.logsink import LogSink
 DRAIN_S = 3.0
 #: The longest the loop blocks on the queue before it looks at the clock again.
 SLICE_S = 0.1
+#: When /health answered but the listener is not (or no longer) ours: how long to wait for our own server's exit.
+EXITED_AFTER_HEALTH_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -131,19 +133,55 @@ class Watch:
         return self._verdict("crashed", reason, detail, t_exit)
 
     def _on_healthy(self, t: float) -> Verdict:
-        if not self.server.owns_listener():
-            return self._verdict("error", "stale_server",
-                                 f"{self.server.base_url} answered /health 200 but the listener is not our server", t)
-        if self.server.wait(0) is not None:
-            return self._verdict("error", "stale_server", "/health answered 200 after our server had exited", t)
+        code = self.server.wait(0)
+        if code is None and not self.server.owns_listener():
+            code = self.server.wait(EXITED_AFTER_HEALTH_S)  # ours may have answered and died, socket and all
+            if code is None:
+                return self._verdict("error", "stale_server", f"{self.server.base_url} answered /health 200 but the "
+                                     "listener is not our server", t)
+        if code is not None:
+            # Our own server exited around its first 200: a crash, whoever answered. `stale_server` would say that our
+            # server was fine and someone else's was in the way.
+            return self._exited_after_health(code, "right after /health answered 200", t)
         if not self.config.probe:
             return self._verdict("booted", "ready", "/health answered 200", t, ready_t=t)
         remaining = max(1.0, self.deadline - self.clock())
-        result = self._prober(self.server.base_url, min(self.config.probe_timeout_s, remaining))
+        result = self._probe(min(self.config.probe_timeout_s, remaining))
         if result.ok:
             return self._verdict("booted", "ready", f"/health answered 200; {result.detail}", t, ready_t=t)
         self.sink.note(f"probe failed: {result.detail}")
+        code = self.exit_code if self.exit_code is not None else self.server.wait(0)
+        if code is None and result.connection_lost:
+            code = self.server.wait(EXITED_AFTER_HEALTH_S)  # a lost connection: see whether our server went with it
+        if code is not None:
+            return self._exited_after_health(code, f"during the probe ({result.detail})", t)
         return self._verdict("crashed", "probe_failed", result.detail, t, ready_t=t)
+
+    def _exited_after_health(self, code: int, when: str, t: float) -> Verdict:
+        self.exit_code = code
+        return self._verdict("crashed", "killed" if code < 0 else "exited", f"server exited with code {code} {when}",
+                             t, ready_t=t)
+
+    def _probe(self, timeout_s: float) -> ProbeResult:
+        """The probe runs in its own thread while this loop goes on writing the log: a first completion can take long
+        (a compile, a warm-up), and the lines a server prints meanwhile must go to the file, not pile up in memory."""
+        box: list[ProbeResult] = []
+
+        def probe() -> None:
+            try:
+                box.append(self._prober(self.server.base_url, timeout_s))
+            finally:
+                self.events.put(Event("probed", self.clock()))
+
+        threading.Thread(target=probe, daemon=True, name="probe").start()
+        while True:
+            ev = self.events.get(SLICE_S)
+            if ev is None:
+                continue
+            if ev.kind == "probed":
+                break
+            self._take(ev)
+        return box[0] if box else ProbeResult(False, "the probe raised an exception")
 
     def _linger(self) -> None:
         """After a refusal: give the server `linger_s` to exit on its own, keeping every line it still writes."""

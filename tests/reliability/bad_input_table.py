@@ -20,14 +20,6 @@ BEGIN, END = "<!-- bad-matrices:begin (python -m tests.reliability.bad_input_tab
     "<!-- bad-matrices:end -->"
 #: Variables the corpus relies on being unset (as tests/unit/test_bad_matrices.py).
 UNSET = ("BOOT_HARNESS_TEST_UNSET", "BOOT_HARNESS_TEST_UNSET_TOO", "MODEL", "VLLM_IMAGE")
-#: Extra files the loader gets wrong today: what the table says instead of running them (one of them takes hours).
-KNOWN_BAD = {
-    "alias_bomb.yaml": "(today: validate runs for minutes to hours, expanding 10^8 values; bug 12)",
-    "deeply_nested_list.yaml": "(today: RecursionError traceback, exit 1; bug 11)",
-    "deeply_nested_mapping.yaml": "(today: RecursionError traceback, exit 1; bug 11)",
-    "linger_inf.yaml": "(today: accepted; bug 13)",
-    "timeout_inf.yaml": "(today: accepted; bug 13)",
-}
 
 
 def rows(tsv: Path) -> list[tuple[str, str, str]]:
@@ -61,11 +53,8 @@ def render() -> str:
     for file, _key, _words in rows(CORPUS / "EXPECTED.tsv"):
         key, msg = message(CORPUS / file)
         lines.append(f"| `{file}` | {f'`{key}`' if key else '—'} | {_cell(msg)} |")
-    for file, key, words in rows(EXTRA / "EXPECTED.tsv"):
-        if file in KNOWN_BAD:
-            msg = f"should say “{words}” {KNOWN_BAD[file]}"
-        else:
-            key, msg = message(EXTRA / file)
+    for file, _key, _words in rows(EXTRA / "EXPECTED.tsv"):
+        key, msg = message(EXTRA / file)
         lines.append(f"| `{file}` (new) | {f'`{key}`' if key else '—'} | {_cell(msg)} |")
     lines += ["", END]
     return "\n".join(lines)

@@ -20,11 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT, require
-from tests.integration.conftest import vllm_cpu  # noqa: F401 - the fixture (test_kills_real.py)
+from tests.conftest import ROOT, VLLM_CPU_IMAGE as IMAGE, docker_env, vllm_cpu_env
 
 FAKE = ROOT / "tests" / "fakes" / "fake_vllm.py"
-IMAGE = os.environ.get("VLLM_CPU_IMAGE", "boot-harness/vllm-cpu:latest")
 OWNER_LABEL = "boot-harness.owner-pid"
 
 # ---------------------------------------------------------------------------------------------------- the figures
@@ -234,22 +232,6 @@ def kill_pids(pids) -> None:
 # ---------------------------------------------------------------------------------------------------- components
 
 
-@pytest.fixture(scope="session")
-def docker_image() -> dict[str, str]:
-    """The Docker engine answers and the local vLLM CPU image is there (scripts/setup-container-example.sh)."""
-    try:
-        import docker
-
-        client = docker.from_env()
-        client.ping()
-        client.images.get(IMAGE)
-        ok = True
-    except Exception:  # noqa: BLE001
-        ok = False
-    require("the Docker engine with the local vLLM CPU image", ok, "run scripts/setup-container-example.sh")
-    return {"VLLM_CPU_IMAGE": IMAGE}
-
-
 def check_run_dir(run_dir: Path, killed: bool = False) -> dict:
     """A run directory a reader can trust: results.json valid against its schema and equal to cells/*.json (after a
     SIGKILL it may lack the one cell whose record was being written), no half-written files."""
@@ -334,7 +316,7 @@ def _work_in_background(request, tmp_path_factory):
     wants_docker = "docker" in real or any(
         needs and any(i.get_closest_marker("docker") for i in selected.get(module, []))
         for module, needs, _ in BACKGROUND_JOBS.values())
-    has_docker = wants_docker and bool(real_chains.docker_env())
+    has_docker = wants_docker and bool(docker_env())
     process_lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bg-process")
     docker_lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bg-docker")
 
@@ -342,7 +324,7 @@ def _work_in_background(request, tmp_path_factory):
         with DOCKER_LOCK:
             return job(*args)
 
-    if "process" in real and real_chains.process_env():
+    if "process" in real and vllm_cpu_env():
         BACKGROUND["real:process"] = process_lane.submit(real_chains.chain_in_background, "process",
                                                          tmp_path_factory.mktemp("real-process"))
     if "docker" in real and has_docker:

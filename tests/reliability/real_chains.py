@@ -15,14 +15,12 @@ SIGINT of a real server mid-start-up is already covered by tests/integration (te
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, docker_env, vllm_cpu_env
 from tests.reliability.conftest import (
-    IMAGE,
     Harness,
     check_run_dir,
     cli,
@@ -166,31 +164,10 @@ def run_chain(chain, tmp: Path, env: dict) -> dict:
     return obs
 
 
-def process_env() -> dict[str, str] | None:
-    """VLLM_CPU_VENV and TINY_MODELS when vllm-cpu and the tiny models are there (as the `vllm_cpu` fixture checks)."""
-    venv, models = os.environ.get("VLLM_CPU_VENV", ""), os.environ.get("TINY_MODELS", "")
-    if venv and Path(venv, "bin", "vllm-server").exists() and models and Path(models, "tiny-llama",
-                                                                                "config.json").exists():
-        return {"VLLM_CPU_VENV": venv, "TINY_MODELS": models}
-    return None
-
-
-def docker_env() -> dict[str, str] | None:
-    try:
-        import docker
-
-        client = docker.from_env()
-        client.ping()
-        client.images.get(IMAGE)
-    except Exception:  # noqa: BLE001
-        return None
-    return {"VLLM_CPU_IMAGE": IMAGE}
-
-
 def chain_in_background(runtime: str, tmp: Path) -> dict:
     """One whole chain; what it saw, or the exception it ended with (re-raised by the test)."""
     chain = ProcessChain(tmp / "r") if runtime == "process" else ContainerChain(tmp / "r")
-    env = process_env() if runtime == "process" else docker_env()
+    env = vllm_cpu_env() if runtime == "process" else docker_env()
     try:
         return run_chain(chain, tmp, env or {})
     finally:

@@ -18,23 +18,11 @@ from tests.reliability import bad_input_table as table
 from tests.reliability.conftest import cli, fake_matrix, run_dirs
 
 EXTRA = table.EXTRA
-XFAIL = {
-    "deeply_nested_list.yaml": "PyYAML's composer recurses once per nesting level and parse_matrix does not catch "
-                               "RecursionError from read_yaml: a traceback, exit 1 (fix: harness/matrix/load.py)",
-    "deeply_nested_mapping.yaml": "as deeply_nested_list.yaml",
-    "alias_bomb.yaml": "expand_tree walks every alias expansion before validation: 600 bytes of aliases keep "
-                       "`validate` busy for minutes (fix: harness/matrix/load.py)",
-    "timeout_inf.yaml": "timeout_s accepts .inf: a hung server holds the run for ever (fix: harness/matrix/model.py)",
-    "linger_inf.yaml": "linger_s accepts .inf: a refusal followed by a hang holds the run for ever "
-                       "(fix: harness/matrix/model.py)",
-}
 EXTRA_ROWS = table.rows(EXTRA / "EXPECTED.tsv")
 
 
 def _param(row):
-    file = row[0]
-    return pytest.param(row, id=file, marks=[pytest.mark.xfail(strict=True, reason=XFAIL[file])] if file in XFAIL
-                        else [])
+    return pytest.param(row, id=row[0])
 
 
 def test_every_new_bad_matrix_is_listed_and_says_what_its_mistake_is():
@@ -70,10 +58,6 @@ def test_the_doc_table_of_bad_matrices_is_in_sync():
 # ---------------------------------------------------------------------------------------------------- the flags
 
 
-@pytest.mark.xfail(strict=True, reason="--timeout-s is not checked: a negative one records every cell as `timeout` "
-                                       "(and exits 0 where nothing is expected), 0 is silently the matrix's value "
-                                       "(`timeout_s or m.timeout_s`), nan and inf never time out "
-                                       "(fix: harness/cli.py, harness/runner.py)")
 @pytest.mark.parametrize("value", ["-5", "0", "nan", "inf"])
 def test_a_timeout_flag_that_is_not_a_positive_number_is_one_line_exit_2(value, tmp_path):
     m = fake_matrix(tmp_path / "m.yaml", {"boot": {"FAKE_VLLM_SCENARIO": "boot"}}, timeout_s=30)

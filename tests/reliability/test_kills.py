@@ -232,13 +232,10 @@ PROCESS = [
 DOCKER_TERM = [Kill("docker", "SIGINT", "starting", False), Kill("docker", "SIGTERM", "starting", True),
                Kill("docker", "SIGINT", "ready", True), Kill("docker", "SIGTERM", "spawned", False)]
 DOCKER_KILL = [Kill("docker", "SIGKILL", "starting", True, "gc"), Kill("docker", "SIGKILL", "ready", False, "run")]
-GRACE_XFAIL = pytest.mark.xfail(strict=True, reason="ContainerServer.stop() gives a SIGTERM-deaf container 5 s before "
-                                                    "SIGKILL, so an interrupted run is clean only after ~5.3 s "
-                                                    "(fix: harness/runtime/container.py)")
 
 
 def _docker_param(k: Kill):
-    return pytest.param(k, id=k.id, marks=[GRACE_XFAIL] if k.deaf and k.sig != "SIGKILL" else [])
+    return pytest.param(k, id=k.id)
 
 
 @pytest.fixture(scope="module")

@@ -163,10 +163,6 @@ def test_a_live_container_run_survives_gc_and_another_runs_sweep(docker_image, t
     assert rc == 0 and read_json(run_dirs(tmp_path / "r1")[0] / "results.json")["cells"][0]["outcome"] == "booted"
 
 
-@pytest.mark.xfail(strict=True, reason="gc kills any process group named in a stale active/ record whose owner is "
-                                       "dead, without checking that the group is still the server it started: after "
-                                       "pid reuse it kills someone else's processes (fix: harness/runtime/process.py, "
-                                       "harness/gc.py)")
 def test_gc_does_not_kill_a_process_group_that_merely_reuses_a_recorded_id(tmp_path):
     # A harness SIGKILLed while its server (no children) starts: PDEATHSIG takes the server, the record stays.
     (tmp_path / "marks").mkdir()

@@ -75,13 +75,8 @@ def test_the_run_prints_no_secret(run):
     assert leaks(run["proc"].stdout + run["proc"].stderr) == []
 
 
-ARGS_XFAIL = pytest.mark.xfail(strict=True, reason="command_line() prints server args as they are: the value of "
-                                                   "--api-key (--api-key=V too) appears in clear in `repro` and "
-                                                   "`run --dry-run` (fix: harness/shell.py, runtime/process.py, "
-                                                   "runtime/container.py)")
 
 
-@ARGS_XFAIL
 def test_dry_run_prints_no_secret(matrix, tmp_path):
     proc = cli("run", "--matrix", str(matrix), "--dry-run", "--results-dir", str(tmp_path), env=ENV)
     assert proc.returncode == 0, proc.stderr
@@ -89,7 +84,6 @@ def test_dry_run_prints_no_secret(matrix, tmp_path):
     assert leaks(proc.stdout + proc.stderr) == []
 
 
-@ARGS_XFAIL
 @pytest.mark.parametrize("cell", ["case_boot", "case_crash"])
 def test_repro_prints_no_secret(matrix, cell, tmp_path):
     proc = cli("repro", "--matrix", str(matrix), cell, "--results-dir", str(tmp_path), env=ENV)
@@ -107,8 +101,6 @@ def test_repro_exec_streams_and_records_no_secret(matrix, tmp_path):
     assert leaks("\n".join(files)) == []
 
 
-@pytest.mark.xfail(strict=True, reason="`cells --json` prints each cell's env and server args unmasked "
-                                       "(fix: harness/cli.py cmd_cells)")
 def test_cells_json_prints_no_secret(matrix):
     proc = cli("cells", "--matrix", str(matrix), "--json", env=ENV)
     assert proc.returncode == 0, proc.stderr
@@ -129,9 +121,6 @@ def test_the_junit_xml_of_the_matrix_as_pytest_holds_no_secret(matrix, tmp_path)
     assert leaks(proc.stdout + proc.stderr) == []
 
 
-@pytest.mark.xfail(strict=True, reason="the record's `env` is masked by key only (mask_env): a secret inside the value "
-                                       "of an innocent-looking variable is written in clear to cells/*.json and "
-                                       "results.json (fix: harness/runner.py CellRunner._result)")
 def test_a_secret_inside_another_env_value_is_masked_in_the_record(tmp_path):
     path = fake_matrix(tmp_path / "m.yaml", {"boot": {"FAKE_VLLM_SCENARIO": "boot"}},
                        env={"HF_ENDPOINT": "https://user:${HF_TOKEN}@hub.example.com"})

@@ -80,7 +80,7 @@ SLOW = [f for f in FAULTS if f.decided_at_deadline]
 TIMEOUT_FAST_S, TIMEOUT_SLOW_S, LINGER_S = 10.0, 4.0, 2.0
 DOCKER_FAULTS = ["dies_after_health", "refusal_then_hang", "garbage", "exit0_before_ready", "never_binds_deaf"]
 #: Docker loses a last line without its newline in ~90 % of runs, not all (a race inside the engine): three such cells,
-#: with no expectation in the run (its exit code is about the others), and one xfail test over the three.
+#: with no expectation in the run (its exit code is about the others), and one test over the three.
 PARTIAL_IN_DOCKER = ["partial_lines", "partial_lines_2", "partial_lines_3"]
 
 
@@ -170,10 +170,6 @@ def test_container_fault_outcome_and_deadline(f: Fault, docker_faults):
 
 
 @pytest.mark.docker
-@pytest.mark.xfail(strict=True, reason="docker's follow log stream ends without the last line when it has no newline "
-                                       "(the server died mid-line); the stored log has it, the harness never asks: the "
-                                       "refusal is lost and the cell is crashed/exited "
-                                       "(fix: harness/runtime/container.py)")
 def test_container_partial_last_lines_are_refused_like_the_process_runtimes(docker_faults):
     got = {case: (docker_faults["cells"][case]["outcome"], docker_faults["cells"][case]["reason"])
            for case in PARTIAL_IN_DOCKER}
@@ -188,9 +184,6 @@ def test_container_fault_run_exits_0_and_leaves_nothing(docker_faults):
     assert docker_faults["left"] == []
 
 
-@pytest.mark.xfail(strict=True, reason="Watch._on_healthy() takes a listener that is gone for a foreign one: a server "
-                                       "that answers /health 200 and exits at once is recorded error/stale_server, "
-                                       "hiding a crash (fix: harness/watch/loop.py)")
 def test_a_server_that_exits_right_after_its_first_200_is_a_crash_not_a_stale_server(tmp_path):
     matrix = fake_matrix(tmp_path / "m.yaml", {"exits": {"FAKE_VLLM_SCENARIO": "exit_after_health"}},
                          expect=[{"where": {"case": "exits"}, "outcome": "crashed", "reason": "exited"}])
@@ -233,10 +226,6 @@ def test_a_log_flood_while_the_harness_is_in_the_probe_keeps_its_memory_flat(rss
     assert got["peak_rss_mb"] - rss_baseline["peak_rss_mb"] <= RSS_GROWTH_MB, got
 
 
-@pytest.mark.xfail(strict=True, reason="the reader's queue is bounded by a count of lines (ThreadedEvents.MAXSIZE = "
-                                       "4096, since 5e29d06) and a line may be 64 KiB: 4096 of them are 256 MiB, held "
-                                       "while the loop waits for the probe (fix: harness/watch/events.py, bound by "
-                                       "characters; loop.py, read during the probe)")
 def test_a_flood_of_long_lines_while_the_harness_is_in_the_probe_keeps_its_memory_flat(rss_baseline, tmp_path):
     got = flood_run(200, "ready", 3, "process", tmp_path, 300, FAKE_VLLM_FLOOD_LINE_KB="60")
     figure("peak RSS, 200 MB of 60 KiB lines during a 3 s probe, MB", round(got["peak_rss_mb"], 1))
@@ -244,11 +233,6 @@ def test_a_flood_of_long_lines_while_the_harness_is_in_the_probe_keeps_its_memor
     assert got["peak_rss_mb"] <= RSS_LIMIT_MB, got
 
 
-@pytest.mark.xfail(strict=True, reason="the reader's queue is bounded (since 5e29d06) and nothing reads it while the "
-                                       "loop waits for the probe: a server that logs while it answers blocks on its "
-                                       "own stdout, and the harness fails a healthy server's probe (crashed / "
-                                       "probe_failed) (fix: harness/watch/loop.py, probe in a thread while the loop "
-                                       "keeps reading)")
 def test_a_server_that_logs_while_it_answers_the_probe_is_booted(tmp_path):
     got = flood_run(50, "ready", 1, "process", tmp_path, 6, FAKE_VLLM_LOG_REQUESTS="1")
     assert got["outcome"] == "booted/ready", got["detail"]

@@ -10,7 +10,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import pytest
 
 from tests.conftest import ROOT
 from tests.reliability.conftest import (
@@ -49,9 +48,6 @@ def _finish(h: Harness, mark_dir: Path, t0: float) -> tuple[int, float, list[int
     return rc, took, alive, only_run(mark_dir.parent / "r")
 
 
-@pytest.mark.xfail(strict=True, reason="signals_held() masks SIGINT/SIGTERM in the main thread only: the log reader "
-                                       "takes the second signal and its handler cuts server.stop() short in the main "
-                                       "thread, leaving the engine child alive (fix: harness/runner.py)")
 def test_a_second_ctrl_c_during_teardown_still_stops_every_server(tmp_path):
     """Ctrl-C, and Ctrl-C again half a second later while a SIGTERM-deaf server is in its 3 s grace."""
     h, mark_dir = _deaf_run(tmp_path)
@@ -65,8 +61,6 @@ def test_a_second_ctrl_c_during_teardown_still_stops_every_server(tmp_path):
     assert check_run_dir(run_dir)["status"] == "interrupted"
 
 
-@pytest.mark.xfail(strict=True, reason="the same thread-mask hole: one Ctrl-C that lands while a timed-out, "
-                                       "SIGTERM-deaf server is being torn down interrupts the teardown itself")
 def test_one_ctrl_c_during_the_teardown_of_a_timed_out_server_still_stops_it(tmp_path):
     # timeout at 1 s, then 3 s of SIGTERM grace: the Ctrl-C at ~2 s lands in the middle of it
     h, mark_dir = _deaf_run(tmp_path, timeout_s=1)
@@ -78,10 +72,6 @@ def test_one_ctrl_c_during_the_teardown_of_a_timed_out_server_still_stops_it(tmp
     assert not list(run_dir.glob("active/*.json"))
 
 
-@pytest.mark.xfail(strict=True, reason="the same thread-mask hole in the scheduler's shutdown: the second Ctrl-C "
-                                       "cuts Scheduler.run's `with signals_held()` short, so the run is never marked "
-                                       "`interrupted` (it stays `running`); its servers are still stopped, by the "
-                                       "non-daemon stop threads")
 def test_a_second_ctrl_c_during_a_parallel_teardown_still_marks_the_run_interrupted(tmp_path):
     cases = {}
     for v in ("v1", "v2"):
@@ -121,9 +111,6 @@ _UNREAPED = textwrap.dedent("""
 """)
 
 
-@pytest.mark.xfail(strict=True, reason="ProcessServer.group_alive() counts zombies (kill(-pgid, 0) succeeds on them), "
-                                       "so where nobody reaps the orphaned engine child every teardown waits out its "
-                                       "3 s grace and 5 s more (fix: harness/runtime/process.py)")
 def test_an_unreaped_zombie_in_the_group_does_not_hold_up_the_teardown(tmp_path):
     import json
 

@@ -20,7 +20,7 @@ from harness.gpu.fake import FakeInventory
 from harness.gpu.idle import IdleBaseline
 from harness.gpu.inventory import CpuInventory
 from harness.matrix.load import load_matrix
-from harness.results.model import CellResult, RunResult
+from harness.results.model import RunResult
 from harness.results.store import RunStore
 from harness.runner import CellRunner, Interrupted, watch_config
 from harness.runtime.process import ProcessRuntime

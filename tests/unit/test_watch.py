@@ -93,14 +93,16 @@ def line(t: float, text: str) -> tuple[float, Event]:
     return (t, Event("line", 0, text=text))
 
 
-def watch(tmp_path: Path, script, *, timeout_s=900.0, probe=True, probe_ok=True, owns=True, linger_s=10.0):
+def watch(tmp_path: Path, script, *, timeout_s=900.0, probe=True, probe_ok=True, owns=True, linger_s=10.0,
+          prober=None):
     clock = FakeClock()
     script = [(clock.now + t, ev) for t, ev in script]
     events = ScriptedEvents(clock, script)
     sink = LogSink(tmp_path / "cell.log", Masker())
     server = FakeServer(owns)
     w = Watch(server, events, sink, WatchConfig(timeout_s=timeout_s, probe=probe, linger_s=linger_s), clock=clock,
-              poller=NoPoller, prober=lambda url, t: ProbeResult(probe_ok, "probe said so"))
+              poller=NoPoller, prober=(lambda url, t: ProbeResult(probe_ok, "probe said so")) if prober is None
+              else lambda url, t: prober(server))
     verdict = w.run()
     sink.close()
     return verdict
@@ -152,6 +154,22 @@ def test_nothing_decisive_before_the_deadline_is_a_timeout(tmp_path):
 
 def test_a_failed_probe_after_health_is_a_crash(tmp_path):
     v = watch(tmp_path, [(40, Event("healthy", 0))], probe_ok=False)
+    assert (v.outcome, v.reason) == ("crashed", "probe_failed")
+
+
+def test_a_server_that_dies_under_the_probe_is_a_crash_that_says_it_exited(tmp_path):
+    def dies(server: FakeServer) -> ProbeResult:
+        server.code = 1
+        return ProbeResult(False, "probe failed: ConnectionError: reset by peer", connection_lost=True)
+
+    v = watch(tmp_path, [(40, Event("healthy", 0))], prober=dies)
+    assert (v.outcome, v.reason, v.exit_code) == ("crashed", "exited", 1)
+    assert "during the probe" in v.detail and "reset by peer" in v.detail
+
+
+def test_a_lost_probe_connection_to_a_server_that_lives_on_is_probe_failed(tmp_path):
+    v = watch(tmp_path, [(40, Event("healthy", 0))],
+              prober=lambda server: ProbeResult(False, "probe failed: ConnectionError", connection_lost=True))
     assert (v.outcome, v.reason) == ("crashed", "probe_failed")
 
 
