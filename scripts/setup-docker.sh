@@ -11,27 +11,7 @@ sock=/var/run/docker.sock
 log="${DOCKERD_LOG:-/var/log/boot-harness-dockerd.log}"
 wait_s="${DOCKERD_WAIT_S:-30}"
 
-ping_api() {
-  # The engine's own health endpoint; curl is not needed (python3 is), and the docker client may be missing.
-  python3 - "$sock" <<'PY' 2>/dev/null
-import socket, sys
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.settimeout(3)
-try:
-    s.connect(sys.argv[1])
-    s.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
-    data = b""
-    while True:
-        chunk = s.recv(4096)
-        if not chunk:
-            break
-        data += chunk
-except OSError:
-    sys.exit(1)
-status_line = data.split(b"\r\n", 1)[0].split()
-sys.exit(0 if len(status_line) >= 2 and status_line[1] == b"200" else 1)
-PY
-}
+ping_api() { python3 "$(dirname "$0")/ping-engine.py" "$sock"; }
 
 if ping_api; then
   echo "setup-docker: the Docker API already answers on $sock; nothing to do"

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Sets up everything the tests need (harness venv, real vLLM for the CPU, tiny models, Docker engine, local vLLM CPU
-# image) and runs the whole suite. This is what CI runs. Extra arguments go to pytest.
+# image, podman's API) and runs the whole suite. This is what CI runs. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
 bash scripts/setup-dev.sh
 . "$(bash scripts/setup-cpu-example.sh | tail -1)"
 . "$(bash scripts/setup-container-example.sh | tail -1)"
+. "$(bash scripts/setup-podman.sh | tail -1)"
 bash scripts/setup-browser.sh
 echo "setup took $(( $(date +%s) - t0 )) s" >&2
 # Paths among the arguments (`bash scripts/test.sh tests/reliability`) replace the default `tests`.

@@ -122,9 +122,10 @@ class ContainerServer:
             return False
         return self.container.status == "running" and self._host_port() == self.port
 
-    def stop(self, grace_s: float = 3.0) -> int | None:
-        """SIGTERM (through the container's init), SIGKILL after `grace_s` (as the process runtime: vLLM ignores
-        SIGTERM mid-start-up, and the whole teardown must fit in the 5 s an interrupted run promises), then remove."""
+    def stop(self, grace_s: float = 2.0) -> int | None:
+        """SIGTERM (through the container's init), SIGKILL after `grace_s`, then remove. vLLM ignores SIGTERM
+        mid-start-up, and the whole teardown must fit in the 5 s an interrupted run promises: the engine's stop and
+        removal add 1-1.5 s on a loaded machine, so a second less grace than the process runtime's 3 s."""
         with self._lock:
             if self._stopped:
                 return (self._state or {}).get("ExitCode")

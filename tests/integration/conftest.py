@@ -81,3 +81,25 @@ def processes_with(needle: str) -> list[int]:
         if needle in cmdline:
             found.append(int(entry.name))
     return found
+
+
+def boots_in_a_shell(command: str, port: int, timeout_s: float, cleanup: list[str], env: dict | None = None) -> None:
+    """Run a printed repro command with bash, as a user pasting it would, and assert that its server answers /health 200
+    on `port` within `timeout_s`; `cleanup` (an argv, e.g. `docker rm -f NAME`) runs afterwards either way."""
+    import time
+
+    import requests
+
+    shell = subprocess.Popen(["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env={**os.environ, **(env or {})})
+    try:
+        deadline, healthy = time.monotonic() + timeout_s, False
+        while time.monotonic() < deadline and shell.poll() is None and not healthy:
+            try:
+                healthy = requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+            except requests.RequestException:
+                time.sleep(0.5)
+        assert healthy, (shell.stdout.read() if shell.poll() is not None else f"no /health 200 within {timeout_s} s")
+    finally:
+        subprocess.run(cleanup, capture_output=True, env={**os.environ, **(env or {})})
+        shell.wait(timeout=60)

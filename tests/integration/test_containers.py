@@ -5,17 +5,15 @@
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-import requests
 import yaml
 
 from harness.matrix.load import read_yaml
 from harness.runtime.ports import free_port
 from tests.conftest import ROOT
-from tests.integration.conftest import harness_cli, interrupt_when_started, only_run_dir, read_run
+from tests.integration.conftest import boots_in_a_shell, harness_cli, interrupt_when_started, only_run_dir, read_run
 
 pytestmark = pytest.mark.docker
 EXAMPLE = ROOT / "examples" / "cpu-container.yaml"
@@ -132,18 +130,7 @@ def test_repro_prints_a_command_that_boots_the_same_cell_in_a_shell(docker_image
     command = proc.stdout.strip()
     assert command.startswith("docker run --rm --init") and "--shm-size 1g" in command
     assert ":/opt/venv/lib/python3.11/site-packages/vllm/v1/worker/cpu_worker.py:ro" in command
-    shell = subprocess.Popen(["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline, healthy = time.monotonic() + 300, False
-        while time.monotonic() < deadline and shell.poll() is None and not healthy:
-            try:
-                healthy = requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
-            except requests.RequestException:
-                time.sleep(1)
-        assert healthy, (shell.stdout.read() if shell.poll() is not None else "no /health 200 within 300 s")
-    finally:
-        subprocess.run(["docker", "rm", "-f", f"bh-repro-{cell}"], capture_output=True)
-        shell.wait(timeout=30)
+    boots_in_a_shell(command, port, 300, ["docker", "rm", "-f", f"bh-repro-{cell}"])
 
 
 def test_ctrl_c_of_a_container_run_leaves_no_container(docker_image, tmp_path):
