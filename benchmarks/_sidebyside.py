@@ -3,6 +3,7 @@ order each round so neither side always gets the warmer machine, and print laten
 
 from __future__ import annotations
 
+import resource
 import statistics
 import sys
 from collections.abc import Callable
@@ -49,12 +50,16 @@ def side_by_side(cells: list[Cell], runner: CellRunner, bare: Bare, rounds: int)
     health_lat: list[float] = []  # readiness line -> /health 200 seen
     probe_lat: list[float] = []  # /health 200 -> the one-token probe answered (the verdict)
     rows: list[tuple[str, dict]] = []
+    cpu: list[tuple[float, float]] = []  # (harness CPU seconds, wall seconds) per harness cell, all its threads
     for r in range(rounds):
         for cell in cells:
             got: dict[str, tuple] = {}
             for who in (("harness", "bare") if r % 2 == 0 else ("bare", "harness")):
                 if who == "harness":
+                    before = resource.getrusage(resource.RUSAGE_SELF)
                     res = runner.run(cell)
+                    after = resource.getrusage(resource.RUSAGE_SELF)
+                    cpu.append((after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, res.timings.total_s))
                     t = res.timings
                     event = t.ready_line_s if res.outcome == "booted" else t.event_s
                     lat = None if event is None or t.verdict_s is None else t.verdict_s - event
@@ -79,6 +84,10 @@ def side_by_side(cells: list[Cell], runner: CellRunner, bare: Bare, rounds: int)
     if health_lat:
         print(f"  boots, split: readiness line -> /health 200 seen p95={pct(health_lat, 95):.3f}s; "
               f"/health 200 -> probe served (verdict) p95={pct(probe_lat, 95):.3f}s")
+    if cpu:
+        used, wall = sum(c for c, _ in cpu), sum(w for _, w in cpu)
+        print(f"  the harness's own CPU (every thread of this process; not the server's, not the engine's): "
+              f"{used / len(cpu):.2f} s per cell, {100 * used / wall:.1f} % of one core over the cell's wall time")
     print("\n== wall time per cell: harness (start to torn down) / bare loop (start to its verdict, torn down) ==")
     for cell in cells:
         hs = [g["harness"][1] for cid, g in rows if cid == cell.id]

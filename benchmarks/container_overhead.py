@@ -56,9 +56,10 @@ def bare_docker(matrix, cell, interval: float = 0.5) -> tuple[str, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--cell", action="append", dest="cells", metavar="ID", help=f"cells to boot (default: {CELLS})")
     args = ap.parse_args()
     loaded = load_matrix(ROOT / "examples" / "cpu-container.yaml")
-    cells = select_cells(expand_cells(loaded.matrix), CELLS, loaded.matrix)
+    cells = select_cells(expand_cells(loaded.matrix), args.cells or CELLS, loaded.matrix)
     runtime = ContainerRuntime.for_matrix(loaded)
     runtime.preflight(cells)
     with tempfile.TemporaryDirectory(prefix="bh-bench-") as tmp:
