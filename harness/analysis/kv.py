@@ -5,7 +5,8 @@ decimals). This module turns those into bytes and says how far each number can b
 never pretend to more precision than the log gave:
 
 - the **length** of a cell: its value on the max_model_len axis (`131072`, `128k` = 128000, `128K` = 131072);
-- the **cap**: the KV pool the engine may use. The fork's expert-offload cap when it was logged, else the explicit
+- the **cap**: the KV pool the engine may use. The fork's expert-offload cap when it was logged, else the size a KV
+  floor raised the pool to (logged in bytes), else the explicit
   `--kv-cache-memory-bytes` of the cell's argv (exact), else "Available KV cache memory", else the explicit size the
   log echoed, else the refusal's "available";
 - the **need**: the smallest KV pool that serves one request of the cell's length. From a KV refusal's "X GiB is
@@ -231,6 +232,8 @@ def cap_of(cell: CellResult) -> Quantity | None:
     kv = cell.kv
     if kv.offload_cap_gib is not None:
         return _gib(kv.offload_cap_gib, "offload cap (log)")
+    if kv.floor_raised_bytes is not None:  # the floor overrides the flag: the pool the engine really got
+        return Quantity(float(kv.floor_raised_bytes), "KV floor (log)")
     explicit = flag_value(cell.argv, KV_BYTES_FLAG)
     if explicit is not None and human_int(explicit):
         return Quantity(float(human_int(explicit) or 0), KV_BYTES_FLAG)

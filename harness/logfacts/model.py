@@ -62,6 +62,8 @@ class KvFacts(BaseModel):
     """Measured graph memory ("Graph capturing finished ... took X GiB"), else the estimate logged before profiling."""
     offload_cap_gib: float | None = None
     offload_uncapped_gib: float | None = None
+    floor_raised_bytes: int | None = None
+    """The KV cache an operator floor raised the pool to, in bytes (patches/cpu_worker-kv-floor.patch's line)."""
     autofit_max_model_len: int | None = None
     """The max_model_len auto-fit settled on: B of "reduced from A to B", or the full length when it fits."""
     engine_init_s: float | None = None

