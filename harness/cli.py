@@ -108,7 +108,7 @@ def _selected(args: argparse.Namespace):
 
 
 def cmd_cells(args: argparse.Namespace, out: Console) -> int:
-    from harness.secrets import Masker, mask_env, secret_values
+    from harness.secrets import Masker, secret_values
 
     _, cells = _selected(args)
     if not cells:
@@ -118,7 +118,7 @@ def cmd_cells(args: argparse.Namespace, out: Console) -> int:
         if args.json:
             masker = Masker(secret_values() | secret_values(c.env, c.server_args))
             print(json.dumps({"id": c.id, "axes": c.axes, "server_args": masker.argv(c.server_args),
-                              "env": {k: masker(v) for k, v in mask_env(c.env).items()},
+                              "env": masker.env(c.env),
                               "image": c.image, "expected": None if not c.expected else
                               {"outcome": c.expected.outcome, "reason": c.expected.reason}}))
         else:

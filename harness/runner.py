@@ -22,7 +22,7 @@ from harness.matrix.load import LoadedMatrix
 from harness.results.model import CellResult, Expected, GpuInfo, Timings
 from harness.results.store import RunStore, now
 from harness.runtime.base import CellContext, Runtime
-from harness.secrets import Masker, mask_env, secret_values
+from harness.secrets import Masker, secret_values
 from harness.watch.events import ThreadedEvents
 from harness.watch.logsink import LogSink
 from harness.watch.loop import Verdict, Watch, WatchConfig
@@ -169,7 +169,7 @@ class CellRunner:
         matched = cell.expected.matches(v.outcome, v.reason) if cell.expected else None
         return CellResult(
             cell_id=cell.id, axes=dict(cell.axes), runtime=self.runtime.name, argv=masker.argv(argv),
-            env={k: masker(val) for k, val in mask_env(cell.env).items()},  # by key, and by value inside others
+            env=masker.env(cell.env),
             outcome=v.outcome, reason=v.reason, detail=masker(v.detail), expected=expected,
             matched=matched, exit_code=v.exit_code,
             timings=Timings(ready_s=v.ready_s, ready_line_s=v.ready_line_s, event_s=v.event_s, verdict_s=v.verdict_s,

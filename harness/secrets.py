@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 MASK = "***"
 _SECRET_KEY = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
@@ -48,17 +48,24 @@ class Masker:
     def __call__(self, text: str) -> str:
         return self._rx.sub(MASK, text) if self._rx else text
 
-    def argv(self, argv: Iterable[str]) -> list[str]:
+    def argv(self, argv: Iterable[str], hide: Callable[[str, str], str] | None = None) -> list[str]:
+        """Every arg masked; a credential flag's value replaced by `hide(prefix, value)`, prefix being `--flag=` or ""
+        (default: the prefix and `***`)."""
+        hide = hide or (lambda prefix, _value: prefix + MASK)
         out: list[str] = []
         hide_next = False
         for a in argv:
-            flag, eq, _ = a.partition("=")
+            flag, eq, value = a.partition("=")
             if hide_next:
-                out.append(MASK)
+                out.append(hide("", a))
                 hide_next = False
             elif flag in SECRET_FLAGS and eq:
-                out.append(f"{flag}={MASK}")
+                out.append(hide(flag + "=", value))
             else:
                 out.append(self(a))
                 hide_next = a in SECRET_FLAGS
         return out
+
+    def env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """Secret-looking keys masked whole, and known secrets masked inside every other value."""
+        return {k: self(v) for k, v in mask_env(env).items()}

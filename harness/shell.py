@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable, Mapping
 
-from harness.secrets import MASK, SECRET_FLAGS, Masker, is_secret_key, secret_values
+from harness.secrets import MASK, Masker, is_secret_key, secret_values
 
 
 class Raw(str):
@@ -26,21 +26,10 @@ def secret_safe_argv(argv: Iterable[str], environ: Mapping[str, str]) -> list[st
     (`--api-key "$VLLM_API_KEY"`), or `***` where none does, and any other secret value is masked; never the secret."""
     args = list(argv)
     holder = {v: k for k, v in environ.items() if is_secret_key(k) and v}
-    masker = Masker(secret_values(environ, args))
 
-    def ref(value: str) -> str:
-        return Raw(f'"${holder[value]}"') if value in holder else MASK
+    def ref(prefix: str, value: str) -> str:
+        if value not in holder:
+            return prefix + MASK
+        return Raw((shlex.quote(prefix) if prefix else "") + f'"${holder[value]}"')
 
-    out: list[str] = []
-    hide_next = False
-    for a in args:
-        flag, eq, value = a.partition("=")
-        if hide_next:
-            out.append(ref(a))
-            hide_next = False
-        elif flag in SECRET_FLAGS and eq:
-            out.append(Raw(shlex.quote(flag + "=") + ref(value)))
-        else:
-            out.append(masker(a))
-            hide_next = a in SECRET_FLAGS
-    return out
+    return Masker(secret_values(environ, args)).argv(args, hide=ref)

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import require
+
 DATA = Path(__file__).resolve().parent.parent / "data"
 BAD = DATA / "bad_matrices"
 GOOD = DATA / "good_matrices"
@@ -198,8 +200,7 @@ def test_forked_runs_match_cold_runs(results):
 
 def test_the_console_script_behaves_like_the_module():
     script = shutil.which("boot-harness") or str(Path(sys.executable).with_name("boot-harness"))
-    if not Path(script).exists():
-        pytest.skip("the boot-harness console script is not installed next to this Python")
+    require("the boot-harness console script", Path(script).exists(), "scripts/setup-dev.sh installs it (pip install -e .)")
     r = validate(BAD / "unknown_top_key.yaml", [script])
     assert (r.returncode, r.stderr) == (2, "tests/data/bad_matrices/unknown_top_key.yaml:timeout: unknown key\n")
 
