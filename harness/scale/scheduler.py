@@ -187,6 +187,8 @@ class Scheduler:
         self.stop = threading.Event()
         self._results: dict[str, CellResult] = {}
         self._errors: list[BaseException] = []
+        #: One post per worker as it returns (see _wait_for).
+        self._finished: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._lock = threading.Lock()
         #: (cell id, GPU indices, t_start, t_end) per attempt: what tests and the benchmark look at.
         self.timeline: list[tuple[str, tuple[int, ...], float, float]] = []
@@ -204,13 +206,7 @@ class Scheduler:
             try:
                 for w in workers:
                     w.start()
-                for w in workers:
-                    while w.is_alive():
-                        w.join(JOIN_SLICE_S)  # a short join keeps the main thread ready for signals
-                        if self._errors:
-                            raise self._errors[0]
-                if self._errors:
-                    raise self._errors[0]
+                self._wait_for(workers)
             except (Interrupted, KeyboardInterrupt):
                 with signals_held():
                     self._shutdown(workers)
@@ -221,6 +217,27 @@ class Scheduler:
                     self._shutdown(workers)
                 raise
         return [self._results[c.id] for c in cells if c.id in self._results]
+
+    def _wait_for(self, workers: list[threading.Thread]) -> None:
+        """Wait until every worker has returned, raising the first worker's error at once.
+
+        Never by Thread.join while an interrupt may raise: on Python < 3.13 an exception from a signal handler inside
+        join() releases the *running* thread's state lock and marks it stopped (CPython gh-90882), so the join in
+        _shutdown, and the interpreter's own join at exit, return while that worker is still tearing its cell down —
+        the run was marked interrupted and the process exited with a cell's work directory half removed. A queue the
+        workers post to on their way out is safe to interrupt."""
+        left = len(workers)
+        while left:
+            try:
+                self._finished.get(timeout=JOIN_SLICE_S)
+                left -= 1
+            except queue.Empty:
+                pass
+            if self._errors:
+                raise self._errors[0]
+        for w in workers:  # each has posted its last act: these return at once (and, held, cannot be cut short)
+            with signals_held():
+                w.join()
 
     def _shutdown(self, workers: list[threading.Thread]) -> None:
         self.stop.set()
@@ -258,6 +275,8 @@ class Scheduler:
             with self._lock:
                 self._errors.append(exc)
             self.stop.set()
+        finally:
+            self._finished.put(threading.current_thread().name)
 
     def _prepare(self, indices: list[int]) -> tuple[list[GpuInfo] | None, IdleWait | None]:
         if self.pool is None:

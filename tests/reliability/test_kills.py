@@ -175,7 +175,7 @@ def run_kill(k: Kill, base: Path) -> dict:
             obs["servers_gone_s"], obs["exit_s"] = servers_s, exit_s
         rc = h.wait(60)
         obs["rc"] = rc
-        obs["output"] = h.output[-3000:]
+        obs["output"] = h.output[-6000:]
         (run_dir,) = run_dirs(results)
         obs["run_dir"] = run_dir
         if k.sig != "SIGKILL":
