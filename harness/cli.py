@@ -183,10 +183,10 @@ def _gc_before_run(results_dir: Path, runtime_name: str) -> None:
     from harness.gc import sweep_before_run
 
     swept = sweep_before_run(results_dir, runtime_name)
-    if swept.containers or swept.process_groups:
-        Console(stderr=True).print(f"gc: removed {len(swept.containers)} leftover container(s) and "
-                                   f"{len(swept.process_groups)} leftover process group(s) of killed runs",
-                                   highlight=False)
+    if swept.containers or swept.process_groups or swept.work_dirs:
+        Console(stderr=True).print(f"gc: removed {len(swept.containers)} leftover container(s), "
+                                   f"{len(swept.process_groups)} leftover process group(s) and "
+                                   f"{len(swept.work_dirs)} work dir(s) of killed runs", highlight=False)
 
 
 def cmd_gc(args: argparse.Namespace, out: Console) -> int:
@@ -199,8 +199,11 @@ def cmd_gc(args: argparse.Namespace, out: Console) -> int:
         out.print(f"removed container {name}", highlight=False)
     for pgid in swept.process_groups:
         out.print(f"killed process group {pgid}", highlight=False)
+    for work in swept.work_dirs:
+        out.print(f"removed work dir {work}", highlight=False)
     reached = [e for e in engines if e not in swept.engines_unreachable]
-    out.print(f"gc: {len(swept.containers)} container(s), {len(swept.process_groups)} process group(s) removed "
+    out.print(f"gc: {len(swept.containers)} container(s), {len(swept.process_groups)} process group(s), "
+              f"{len(swept.work_dirs)} work dir(s) removed "
               f"(engines swept: {', '.join(reached) or 'none answered'})", highlight=False)
     return EXIT_OK
 

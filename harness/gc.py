@@ -1,4 +1,5 @@
-"""Removing what a killed harness left behind: containers carrying our labels, process groups recorded in run dirs.
+"""Removing what a killed harness left behind: containers carrying our labels, process groups recorded in run dirs,
+and the cells' scratch directories.
 
 Only leftovers whose harness process is gone are touched, so two harness runs on one host never reap each other.
 """
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import RuntimeUnavailable
+from harness.runtime import scratch
 from harness.runtime.process import group_carries
 
 
@@ -31,6 +33,8 @@ class Swept:
     containers: list[str] = field(default_factory=list)
     process_groups: list[int] = field(default_factory=list)
     engines_unreachable: list[str] = field(default_factory=list)
+    #: `work/<cell>` scratch (and its TMPDIR) of runs whose harness died
+    work_dirs: list[Path] = field(default_factory=list)
 
 
 def sweep_containers(engine: str, swept: Swept, everything: bool = False) -> None:
@@ -92,6 +96,7 @@ def sweep(results_dir: Path | None, engines: list[str], everything: bool = False
     swept = Swept()
     if results_dir is not None and Path(results_dir).is_dir():
         sweep_process_groups(Path(results_dir), swept)
+        swept.work_dirs = scratch.sweep(Path(results_dir), pid_alive)  # after the groups: nothing writes there now
     for engine in engines:
         sweep_containers(engine, swept, everything)
     return swept

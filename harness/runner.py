@@ -7,7 +7,6 @@ delivered right after, the run is marked `interrupted` with every finished cell 
 from __future__ import annotations
 
 import contextlib
-import shutil
 import signal
 import threading
 import time
@@ -21,6 +20,7 @@ from harness.logfacts import LogParser
 from harness.matrix.load import LoadedMatrix
 from harness.results.model import CellResult, Expected, GpuInfo, Timings
 from harness.results.store import RunStore, now
+from harness.runtime import scratch
 from harness.runtime.base import CellContext, Runtime
 from harness.secrets import Masker, secret_values
 from harness.watch.events import ThreadedEvents
@@ -87,17 +87,6 @@ def interrupts_raise() -> Iterator[None]:
             signal.signal(s, h)
 
 
-def _remove_work(work, keep: bool) -> None:
-    """The cell's scratch (caches, and the short TMPDIR its `tmp` link points to) goes unless asked to keep it."""
-    tmp = work / "tmp"
-    if tmp.is_symlink():
-        target = tmp.resolve()
-        if not keep:
-            shutil.rmtree(target, ignore_errors=True)
-    if not keep:
-        shutil.rmtree(work, ignore_errors=True)
-
-
 def _expected(cell: Cell) -> Expected | None:
     return Expected(outcome=cell.expected.outcome, reason=cell.expected.reason) if cell.expected else None
 
@@ -120,8 +109,7 @@ class CellRunner:
         """Boot one cell; `gpus` are the devices a scheduler reserved for it (recorded, and the only ones it sees)."""
         masker = Masker(self.base_masker_values | secret_values(cell.env, cell.server_args))
         log_path = self.store.log_path(cell.id)
-        work = self.store.work_dir(cell.id)
-        work.mkdir(parents=True, exist_ok=True)
+        work = scratch.claim(self.store.work_dir(cell.id))
         ctx = CellContext(run_dir=self.store.run_dir, work_dir=work, masker=masker, matrix_dir=self.loaded.base_dir,
                           labels={"boot-harness.run": self.store.run.run_id, "boot-harness.cell": cell.id},
                           gpu_ids=None if gpus is None else [g.id or str(g.index) for g in gpus])
@@ -151,7 +139,7 @@ class CellRunner:
                         watch.collect_rest()
                 events.close()
                 sink.close()
-                _remove_work(work, self.keep_work)
+                scratch.remove(work, self.keep_work)
         if verdict.exit_code is None:
             verdict.exit_code = exit_code
         result = self._result(cell, verdict, server, argv, masker, sink, started_at, t0)

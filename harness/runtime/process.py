@@ -23,6 +23,7 @@ from pathlib import Path
 from harness.cells import Cell
 from harness.errors import CellStartError, RuntimeUnavailable
 from harness.results.model import AppliedPatch, ContainerInfo
+from harness.runtime import scratch
 from harness.runtime.base import CellContext, LineSink
 from harness.runtime.ports import free_port, listener_pids, pid_in_group, port_answers
 from harness.runtime.reader import pump_lines
@@ -54,7 +55,7 @@ def cell_dirs(work_dir: Path) -> dict[str, str]:
     work_dir.mkdir(parents=True, exist_ok=True)
     short_tmp = work_dir / "tmp"
     if not short_tmp.exists():
-        short_tmp.symlink_to(tempfile.mkdtemp(prefix="bh-"))
+        short_tmp.symlink_to(tempfile.mkdtemp(prefix=scratch.TMP_PREFIX))
     dirs = {
         "TMPDIR": short_tmp.resolve(),
         "VLLM_CACHE_ROOT": work_dir / "vllm-cache",

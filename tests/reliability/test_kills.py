@@ -139,6 +139,16 @@ def _wait_phase(k: Kill, h: Harness, results: Path, mark_root: Path) -> None:
             wait_for("the victim's probe", lambda: running() and marks(mark_root / victim, "probe"), 60)
 
 
+def _scratch(run_dir: Path) -> list[str]:
+    """The cells' work dirs in the run directory, and the TMPDIRs their `tmp` links point to, that exist."""
+    found = []
+    for work in sorted(run_dir.glob("work/*")):
+        found.append(str(work))
+        if (work / "tmp").is_symlink() and (work / "tmp").resolve().exists():
+            found.append(str((work / "tmp").resolve()))
+    return found
+
+
 def run_kill(k: Kill, base: Path) -> dict:
     """One scenario, start to finish; returns what was observed (the tests below assert on it)."""
     obs: dict = {"id": k.id}
@@ -188,6 +198,7 @@ def run_kill(k: Kill, base: Path) -> dict:
             obs["left_after_kill"] = left.alive()
             obs["run"] = check_run_dir(run_dir, killed=True)
             obs["active"] = [p.name for p in run_dir.glob("active/*.json")]
+            obs["scratch_after_kill"] = _scratch(run_dir)
             if k.clean_by == "gc":
                 # the process runtime's gc: process groups only (--engine podman: not this host's docker
                 # containers, whose dead owners' leftovers a concurrent container test is counting)
@@ -196,12 +207,14 @@ def run_kill(k: Kill, base: Path) -> dict:
                 obs["gc"] = gc.stdout + gc.stderr
                 obs["gc_rc"] = gc.returncode
                 obs["left_after_gc"] = left.alive()
+                obs["scratch_after_gc"] = _scratch(run_dir)
         if k.sig == "SIGKILL":  # (--resume after an interrupt is the same code path, and tests/unit covers it)
             before = {p.name: p.read_text() for p in (run_dir / "cells").glob("*.json")}
             resume = cli("run", "--matrix", str(matrix), "--resume", str(run_dir), *parallel,
                          env={"VICTIM_DELAY": "0.1", "VICTIM_PROBE_DELAY": "0"}, timeout=120)
             obs["resume_rc"], obs["resume_out"] = resume.returncode, (resume.stdout + resume.stderr)[-3000:]
             obs["resumed"] = check_run_dir(run_dir)
+            obs["scratch_after_resume"] = _scratch(run_dir)
             obs["kept_unchanged"] = all((run_dir / "cells" / n).read_text() == t for n, t in before.items())
         wait_for("nothing of ours alive at the end", lambda: not left.alive(), 15)
         obs["left_at_end"] = left.alive()
@@ -272,9 +285,13 @@ def check(k: Kill, obs: dict) -> None:
         assert obs["rc"] == -signal.SIGKILL
         assert run["status"] == "running"
         figure(f"leftovers after SIGKILL ({k.runtime})", len(obs["left_after_kill"]))
+        # what the teardown that SIGKILL skips would have removed: the victims' scratch (and, process, its TMPDIR)
+        assert obs["scratch_after_kill"], "SIGKILL left the victims' work dirs"
         if k.clean_by == "gc":
             assert obs["gc_rc"] == 0, obs["gc"]
             assert obs["left_after_gc"] == [], f"gc left {obs['left_after_gc']}: {obs['gc']}"
+            assert obs["scratch_after_gc"] == [], f"gc left {obs['scratch_after_gc']}: {obs['gc']}"
+            assert f"{len(k.victims)} work dir(s) removed" in obs["gc"], obs["gc"]
         if obs["left_after_kill"] and k.clean_by == "run":
             assert "gc: removed" in obs["resume_out"], obs["resume_out"]
     else:
@@ -296,6 +313,7 @@ def check(k: Kill, obs: dict) -> None:
         assert [c["cell_id"] for c in resumed["cells"]] == [*finished, *(f"case_{v}" for v in k.victims)]
         assert all(c["outcome"] == "booted" for c in resumed["cells"][len(finished):]), resumed["cells"]
         assert obs["kept_unchanged"], "--resume rewrote a cell it had already"
+        assert obs["scratch_after_resume"] == [], "the dead run's scratch outlived the resumed run"
 
 
 @pytest.mark.parametrize("k", PROCESS, ids=[k.id for k in PROCESS])

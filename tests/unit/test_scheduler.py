@@ -180,11 +180,11 @@ def test_an_interrupt_returns_only_after_every_worker_has_finished_its_teardown(
     not cut the main thread's wait for it short: on Python < 3.13 a signal that raises inside Thread.join marks the
     joined thread stopped while it runs (CPython gh-90882), and the run used to be marked interrupted, and the process
     to exit, with a cell's work directory half removed (seen in CI as `work/case_victim` left behind)."""
-    import harness.runner
+    from harness.runtime import scratch
 
     cells, runner, store = setup(tmp_path, {"hang1": {"FAKE_VLLM_SCENARIO": "hang"},
                                             "hang2": {"FAKE_VLLM_SCENARIO": "hang"}})
-    real_remove = harness.runner._remove_work
+    real_remove = scratch.remove
     torn_down: list[str] = []
 
     def slow_remove(work, keep):
@@ -193,7 +193,7 @@ def test_an_interrupt_returns_only_after_every_worker_has_finished_its_teardown(
         real_remove(work, keep)
         torn_down.append(work.name)
 
-    monkeypatch.setattr(harness.runner, "_remove_work", slow_remove)
+    monkeypatch.setattr(scratch, "remove", slow_remove)
     sched = Scheduler(runner, CpuInventory(2), parallel=2)
 
     def interrupt_when_both_run():
