@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import math
+import signal
 import sys
 from pathlib import Path
 
@@ -285,7 +287,19 @@ COMMANDS = {"validate": cmd_validate, "cells": cmd_cells, "run": cmd_run, "repro
             "facts": cmd_facts, "merge": cmd_merge}
 
 
+def _stacks_on_sigusr2() -> None:
+    """`kill -USR2 PID` prints every thread's Python stack to stderr and the run goes on: what a harness that looks
+    stuck is waiting for, without a debugger (the reliability tests ask for it before they give up on a run)."""
+    if not hasattr(signal, "SIGUSR2"):
+        return
+    try:
+        faulthandler.register(signal.SIGUSR2, file=sys.stderr.fileno(), all_threads=True)
+    except (AttributeError, OSError, ValueError):  # stderr is no file (main() called in-process under capture)
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    _stacks_on_sigusr2()
     args = build_parser().parse_args(argv)
     out = Console()
     try:

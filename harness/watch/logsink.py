@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -9,6 +10,8 @@ from pathlib import Path
 from harness.secrets import Masker
 
 TAIL_LINES = 40
+#: A server that logs without pause still reaches the file this often; in a pause the watch loop flushes at once.
+FLUSH_EVERY_S = 0.5
 
 
 class LogSink:
@@ -20,11 +23,15 @@ class LogSink:
         self._file = path.open("w", encoding="utf-8", errors="replace")
         self._tail: deque[str] = deque(maxlen=tail_lines)
         self._echo = echo
+        self._dirty, self._flushed_at = False, time.monotonic()
 
     def write(self, line: str) -> None:
         masked = self._mask(line)
         self._file.write(masked + "\n")
         self._tail.append(masked[:2000])
+        self._dirty = True
+        if time.monotonic() - self._flushed_at >= FLUSH_EVERY_S:
+            self.flush()
         if self._echo is not None:
             self._echo(masked)
 
@@ -33,7 +40,9 @@ class LogSink:
         self.write(f"[boot-harness] {text}")
 
     def flush(self) -> None:
-        self._file.flush()
+        if self._dirty and not self._file.closed:
+            self._file.flush()
+            self._dirty, self._flushed_at = False, time.monotonic()
 
     def close(self) -> None:
         if not self._file.closed:

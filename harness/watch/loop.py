@@ -89,6 +89,13 @@ class Watch:
         #: poll's and the probe's latency.
         self.ready_line_t: float | None = None
 
+    def _next(self, timeout: float):
+        """The next event; a quiet slice is when the log file catches up, so `tail -f` and a SIGKILL lose nothing."""
+        ev = self.events.get(timeout)
+        if ev is None:
+            self.sink.flush()
+        return ev
+
     def _rel(self, t: float | None) -> float | None:
         return None if t is None else round(t - self.start, 3)
 
@@ -122,7 +129,7 @@ class Watch:
         """The server is gone; its last lines may still be in the pipe, and they may hold the refusal."""
         until = self.clock() + DRAIN_S
         while not self.eof and self.clock() < until:
-            ev = self.events.get(min(SLICE_S, until - self.clock()))
+            ev = self._next(min(SLICE_S, until - self.clock()))
             if ev is not None and self._take(ev) is Signal.REFUSAL:
                 return self._refusal_verdict(t_exit)
         if self.parser.facts.refusal is not None:
@@ -175,7 +182,7 @@ class Watch:
 
         threading.Thread(target=probe, daemon=True, name="probe").start()
         while True:
-            ev = self.events.get(SLICE_S)
+            ev = self._next(SLICE_S)
             if ev is None:
                 continue
             if ev.kind == "probed":
@@ -187,7 +194,7 @@ class Watch:
         """After a refusal: give the server `linger_s` to exit on its own, keeping every line it still writes."""
         until = self.clock() + self.config.linger_s
         while self.clock() < until and not (self.eof and self.exit_code is not None):
-            ev = self.events.get(min(SLICE_S, until - self.clock()))
+            ev = self._next(min(SLICE_S, until - self.clock()))
             if ev is not None:
                 self._take(ev)
 
@@ -208,7 +215,7 @@ class Watch:
         """After teardown: the lines the server wrote while being stopped still belong in its log."""
         until = self.clock() + limit_s
         while not self.eof and self.clock() < until:
-            ev = self.events.get(min(SLICE_S, until - self.clock()))
+            ev = self._next(min(SLICE_S, until - self.clock()))
             if ev is not None:
                 self._take(ev)
 
@@ -218,7 +225,7 @@ class Watch:
             if now >= self.deadline:
                 return self._verdict("timeout", "deadline",
                                      f"no verdict within {self.config.timeout_s:g} s", self.deadline)
-            ev = self.events.get(min(SLICE_S, self.deadline - now))
+            ev = self._next(min(SLICE_S, self.deadline - now))
             if ev is None:
                 continue
             signal = self._take(ev)

@@ -112,6 +112,15 @@ class Harness:
         self.proc.send_signal(sig)
         return time.monotonic()
 
+    def stacks(self) -> str:
+        """Every thread's stack of a harness still running (SIGUSR2, see harness.cli), for a failure message."""
+        if self.proc.poll() is not None:
+            return ""
+        before = len(self.output)
+        self.proc.send_signal(signal.SIGUSR2)
+        time.sleep(1)
+        return self.output[before:]
+
     def wait(self, timeout: float = 120) -> int:
         try:
             return self.proc.wait(timeout)

@@ -169,6 +169,8 @@ def run_kill(k: Kill, base: Path) -> dict:
     left = Leftovers(k, base, h.pid)
     try:
         _wait_phase(k, h, results, base / "marks")
+        if k.sig == "SIGKILL" and k.phase != "spawned":
+            time.sleep(0.5)  # the log reaches its file at the loop's next quiet slice (0.1 s): then a SIGKILL loses none
         left.note_pids(results)
         t0 = h.signal(SIGNALS[k.sig])
         if k.sig != "SIGKILL":
@@ -199,6 +201,8 @@ def run_kill(k: Kill, base: Path) -> dict:
             obs["run"] = check_run_dir(run_dir, killed=True)
             obs["active"] = [p.name for p in run_dir.glob("active/*.json")]
             obs["scratch_after_kill"] = _scratch(run_dir)
+            obs["victim_logs"] = {v: (run_dir / "logs" / f"case_{v}.log").read_text(errors="replace")
+                                  for v in k.victims if (run_dir / "logs" / f"case_{v}.log").exists()}
             if k.clean_by == "gc":
                 # the process runtime's gc: process groups only (--engine podman: not this host's docker
                 # containers, whose dead owners' leftovers a concurrent container test is counting)
@@ -218,8 +222,12 @@ def run_kill(k: Kill, base: Path) -> dict:
             obs["kept_unchanged"] = all((run_dir / "cells" / n).read_text() == t for n, t in before.items())
         wait_for("nothing of ours alive at the end", lambda: not left.alive(), 15)
         obs["left_at_end"] = left.alive()
-    except BaseException:  # noqa: BLE001 - reported by the test of this scenario
-        obs["error"] = traceback.format_exc() + "\n--- harness output ---\n" + h.output[-3000:]
+    except BaseException as exc:  # noqa: BLE001 - reported by the test of this scenario
+        output = h.output[-6000:]
+        stacks = h.stacks()  # a harness still running when the scenario gave up: what is it waiting for?
+        obs["error"] = (f"{type(exc).__name__}: {exc}\n" + traceback.format_exc()
+                        + "\n--- harness output ---\n" + output
+                        + (f"\n--- the harness's threads (SIGUSR2) ---\n{stacks}" if stacks else ""))
     finally:
         h.kill()
         left.reap()
@@ -285,6 +293,9 @@ def check(k: Kill, obs: dict) -> None:
         assert obs["rc"] == -signal.SIGKILL
         assert run["status"] == "running"
         figure(f"leftovers after SIGKILL ({k.runtime})", len(obs["left_after_kill"]))
+        if k.phase != "spawned":  # what a server said before the harness died is in its log, not lost in a buffer
+            for v in k.victims:
+                assert "engine core pid=" in obs["victim_logs"].get(v, ""), obs["victim_logs"]
         # what the teardown that SIGKILL skips would have removed: the victims' scratch (and, process, its TMPDIR)
         assert obs["scratch_after_kill"], "SIGKILL left the victims' work dirs"
         if k.clean_by == "gc":

@@ -188,3 +188,16 @@ def test_every_line_goes_to_the_log_file(tmp_path):
                      (4.1, Event("eof", 0))])
     text = (tmp_path / "cell.log").read_text()
     assert "first" in text and "To serve at least one request" in text and "after the refusal" in text
+
+
+def test_the_log_file_keeps_up_while_the_server_is_quiet(tmp_path):
+    """What the server said reaches the file at the first quiet moment, not when 8 KiB have piled up or the cell ends:
+    an engineer tails it during a ten-minute boot, and a SIGKILLed harness leaves it whole."""
+    seen: list[str] = []
+
+    def prober(_server):
+        seen.append((tmp_path / "cell.log").read_text())  # the loop is still running: nothing has closed the file
+        return ProbeResult(True, "ok")
+
+    watch(tmp_path, [line(1, "INFO Loading weights took 300 s"), (40, Event("healthy", 0))], prober=prober)
+    assert "Loading weights took 300 s" in seen[0]
