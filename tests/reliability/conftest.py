@@ -318,6 +318,9 @@ def _work_in_background(request, tmp_path_factory):
     or skip through the usual fixtures."""
     from tests.reliability import real_chains
 
+    # pytest creates its base temp dir lazily and not thread-safely: two lanes' first mktemp at once can each make one,
+    # and a mktemp that sees the other's then fails ("... is not a normalized and relative path"). Make it here, once.
+    tmp_path_factory.getbasetemp()
     selected: dict[str, list] = defaultdict(list)
     for item in request.session.items:
         selected[Path(str(item.fspath)).name].append(item)

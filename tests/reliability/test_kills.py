@@ -120,6 +120,9 @@ class Leftovers:
             remove_containers(containers(value=str(self.harness_pid)))
 
 
+PHASE_WITHIN_S = 120  # generous: a phase missed here is a stuck harness (its stacks go into the error), not a slow one
+
+
 def _wait_phase(k: Kill, h: Harness, results: Path, mark_root: Path) -> None:
     def running() -> bool:
         assert h.proc.poll() is None, f"the harness exited early:\n{h.output[-3000:]}"
@@ -129,14 +132,14 @@ def _wait_phase(k: Kill, h: Harness, results: Path, mark_root: Path) -> None:
         if k.phase == "spawned":
             if k.runtime == "process":
                 wait_for("the victim's process record", lambda: running() and list(
-                    results.glob(f"*/active/case_{victim}.json")), 60, every=0.005)
+                    results.glob(f"*/active/case_{victim}.json")), PHASE_WITHIN_S, every=0.005)
             else:
                 wait_for("the victim's container", lambda: running() and any(
-                    n.endswith(f"case_{victim}") for n in containers(value=str(h.pid))), 60, every=0.05)
+                    n.endswith(f"case_{victim}") for n in containers(value=str(h.pid))), PHASE_WITHIN_S, every=0.05)
         elif k.phase == "starting":
-            wait_for("the victim's engine child", lambda: running() and marks(mark_root / victim, "child"), 60)
+            wait_for("the victim's engine child", lambda: running() and marks(mark_root / victim, "child"), PHASE_WITHIN_S)
         else:
-            wait_for("the victim's probe", lambda: running() and marks(mark_root / victim, "probe"), 60)
+            wait_for("the victim's probe", lambda: running() and marks(mark_root / victim, "probe"), PHASE_WITHIN_S)
 
 
 def _scratch(run_dir: Path) -> list[str]:
