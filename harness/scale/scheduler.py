@@ -187,8 +187,6 @@ class Scheduler:
         self.stop = threading.Event()
         self._results: dict[str, CellResult] = {}
         self._errors: list[BaseException] = []
-        #: One post per worker as it returns (see _wait_for).
-        self._finished: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._lock = threading.Lock()
         #: (cell id, GPU indices, t_start, t_end) per attempt: what tests and the benchmark look at.
         self.timeline: list[tuple[str, tuple[int, ...], float, float]] = []
@@ -200,13 +198,14 @@ class Scheduler:
         todo: queue.SimpleQueue[Cell] = queue.SimpleQueue()
         for c in cells:
             todo.put(c)
-        workers = [threading.Thread(target=self._worker, args=(todo,), name=f"cell-worker-{i}")
+        finished: queue.SimpleQueue[str] = queue.SimpleQueue()  # one post per worker as it returns (see _wait_for)
+        workers = [threading.Thread(target=self._worker, args=(todo, finished), name=f"cell-worker-{i}")
                    for i in range(min(self.parallel, len(cells)))]
         with interrupts_raise():
             try:
                 for w in workers:
                     w.start()
-                self._wait_for(workers)
+                self._wait_for(workers, finished)
             except (Interrupted, KeyboardInterrupt):
                 with signals_held():
                     self._shutdown(workers)
@@ -218,7 +217,7 @@ class Scheduler:
                 raise
         return [self._results[c.id] for c in cells if c.id in self._results]
 
-    def _wait_for(self, workers: list[threading.Thread]) -> None:
+    def _wait_for(self, workers: list[threading.Thread], finished: queue.SimpleQueue[str]) -> None:
         """Wait until every worker has returned, raising the first worker's error at once.
 
         Never by Thread.join while an interrupt may raise: on Python < 3.13 an exception from a signal handler inside
@@ -229,7 +228,7 @@ class Scheduler:
         left = len(workers)
         while left:
             try:
-                self._finished.get(timeout=JOIN_SLICE_S)
+                finished.get(timeout=JOIN_SLICE_S)
                 left -= 1
             except queue.Empty:
                 pass
@@ -247,7 +246,7 @@ class Scheduler:
                 w.join()
 
     # ---- workers
-    def _worker(self, todo: queue.SimpleQueue[Cell]) -> None:
+    def _worker(self, todo: queue.SimpleQueue[Cell], finished: queue.SimpleQueue[str]) -> None:
         try:
             while not self.stop.is_set():
                 try:
@@ -276,7 +275,7 @@ class Scheduler:
                 self._errors.append(exc)
             self.stop.set()
         finally:
-            self._finished.put(threading.current_thread().name)
+            finished.put(threading.current_thread().name)
 
     def _prepare(self, indices: list[int]) -> tuple[list[GpuInfo] | None, IdleWait | None]:
         if self.pool is None:
