@@ -143,14 +143,17 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
     if not cells:  # an empty shard: not an error (see docs/scale.md)
         return empty_shard_run(args, loaded, out)
     runtime = make_runtime(loaded)
-    if args.dry_run:
+    if args.dry_run:  # touches nothing: no engine, no pull, no file (see Runtime.planned_command_line)
+        run_dir = (args.resume or Path(args.results_dir) / "<run-id>")
         for c in cells:
-            ctx = CellContext(run_dir=Path("."), work_dir=Path("."), masker=Masker(), matrix_dir=loaded.base_dir)
-            print(f"# {c.id}\n{format_shell(runtime.command_line(c, ctx))}")
+            ctx = CellContext(run_dir=run_dir, work_dir=run_dir / "work" / c.id, masker=Masker(),
+                              matrix_dir=loaded.base_dir)
+            tokens, steps = runtime.planned_command_line(c, ctx)
+            print("\n".join([f"# {c.id}", *(f"#   {step}" for step in steps), format_shell(tokens)]))
         return EXIT_OK
+    plan = plan_parallel(loaded, args)  # bad --parallel / no NVML for a GPU matrix: exit 2 before anything runs
     _gc_before_run(args.results_dir if not args.resume else args.resume.parent, runtime.name)
-    runtime.preflight(cells)
-    plan = plan_parallel(loaded, args)  # bad --parallel / no GPUs for gpus_per_cell: exit 2 before the run dir
+    _preflight(runtime, cells)
     if args.resume:
         store = RunStore.open(args.resume, loaded)
         check_resume_shard(store.run.shard, args.shard_text, args.resume)
@@ -179,6 +182,18 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
     selected = {c.id for c in cells}
     bad = [c for c in run.cells if c.cell_id in selected and (c.matched is False or c.outcome == "error")]
     return EXIT_MISMATCH if bad else EXIT_OK
+
+
+def _preflight(runtime, cells) -> None:
+    """The runtime's checks before any cell runs, with image pulls shown as they go and what they found printed."""
+    from harness.runtime.pull import PullDisplay
+
+    err = Console(stderr=True)
+    if hasattr(runtime, "pull_observer"):
+        runtime.pull_observer = PullDisplay(err)
+    runtime.preflight(cells)
+    for note in getattr(runtime, "notes", []):
+        err.print(note, highlight=False, markup=False, soft_wrap=True)
 
 
 def _gc_before_run(results_dir: Path, runtime_name: str) -> None:
@@ -227,7 +242,7 @@ def cmd_repro(args: argparse.Namespace, out: Console) -> int:
     runtime = make_runtime(loaded)
     if not args.exec:
         if loaded.matrix.runtime != "process":
-            runtime.preflight([cell])
+            _preflight(runtime, [cell])
         keep = args.results_dir / "repro" / cell.id
         ctx = CellContext(run_dir=keep, work_dir=keep, masker=Masker(), matrix_dir=loaded.base_dir)
         print(format_shell(runtime.command_line(cell, ctx, args.port)))
@@ -237,7 +252,7 @@ def cmd_repro(args: argparse.Namespace, out: Console) -> int:
     from harness.runner import CellRunner, Interrupted, run_cells, watch_config
 
     _gc_before_run(args.results_dir, runtime.name)
-    runtime.preflight([cell])
+    _preflight(runtime, [cell])
     store = RunStore.create(args.results_dir, loaded, runtime.name, selection=[cell.id])
     store.order = [cell.id]
     runner = CellRunner(loaded, runtime, store, watch_config(loaded, args.timeout_s),

@@ -95,25 +95,33 @@ class ParallelPlan:
     inventory: Any
     gpus_per_cell: int
     idle_timeout_s: float | None = None
+    #: The GPUs of the matrix's shared `gpus:` request (each cell, one at a time, waits for them to be idle).
+    shared_gpus: list[int] | None = None
 
     def describe(self) -> str:
-        return f"parallel: {self.parallel} ({self.why}; {self.inventory.kind} inventory)"
+        shared = f"; every cell waits for GPUs {', '.join(map(str, self.shared_gpus))} to be idle" if self.shared_gpus else ""
+        return f"parallel: {self.parallel} ({self.why}; {self.inventory.kind} inventory{shared})"
 
 
 def plan_parallel(loaded: Any, args: argparse.Namespace) -> ParallelPlan | None:
-    """None: the plain sequential loop (`--parallel 1`, no GPUs handed out). Otherwise how the scheduler runs."""
-    from harness.gpu.inventory import open_inventory, parse_parallel, resolve_parallel
+    """None: the plain sequential loop (`--parallel 1`, no GPUs). Otherwise how the scheduler runs: a matrix that
+    asks for GPUs always goes through it, one cell at a time included, so that every cell waits for the GPU memory
+    of the last one to be released and a memory-busy refusal is retried."""
+    from harness.gpu.inventory import open_inventory, parse_parallel, resolve_parallel, shared_indices
 
     m = loaded.matrix
     spec = getattr(args, "parallel", "1") or "1"
     wanted = parse_parallel(spec)
-    if wanted == 1 and m.gpus_per_cell == 0:
+    shares = m.gpus is not None and m.gpus_per_cell == 0
+    if wanted == 1 and m.gpus_per_cell == 0 and not shares:
         return None
-    inventory = open_inventory(m.gpus_per_cell, id_kind="uuid" if m.runtime == "process" else "index")
+    inventory = open_inventory(m.gpus_per_cell, id_kind="uuid" if m.runtime == "process" else "index",
+                               shares_gpus=shares)
     n, why = resolve_parallel(spec, inventory, m.gpus_per_cell, shares_gpus=m.gpus is not None)
-    if n == 1 and m.gpus_per_cell == 0:
+    shared = shared_indices(m.gpus, inventory) if shares else None
+    if n == 1 and m.gpus_per_cell == 0 and not shared:
         return None
-    return ParallelPlan(n, why, inventory, m.gpus_per_cell, getattr(args, "gpu_idle_timeout_s", None))
+    return ParallelPlan(n, why, inventory, m.gpus_per_cell, getattr(args, "gpu_idle_timeout_s", None), shared)
 
 
 def run_planned(plan: ParallelPlan | None, todo: list[Cell], runner: Any, observer: Any) -> list:
@@ -126,9 +134,10 @@ def run_planned(plan: ParallelPlan | None, todo: list[Cell], runner: Any, observ
     from harness.scale.scheduler import Scheduler
 
     idle = None
-    if plan.gpus_per_cell > 0:
+    if plan.gpus_per_cell > 0 or plan.shared_gpus:
         idle = IdleBaseline(plan.inventory, **({"timeout_s": plan.idle_timeout_s} if plan.idle_timeout_s else {}))
-    return Scheduler(runner, plan.inventory, plan.parallel, plan.gpus_per_cell, observer=observer, idle=idle).run(todo)
+    return Scheduler(runner, plan.inventory, plan.parallel, plan.gpus_per_cell, observer=observer, idle=idle,
+                     shared_gpus=plan.shared_gpus).run(todo)
 
 
 # ---- merge

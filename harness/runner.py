@@ -105,14 +105,15 @@ class CellRunner:
     #: Called with every (masked) log line as it arrives: `repro --exec` streams the server's log this way.
     echo: Callable[[str], None] | None = None
 
-    def run(self, cell: Cell, gpus: list[GpuInfo] | None = None) -> CellResult:
-        """Boot one cell; `gpus` are the devices a scheduler reserved for it (recorded, and the only ones it sees)."""
+    def run(self, cell: Cell, gpus: list[GpuInfo] | None = None, assigned: bool = True) -> CellResult:
+        """Boot one cell; `gpus` are the devices a scheduler reserved for it (recorded, and — when `assigned` — the
+        only ones it is given; a matrix's shared `gpus:` request is passed on as written)."""
         masker = Masker(self.base_masker_values | secret_values(cell.env, cell.server_args))
         log_path = self.store.log_path(cell.id)
         work = scratch.claim(self.store.work_dir(cell.id))
         ctx = CellContext(run_dir=self.store.run_dir, work_dir=work, masker=masker, matrix_dir=self.loaded.base_dir,
                           labels={"boot-harness.run": self.store.run.run_id, "boot-harness.cell": cell.id},
-                          gpu_ids=None if gpus is None else [g.id or str(g.index) for g in gpus])
+                          gpu_ids=None if gpus is None or not assigned else [g.id or str(g.index) for g in gpus])
         sink = LogSink(log_path, masker, echo=self.echo)
         started_at, t0 = now(), time.monotonic()
         events = ThreadedEvents()

@@ -12,10 +12,25 @@ log="${DOCKERD_LOG:-/var/log/boot-harness-dockerd.log}"
 wait_s="${DOCKERD_WAIT_S:-30}"
 
 ping_api() { python3 "$(dirname "$0")/ping-engine.py" "$sock"; }
+# scripts/setup-gpu-stubs.sh's stub nvidia hook: dockerd must find it on its PATH when it starts.
+stubs=/usr/local/lib/boot-harness/gpu-stubs/bin
+running_pid() { local p; p=$(cat /var/run/docker.pid 2>/dev/null) && kill -0 "$p" 2>/dev/null && echo "$p"; }
+lacks_stubs() {  # a dockerd of ours started before the stubs were installed
+  local p; p=$(running_pid) || return 1
+  [ -x "$stubs/nvidia-container-runtime-hook" ] || return 1
+  ! tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -q "^PATH=$stubs:"
+}
 
 if ping_api; then
-  echo "setup-docker: the Docker API already answers on $sock; nothing to do"
-  exit 0
+  if lacks_stubs; then
+    p=$(running_pid)
+    echo "setup-docker: restarting dockerd (pid $p) so that it finds the stub nvidia hook in $stubs" >&2
+    kill "$p"
+    for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
+  else
+    echo "setup-docker: the Docker API already answers on $sock; nothing to do"
+    exit 0
+  fi
 fi
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -42,7 +57,7 @@ if pid=$(cat /var/run/docker.pid 2>/dev/null) && kill -0 "$pid" 2>/dev/null; the
   started="found dockerd (pid $pid) starting"
 else
   # setsid + nohup: the engine outlives this script and the terminal or CI step that ran it.
-  setsid nohup dockerd >>"$log" 2>&1 </dev/null &
+  PATH="$stubs:$PATH" setsid nohup dockerd >>"$log" 2>&1 </dev/null &
   pid=$!
   started="started dockerd (pid $pid, log $log)"
 fi

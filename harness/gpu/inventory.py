@@ -156,19 +156,45 @@ def resolve_parallel(spec: str | int | None, inventory: Inventory, gpus_per_cell
     return wanted, f"{wanted} CPU cell(s) at once (no GPUs handed out)"
 
 
-def open_inventory(gpus_per_cell: int, id_kind: str = "index", env: Mapping[str, str] | None = None) -> Inventory:
-    """The inventory a run gets: NVML when cells need GPUs (or the fake one a test asks for), else CPU slots."""
+def open_inventory(gpus_per_cell: int, id_kind: str = "index", env: Mapping[str, str] | None = None,
+                   shares_gpus: bool = False) -> Inventory:
+    """The inventory a run gets: NVML when cells use GPUs — their own (`gpus_per_cell`) or the matrix's shared
+    `gpus:` — (or the fake one a test asks for), else CPU slots. A run that uses GPUs cannot go on without NVML: the
+    wait for the last cell's GPU memory to be released, the memory-busy retry and each cell's GPU record need it."""
     env = os.environ if env is None else env
     fake = env.get(FAKE_GPUS_ENV, "").strip()
     if fake:
         from harness.gpu.fake import FakeInventory
 
         return FakeInventory.from_spec(fake)
-    if gpus_per_cell <= 0:
+    if gpus_per_cell <= 0 and not shares_gpus:
         return CpuInventory.from_env(env)
     from harness.gpu.nvml import NvmlInventory, NvmlUnavailable
 
     try:
         return NvmlInventory.open(id_kind=id_kind, env=env)
     except NvmlUnavailable as exc:
-        raise UsageError(f"gpus_per_cell: {gpus_per_cell} hands GPUs to cells, but {exc}") from None
+        if gpus_per_cell > 0:
+            raise UsageError(f"gpus_per_cell: {gpus_per_cell} hands GPUs to cells, but {exc}") from None
+        raise UsageError(f"gpus: the matrix asks for GPUs, but {exc}; the harness needs NVML to wait for a cell's GPU "
+                         "memory to be released before the next starts (the driver ships libnvidia-ml)") from None
+
+
+def shared_indices(gpus: str | int | list[str], inventory: Inventory) -> list[int]:
+    """The inventory's GPUs that the matrix's shared `gpus:` request names (`all`, a count, indices or UUIDs): the
+    ones to wait on before each cell and to record with it."""
+    devices = inventory.devices()
+    if gpus == "all":
+        return devices
+    if isinstance(gpus, int):
+        if gpus > len(devices):
+            raise UsageError(f"gpus: {gpus} GPUs asked, the {inventory.kind} inventory has {len(devices)}")
+        return devices[:gpus]
+    out = []
+    for want in gpus:
+        hits = [i for i in devices if str(i) == want or (inventory.info(i).uuid or "").startswith(want)]
+        if len(hits) != 1:
+            raise UsageError(f"gpus: {want!r} names no single GPU of the {inventory.kind} inventory "
+                             f"(indices {', '.join(map(str, devices)) or 'none'})")
+        out.append(hits[0])
+    return out

@@ -87,6 +87,13 @@ def _memory_busy(msg: str) -> Refusal | None:
     )
 
 
+def _profiling_busy(msg: str) -> Refusal | None:
+    m = p.PROFILING_BUSY.search(msg)
+    if not m:
+        return None
+    return Refusal(kind="gpu_memory_busy", message=_trim(msg), available_gib=p.to_float(m.group(1)))
+
+
 def _with_allocation(kind: str, msg: str) -> Refusal:
     tried = p.OOM_TRIED.search(msg)
     free = p.OOM_FREE.search(msg)
@@ -123,6 +130,7 @@ _CLASSIFIERS: tuple[tuple[str, Callable[[str], Refusal | None]], ...] = (
     ("Cannot auto-fit", _autofit_impossible),
     ("User-specified max_model_len", _max_len_exceeds),
     ("memory on ", _memory_busy),
+    ("Error in memory profiling", _profiling_busy),
     ("Failed to load model", _weights_dont_fit),
     ("ut of memory", _oom),
     ("OutOfMemoryError", _oom),

@@ -39,6 +39,7 @@ KEYWORDS: tuple[str, ...] = (
     "User-specified max_model_len",
     "memory on device",
     "memory on node",
+    "Error in memory profiling",
     "out of memory",
     "OutOfMemoryError",
     "Failed to load model",
@@ -145,6 +146,11 @@ CPU_MEMORY_BUSY = _c(
     EXC + r"Available memory on node\s*\d+\s*\(\s*" + NUM + r"\s*/\s*" + NUM + r"\s*GiB\) on "
     r"(?:startup|kv cache allocation) is less than"
 )
+# gpu_worker's assertion when free memory *rose* during profiling (another process released memory meanwhile):
+# "AssertionError: Error in memory profiling. Initial free memory 10.5 GiB, current free memory 12.3 GiB. This happens
+# when other processes sharing the same container release GPU memory while vLLM is profiling ..." (0.6 … 0.33).
+PROFILING_BUSY = _c(EXC + r"Error in memory profiling\.\s*Initial free memory\s*" + NUM + r"\s*GiB,\s*current free "
+                    r"memory\s*" + NUM + r"\s*GiB")
 BUSY_REQUESTED = _c(r"is less than [^()]{0,120}\((?:[^,()]{0,40},\s*)?" + NUM + r"(?:\s*/\s*" + NUM + r")?\s*GiB\)")
 WEIGHTS_DONT_FIT = _c(EXC + r"Failed to load model - not enough GPU memory")
 # torch's "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ..." (torch.cuda.OutOfMemoryError before 2.5),

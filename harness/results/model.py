@@ -49,6 +49,8 @@ class AppliedPatch(_Record):
     base_sha256: str
     patched_sha256: str
     patched_file: str = Field(description="the patched file kept in the run directory (relative to it)")
+    patch_output: str | None = Field(None, description="what GNU `patch -p1 --batch --forward` printed, verbatim")
+    warnings: list[str] = Field([], description="patch's lines about a hunk applied at an offset or with fuzz")
 
 
 class GpuInfo(_Record):

@@ -70,7 +70,8 @@ def summarize(cells: list[CellResult]) -> dict[str, int]:
 
 class RunStore:
     def __init__(self, run_dir: Path, run: RunResult):
-        self.run_dir = run_dir
+        #: Absolute: paths under it are handed to container engines as bind-mount sources, which must be absolute.
+        self.run_dir = Path(run_dir).absolute()
         self.run = run
         self._cells: dict[str, CellResult] = {c.cell_id: c for c in run.cells}
         #: The matrix's cell order; results.json lists cells in it whatever order they finished in.

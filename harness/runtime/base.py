@@ -67,3 +67,7 @@ class Runtime(Protocol):
 
     def command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> list[str]:
         """Shell tokens a person would run by hand for this cell (secrets as `$NAME` references; see harness.shell)."""
+
+    def planned_command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> tuple[list[str], list[str]]:
+        """What `command_line` would print, and one line per step it would take first (pull, copy, patch), touching
+        nothing: no engine asked, no file written (`run --dry-run`)."""

@@ -27,7 +27,8 @@ from harness.matrix.model import Mount, PatchSpec
 from harness.results.model import AppliedPatch, ContainerInfo
 from harness.runtime import engine as eng
 from harness.runtime.base import CellContext, LineSink
-from harness.runtime.patching import PatchError, PreparedPatch, patch_file
+from harness.runtime.patching import PATCH_ARGS, PatchError, PreparedPatch, patch_file
+from harness.runtime.pull import PullObserver, pull
 from harness.runtime.process import SERVER_ENV
 from harness.runtime.reader import pump_chunks
 from harness.secrets import is_secret_key
@@ -148,7 +149,7 @@ class ContainerServer:
 
     def container_info(self) -> ContainerInfo:
         return ContainerInfo(
-            engine=self.runtime.info.name if self.runtime.info else self.runtime.name,
+            engine=self.runtime.engine,
             engine_version=self.runtime.info.version if self.runtime.info else None,
             image=self.image, image_digest=self.repo_digest or self.image_id,
             container_id=self.container.id, container_name=self.container.name,
@@ -157,6 +158,12 @@ class ContainerServer:
 
     def applied_patches(self) -> list[AppliedPatch]:
         return list(self._patches)
+
+
+def host_path(path: Path | str) -> str:
+    """A bind-mount source as the engine must get it: absolute. dockerd reads a relative source as a volume *name*
+    (`results/x/gpu_worker.py` → "invalid volume name"), podman resolves it against its own working directory."""
+    return os.path.abspath(os.fspath(path))
 
 
 class ContainerRuntime:
@@ -168,7 +175,11 @@ class ContainerRuntime:
         self.info: eng.EngineInfo | None = None
         self._images: dict[str, tuple[str, str | None]] = {}
         self._prepared: dict[tuple[str, str, str], PreparedPatch] = {}
-        self._patch_dir = Path(tempfile.mkdtemp(prefix="boot-harness-patches-"))
+        self._patch_dir: Path | None = None
+        #: Told about image pulls (the CLI's live display); the default shows nothing.
+        self.pull_observer: PullObserver | None = None
+        #: One line per fact preflight established that a person should see (GPU probe, patch fuzz).
+        self.notes: list[str] = []
 
     @classmethod
     def for_matrix(cls, loaded: LoadedMatrix) -> ContainerRuntime:
@@ -181,11 +192,14 @@ class ContainerRuntime:
             self.info = eng.engine_info(self._client, self.name)
         return self._client
 
+    @property
+    def engine(self) -> str:
+        """The engine that answers (podman behind `runtime: docker` is podman); the configured one until connected."""
+        return self.info.name if self.info else self.name
+
     # ---- checks before any cell runs
     def preflight(self, cells: list[Cell]) -> None:
-        client = self.client
-        if self.matrix.gpus is not None:
-            eng.check_gpu_support(self.info, self.name)
+        self.client  # noqa: B018 - connect, and read what engine answers
         for cell in cells:
             if not cell.image:
                 raise RuntimeUnavailable(f"image: cell {cell.id} has no image (set `image:` or give an axis value one)")
@@ -196,24 +210,41 @@ class ContainerRuntime:
                     raise RuntimeUnavailable(f"mounts: source {src} (for {mount.target}) does not exist")
             for spec in cell.patches:
                 self.prepare_patch(cell.image, spec)
-        del client  # connected (and engine info read) above; cells use self.client
+        if self.wants_gpus():
+            self._check_gpus(sorted({c.image for c in cells if c.image}))
+
+    def wants_gpus(self) -> bool:
+        return self.matrix.gpus is not None or self.matrix.gpus_per_cell > 0
+
+    def _check_gpus(self, images: list[str]) -> None:
+        assert self.info is not None
+        eng.check_gpu_support(self.info)
+        requests = eng.device_requests(self.engine, self.matrix.gpus or "all")
+        for image in images:
+            image_id, repo_digest = self.resolve_image(image)
+            probe = eng.probe_gpus(self.client, repo_digest or image_id, requests, self.engine, owner_labels())
+            if not probe.granted:
+                raise RuntimeUnavailable(
+                    f"gpus: the {self.engine} engine ({self.info.version}) started a probe container from {image} "
+                    f"without a GPU ({probe.describe()}): it ignored the request")
+            self.notes.append(f"gpus: a probe container from {image} got the GPU request ({probe.describe()})")
 
     def resolve_image(self, ref: str) -> tuple[str, str | None]:
         if ref in self._images:
             return self._images[ref]
         import docker.errors
 
-        pull = self.matrix.pull
+        policy = self.matrix.pull
         try:
-            if pull == "always":
-                self.client.images.pull(ref)
+            if policy == "always":
+                pull(self.client, ref, self.pull_observer)
             try:
                 found = eng.image_digest(self.client, ref)
             except docker.errors.ImageNotFound:
-                if pull == "never":
-                    raise RuntimeUnavailable(f"image: {ref} is not present on the {self.name} engine and `pull: never`"
+                if policy == "never":
+                    raise RuntimeUnavailable(f"image: {ref} is not present on the {self.engine} engine and `pull: never`"
                                              " (build or load it, or set `pull: missing`)") from None
-                self.client.images.pull(ref)
+                pull(self.client, ref, self.pull_observer)
                 found = eng.image_digest(self.client, ref)
         except docker.errors.APIError as exc:
             raise RuntimeUnavailable(f"image: cannot get {ref}: {exc.explanation or exc}") from None
@@ -242,16 +273,24 @@ class ContainerRuntime:
                 raise PatchError(f"{path}: not a regular file in image {image}")
             return tar.extractfile(member).read()
 
+    def patch_source(self, spec: PatchSpec) -> Path:
+        return (self.loaded.base_dir / spec.patch).resolve()
+
     def prepare_patch(self, image: str, spec: PatchSpec) -> PreparedPatch:
         key = (self.resolve_image(image)[0], spec.target, spec.patch)
         if key not in self._prepared:
             pristine = self.copy_out(image, spec.target)
+            if self._patch_dir is None:
+                self._patch_dir = Path(tempfile.mkdtemp(prefix="boot-harness-patches-"))
             out = self._patch_dir / f"{key[0].split(':')[-1][:12]}-{len(self._prepared)}"
             try:
-                self._prepared[key] = patch_file(pristine, (self.loaded.base_dir / spec.patch).resolve(), spec.target,
-                                                 spec.base_sha256, spec.patched_sha256, out)
+                prepared = patch_file(pristine, self.patch_source(spec), spec.target, spec.base_sha256,
+                                      spec.patched_sha256, out)
             except PatchError as exc:
                 raise UsageError(f"{self.loaded.path}: patches: {exc}") from None
+            self._prepared[key] = prepared
+            for warning in prepared.warnings:
+                self.notes.append(f"patches: {Path(spec.patch).name} on {spec.target}: GNU patch: {warning}")
         return self._prepared[key]
 
     def _kept_patches(self, cell: Cell, dest: Path) -> list[tuple[PreparedPatch, Path]]:
@@ -278,19 +317,19 @@ class ContainerRuntime:
             kept = self._kept_patches(cell, ctx.run_dir / "patches" / cell.id)
         except (PatchError, UsageError) as exc:
             raise CellStartError(str(exc)) from None
-        volumes = {str(self.mount_source(m)): (m.target, "ro" if m.read_only else "rw") for m in cell.mounts}
-        volumes.update({str(path): (p.target, "ro") for p, path in kept})
+        volumes = {host_path(self.mount_source(m)): (m.target, "ro" if m.read_only else "rw") for m in cell.mounts}
+        volumes.update({host_path(path): (p.target, "ro") for p, path in kept})
         port_key = f"{self.matrix.container_port}/tcp"
         tc = DockerContainer(repo_digest or image_id, docker_client_kw=eng.client_kwargs(self.name))
         tc.with_command(list(cell.server_args))
         tc.with_envs(**self.container_env(cell))
-        for host_path, (target, mode) in volumes.items():
-            tc.with_volume_mapping(host_path, target, mode)
+        for source, (target, mode) in volumes.items():
+            tc.with_volume_mapping(source, target, mode)
         tc.ports[port_key] = (HOST, None)  # a free host port on loopback, chosen by the engine
         name = f"bh-{ctx.labels.get('boot-harness.run', 'run')}-{cell.id}"[:200]
         tc.with_name(name)
         kwargs = dict(labels={**ctx.labels, **owner_labels()}, init=True,
-                      device_requests=eng.device_requests(self.name, self.matrix.gpus, ctx.gpu_ids) or None)
+                      device_requests=eng.device_requests(self.engine, self.matrix.gpus, ctx.gpu_ids) or None)
         if self.matrix.ipc:
             kwargs["ipc_mode"] = self.matrix.ipc
         if self.matrix.shm_size:
@@ -305,37 +344,61 @@ class ContainerRuntime:
                 tc.stop(force=True)
             except Exception:  # noqa: BLE001
                 pass
-            raise CellStartError(f"the {self.name} engine could not start the container: {exc}") from None
+            raise CellStartError(f"the {self.engine} engine could not start the container: {exc}") from None
         wrapped = tc.get_wrapped_container()
         threading.Thread(target=pump_chunks, args=(log_stream(wrapped), on_line), daemon=True,
                          name=f"log-{cell.id}").start()
         entry = self.matrix.entrypoint or (self.client.images.get(image_id).attrs.get("Config", {}).get("Entrypoint") or [])
         patches = [AppliedPatch(target=p.target, patch=p.patch, base_sha256=p.base_sha256,
-                                patched_sha256=p.patched_sha256, patched_file=str(path.relative_to(ctx.run_dir)))
+                                patched_sha256=p.patched_sha256, patched_file=str(path.relative_to(ctx.run_dir)),
+                                patch_output=p.patch_output, warnings=list(p.warnings))
                    for p, path in kept]
         return ContainerServer(self, tc, [*entry, *cell.server_args], cell.image, image_id, repo_digest, patches)
 
     def command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> list[str]:
         """`docker run` (or `podman run`) doing what `start` does, with the patched files prepared under ctx.run_dir."""
         image_id, repo_digest = self.resolve_image(cell.image)
-        kept = self._kept_patches(cell, ctx.run_dir / "patches" / cell.id)
+        kept = [(p.target, host_path(path)) for p, path in self._kept_patches(cell, ctx.run_dir / "patches" / cell.id)]
+        return self._run_tokens(cell, ctx, host_port, repo_digest or image_id, kept)
+
+    def planned_command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> tuple[list[str], list[str]]:
+        """What `command_line` would give, and how each patched file would be made, without touching anything: no
+        engine is asked, nothing is pulled, copied or written (`run --dry-run`). The image is named as the matrix
+        names it; the patched files by the paths they would get under ctx.run_dir."""
+        kept, steps = [], []
+        for i, spec in enumerate(cell.patches):
+            name = Path(spec.target).name
+            path = host_path(ctx.run_dir / "patches" / cell.id / f"{i}-{name}" / name)
+            kept.append((spec.target, path))
+            steps.append(f"would copy {spec.target} out of {cell.image}, check sha256 {spec.base_sha256[:12]}…, "
+                         f"apply {self.patch_source(spec)} with GNU patch {' '.join(PATCH_ARGS)}, check sha256 "
+                         f"{spec.patched_sha256[:12]}…, keep it as {path}")
+        if self.matrix.pull != "never":
+            steps.insert(0, f"would pull {cell.image} {'first' if self.matrix.pull == 'always' else 'if absent'} "
+                            f"(pull: {self.matrix.pull})")
+        if self.wants_gpus():
+            steps.append(f"would probe the {self.engine} engine's GPU request in a short container first")
+        return self._run_tokens(cell, ctx, host_port, cell.image, kept), steps
+
+    def _run_tokens(self, cell: Cell, ctx: CellContext, host_port: int, image: str,
+                    kept: list[tuple[str, str]]) -> list[str]:
         port = self.matrix.container_port
-        tokens: list[str] = [self.name, "run", "--rm", "--init", "--name", f"bh-repro-{cell.id}",
-                             *eng.gpu_cli_args(self.name, self.matrix.gpus, ctx.gpu_ids)]
+        tokens: list[str] = [self.engine, "run", "--rm", "--init", "--name", f"bh-repro-{cell.id}",
+                             *eng.gpu_cli_args(self.engine, self.matrix.gpus, ctx.gpu_ids)]
         if self.matrix.ipc:
             tokens += ["--ipc", self.matrix.ipc]
         if self.matrix.shm_size:
             tokens += ["--shm-size", self.matrix.shm_size]
         tokens += ["-p", f"{HOST}:{host_port}:{port}"]
         for m in cell.mounts:
-            tokens += ["-v", f"{self.mount_source(m)}:{m.target}:{'ro' if m.read_only else 'rw'}"]
-        for p, path in kept:
-            tokens += ["-v", f"{path.resolve()}:{p.target}:ro"]
+            tokens += ["-v", f"{host_path(self.mount_source(m))}:{m.target}:{'ro' if m.read_only else 'rw'}"]
+        for target, path in kept:
+            tokens += ["-v", f"{path}:{target}:ro"]
         for k, v in self.container_env(cell).items():
             tokens += ["-e", Raw(f'{k}="${k}"') if is_secret_key(k) else f"{k}={v}"]
         extra: list[str] = []
         if self.matrix.entrypoint:  # docker takes one word for --entrypoint; the rest leads the command
             tokens += ["--entrypoint", self.matrix.entrypoint[0]]
             extra = self.matrix.entrypoint[1:]
-        tokens.append(repo_digest or image_id)
+        tokens.append(image)
         return [*tokens, *extra, *secret_safe_argv(cell.server_args, {**os.environ, **cell.env})]

@@ -8,6 +8,7 @@ mode is pinned to the docker host), and podman takes GPUs through CDI device ids
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,20 +48,38 @@ def connect(engine: str) -> docker.DockerClient:
 
 @dataclass(frozen=True)
 class EngineInfo:
+    """What answers on the socket. `name` is the engine as detected (a `runtime: docker` whose DOCKER_HOST is podman's
+    socket is podman), which is what decides how GPUs are asked for."""
+
     name: str
     version: str | None
-    runtimes: tuple[str, ...]
-    cdi_spec_dirs: tuple[str, ...]
+    runtimes: tuple[str, ...] = ()
+    cdi_spec_dirs: tuple[str, ...] = ()
+
+    def version_tuple(self) -> tuple[int, ...]:
+        return version_tuple(self.version)
+
+
+def version_tuple(text: str | None) -> tuple[int, ...]:
+    """`4.3.1` → (4, 3, 1); `20.10.24+dfsg1` → (20, 10, 24); unknown → ()."""
+    parts = []
+    for piece in re.split(r"[.+~-]", text or ""):
+        if not piece.isdigit():
+            break
+        parts.append(int(piece))
+    return tuple(parts)
 
 
 def engine_info(client: docker.DockerClient, engine: str) -> EngineInfo:
     version = client.version()
     info = client.info()
-    name = engine
+    name, number = engine, version.get("Version")
     for comp in version.get("Components") or []:
         if "podman" in str(comp.get("Name", "")).lower():
-            name = "podman"
-    return EngineInfo(name=name, version=version.get("Version"), runtimes=tuple((info.get("Runtimes") or {}).keys()),
+            name, number = "podman", comp.get("Version") or number
+        elif str(comp.get("Name", "")) == "Engine" and engine == "podman":
+            name = "docker"  # `runtime: podman` pointed at a dockerd
+    return EngineInfo(name=name, version=number, runtimes=tuple((info.get("Runtimes") or {}).keys()),
                       cdi_spec_dirs=tuple(info.get("CDISpecDirs") or ()))
 
 
@@ -76,7 +95,9 @@ def gpu_device_ids(gpus: str | int | list[str] | None, assigned: list[str] | Non
 
 
 def device_requests(engine: str, gpus: str | int | list[str] | None, assigned: list[str] | None = None) -> list[DeviceRequest]:
-    """docker: an nvidia DeviceRequest; podman: CDI ids (`nvidia.com/gpu=…`), since its compat API ignores the former."""
+    """docker: a DeviceRequest for its nvidia device driver (registered when dockerd finds
+    nvidia-container-runtime-hook on its PATH); podman: CDI ids (`nvidia.com/gpu=…`), since its compat API ignores the
+    former. `engine` is the detected engine (EngineInfo.name), not the matrix's `runtime:`."""
     if gpus is None and assigned is None:
         return []
     ids = gpu_device_ids(gpus, assigned)
@@ -100,15 +121,81 @@ def gpu_cli_args(engine: str, gpus: str | int | list[str] | None, assigned: list
     return ["--gpus", f'"device={",".join(ids)}"']
 
 
-def check_gpu_support(info: EngineInfo, engine: str) -> None:
-    """A GPU request the engine cannot honour would start the container without GPUs and say nothing."""
-    if engine == "podman":
-        return  # CDI failures surface at create; podman has no runtime list to ask
-    if "nvidia" not in info.runtimes and not info.cdi_spec_dirs:
+#: podman's Docker-compatible API honours `DeviceRequest(driver="cdi")` from this version; before it, the container
+#: starts without a GPU and nothing says so (podman#22645).
+PODMAN_CDI_API = (5, 4)
+
+
+def check_gpu_support(info: EngineInfo) -> None:
+    """What the engine's version alone rules out. Whether the request is really honoured is `probe_gpus`'s to find."""
+    if info.name == "podman" and info.version_tuple() and info.version_tuple() < PODMAN_CDI_API:
         raise RuntimeUnavailable(
-            f"gpus: the docker engine ({info.version}) has no nvidia runtime and no CDI specs, so it cannot grant GPUs "
-            "(install nvidia-container-toolkit, or drop `gpus:` for a CPU image)"
-        )
+            f"gpus: podman {info.version} ignores GPU requests through its Docker-compatible API (CDI device requests "
+            f"are honoured from {'.'.join(map(str, PODMAN_CDI_API))}), so every container would start without a GPU; "
+            "upgrade podman, or use docker with nvidia-container-toolkit (`podman run --device nvidia.com/gpu=all` "
+            "from the shell is not affected: see `boot-harness repro`)")
+
+
+#: Run in a probe container: the GPU device nodes it sees, and what NVIDIA_VISIBLE_DEVICES says.
+PROBE_SCRIPT = 'ls -d /dev/nvidia[0-9]* 2>/dev/null; echo "NVIDIA_VISIBLE_DEVICES=${NVIDIA_VISIBLE_DEVICES-<unset>}"'
+_NO_DEVICES = {"", "<unset>", "void", "none"}
+
+
+@dataclass(frozen=True)
+class GpuProbe:
+    devices: tuple[str, ...]
+    visible: str
+    image_sets_visible: bool
+
+    @property
+    def granted(self) -> bool:
+        """Device nodes appeared, or the engine set NVIDIA_VISIBLE_DEVICES (docker's nvidia driver does; CDI specs may).
+        An image that sets the variable itself (CUDA base images do) proves nothing by it: then only devices count."""
+        return bool(self.devices) or (self.visible not in _NO_DEVICES and not self.image_sets_visible)
+
+    def describe(self) -> str:
+        devs = ", ".join(self.devices) or "no /dev/nvidia* device"
+        return f"{devs}, NVIDIA_VISIBLE_DEVICES={self.visible}"
+
+
+def probe_gpus(client: docker.DockerClient, image: str, requests: list[DeviceRequest], engine: str,
+               labels: dict[str, str] | None = None) -> GpuProbe:
+    """Start a short container from `image` with the cells' GPU request and look inside: the engine's own answer, not
+    a guess from its runtime list. A refused request (docker without the nvidia hook: `could not select device
+    driver`) or a silently ignored one (podman before 5.4) is a RuntimeUnavailable naming what happened."""
+    import docker.errors
+
+    try:
+        image_env = client.images.get(image).attrs.get("Config", {}).get("Env") or []
+        c = client.containers.create(image, entrypoint=["/bin/sh", "-c", PROBE_SCRIPT], command=[],
+                                     device_requests=requests, labels=labels or {})
+    except docker.errors.APIError as exc:
+        raise RuntimeUnavailable(f"gpus: the {engine} engine refused a container with the GPU request: "
+                                 f"{exc.explanation or exc}") from None
+    try:
+        try:
+            c.start()
+            code = c.wait(timeout=120).get("StatusCode")
+            out = c.logs(stdout=True, stderr=True).decode(errors="replace")
+        except docker.errors.APIError as exc:
+            hint = (" (dockerd registers its nvidia device driver only when nvidia-container-runtime-hook is on its "
+                    "PATH at start-up: install nvidia-container-toolkit and restart dockerd)"
+                    if "device driver" in str(exc.explanation or exc) else "")
+            raise RuntimeUnavailable(f"gpus: the {engine} engine could not start a container with the GPU request: "
+                                     f"{exc.explanation or exc}{hint}") from None
+        except Exception as exc:  # noqa: BLE001 - a hung wait (requests' timeout) and friends
+            raise RuntimeUnavailable(f"gpus: the GPU probe container did not finish ({type(exc).__name__})") from None
+    finally:
+        try:
+            c.remove(force=True)
+        except Exception:  # noqa: BLE001
+            pass
+    lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
+    visible = next((ln.split("=", 1)[1] for ln in lines if ln.startswith("NVIDIA_VISIBLE_DEVICES=")), None)
+    if code != 0 or visible is None:
+        raise RuntimeUnavailable(f"gpus: the GPU probe (/bin/sh in {image}) exited {code}: {' / '.join(lines[-2:])}")
+    return GpuProbe(devices=tuple(ln for ln in lines if ln.startswith("/dev/nvidia")), visible=visible,
+                    image_sets_visible=any(e.startswith("NVIDIA_VISIBLE_DEVICES=") for e in image_env))
 
 
 def image_digest(client: docker.DockerClient, ref: str) -> tuple[str, str | None]:

@@ -230,3 +230,7 @@ class ProcessRuntime:
         env = {**SERVER_ENV, **cell.env, **gpu_env(ctx.gpu_ids)}
         return [*(env_token(k, v, is_secret_key(k)) for k, v in env.items()),
                 *secret_safe_argv(self.argv(cell, host_port), {**self.base_env, **cell.env})]
+
+    def planned_command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> tuple[list[str], list[str]]:
+        """A local process needs nothing prepared: the plan is the command itself."""
+        return self.command_line(cell, ctx, host_port), []

@@ -171,9 +171,15 @@ class Scheduler:
     """Run cells `parallel` at a time. With `gpus_per_cell` > 0 each cell gets its own GPUs from `inventory`."""
 
     def __init__(self, runner: CellRunner, inventory: Inventory, parallel: int, gpus_per_cell: int = 0,
-                 observer: Observer | None = None, idle: IdleBaseline | None = None, retry_busy: bool = True):
+                 observer: Observer | None = None, idle: IdleBaseline | None = None, retry_busy: bool = True,
+                 shared_gpus: list[int] | None = None):
+        """`shared_gpus`: the GPUs every cell gets from the matrix's own `gpus:` request (one cell at a time): each
+        cell waits for them to be idle and records them, and is handed the request as written."""
         if parallel < 1:
             raise ValueError("parallel must be at least 1")
+        if shared_gpus and (parallel > 1 or gpus_per_cell > 0):
+            raise ValueError("shared GPUs are for one cell at a time, without gpus_per_cell")
+        self.shared = list(shared_gpus or [])
         self.inventory = inventory
         self.parallel = parallel
         self.gpus_per_cell = gpus_per_cell
@@ -183,7 +189,7 @@ class Scheduler:
         self.live = _LiveServers()
         self.runner = dataclasses.replace(runner, runtime=_TrackingRuntime(runner.runtime, self.live))
         self.pool = GpuPool(inventory.devices(), gpus_per_cell) if gpus_per_cell > 0 else None
-        self.idle = idle if idle is not None else (IdleBaseline(inventory) if self.pool else None)
+        self.idle = idle if idle is not None else (IdleBaseline(inventory) if self.pool or self.shared else None)
         self.stop = threading.Event()
         self._results: dict[str, CellResult] = {}
         self._errors: list[BaseException] = []
@@ -253,7 +259,7 @@ class Scheduler:
                     cell = todo.get_nowait()
                 except queue.Empty:
                     return
-                indices: list[int] = []
+                indices: list[int] = list(self.shared)
                 if self.pool is not None:
                     got = self.pool.reserve(self.stop)
                     if got is None:
@@ -278,7 +284,7 @@ class Scheduler:
             finished.put(threading.current_thread().name)
 
     def _prepare(self, indices: list[int]) -> tuple[list[GpuInfo] | None, IdleWait | None]:
-        if self.pool is None:
+        if not indices:
             return None, None
         assert self.idle is not None
         wait = self.idle.wait(indices, self.stop)
@@ -287,7 +293,7 @@ class Scheduler:
     def _attempt(self, cell: Cell, indices: list[int], gpus: list[GpuInfo] | None) -> CellResult:
         t0 = time.monotonic()
         try:
-            return self.runner.run(cell, gpus)
+            return self.runner.run(cell, gpus, assigned=self.pool is not None)
         finally:
             with self._lock:
                 self.timeline.append((cell.id, tuple(indices), t0, time.monotonic()))

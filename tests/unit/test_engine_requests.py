@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from harness.errors import RuntimeUnavailable
-from harness.runtime.engine import EngineInfo, check_gpu_support, device_requests, engine_host, gpu_cli_args
+from harness.runtime.engine import (EngineInfo, GpuProbe, check_gpu_support, device_requests, engine_host, engine_info,
+                                    gpu_cli_args, version_tuple)
 
 
 def as_dicts(reqs):
@@ -42,11 +43,47 @@ def test_repro_flags_match_the_request():
     assert gpu_cli_args("podman", 2) == ["--device", "nvidia.com/gpu=0", "--device", "nvidia.com/gpu=1"]
 
 
-def test_a_docker_engine_without_nvidia_runtime_or_cdi_cannot_grant_gpus():
-    with pytest.raises(RuntimeUnavailable, match="no nvidia runtime"):
-        check_gpu_support(EngineInfo("docker", "28.0", ("runc",), ()), "docker")
-    check_gpu_support(EngineInfo("docker", "28.0", ("runc", "nvidia"), ()), "docker")
-    check_gpu_support(EngineInfo("docker", "28.0", ("runc",), ("/etc/cdi",)), "docker")
+def test_podman_before_5_4_cannot_take_gpus_through_its_compat_api_and_says_so_in_one_line():
+    with pytest.raises(RuntimeUnavailable, match=r"^gpus: podman 4\.3\.1 ignores GPU requests .* from 5\.4") as err:
+        check_gpu_support(EngineInfo("podman", "4.3.1"))
+    assert "\n" not in str(err.value)
+    for ok in (EngineInfo("podman", "5.4.0"), EngineInfo("podman", "5.6.2"), EngineInfo("docker", "20.10.24+dfsg1")):
+        check_gpu_support(ok)  # the probe container decides the rest
+
+
+def test_the_version_of_an_engine_reads_as_numbers():
+    assert version_tuple("20.10.24+dfsg1") == (20, 10, 24) and version_tuple("5.4.0-rc1") == (5, 4, 0)
+    assert version_tuple(None) == () and version_tuple("dev") == ()
+
+
+class FakeClient:
+    def __init__(self, version: dict):
+        self._version = version
+
+    def version(self):
+        return self._version
+
+    def info(self):
+        return {"Runtimes": {"runc": {}}}
+
+
+def test_the_engine_is_what_answers_not_what_the_matrix_calls_it():
+    podman = {"Version": "4.3.1", "Components": [{"Name": "Podman Engine", "Version": "4.3.1"}]}
+    docker = {"Version": "20.10.24", "Components": [{"Name": "Engine", "Version": "20.10.24"}]}
+    assert engine_info(FakeClient(podman), "docker") == EngineInfo("podman", "4.3.1", ("runc",), ())
+    assert engine_info(FakeClient(docker), "podman").name == "docker"
+    assert engine_info(FakeClient(docker), "docker").name == "docker"
+
+
+@pytest.mark.parametrize(("probe", "granted"), [
+    (GpuProbe((), "all", False), True),                   # docker's nvidia driver set the variable
+    (GpuProbe(("/dev/nvidia0",), "void", False), True),   # a real CDI spec: devices, NVIDIA_VISIBLE_DEVICES=void
+    (GpuProbe((), "<unset>", False), False),              # podman < 5.4: request ignored
+    (GpuProbe((), "all", True), False),                   # a CUDA base image sets it itself: proves nothing
+    (GpuProbe(("/dev/nvidia0",), "all", True), True),
+])
+def test_a_probe_container_shows_whether_the_gpu_request_was_honoured(probe, granted):
+    assert probe.granted is granted
 
 
 def test_engine_sockets_default_per_engine_and_follow_the_environment():

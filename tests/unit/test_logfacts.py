@@ -359,6 +359,15 @@ def test_gpu_memory_busy_means_something_else_holds_the_memory(line, free, reque
     assert (refusal.available_gib, refusal.needed_gib) == (free, requested)
 
 
+def test_memory_released_during_profiling_is_memory_busy_too():
+    """gpu_worker asserts that free memory did not grow while it profiled: another process let go of memory then, so
+    the attempt says nothing about the configuration (vllm 0.32 gpu_worker.py, determine_available_memory)."""
+    refusal = refusal_of("(EngineCore pid=77) AssertionError: Error in memory profiling. Initial free memory 10.5 GiB, "
+                         "current free memory 12.3 GiB. This happens when other processes sharing the same container "
+                         "release GPU memory while vLLM is profiling during initialization.")
+    assert refusal.kind == "gpu_memory_busy" and refusal.available_gib == 10.5
+
+
 def test_the_startup_memory_suggestion_is_not_a_refusal():
     # 0.10.2 and 0.30+ log this at INFO after a successful profile (0.11–0.22 at DEBUG)
     for line in (

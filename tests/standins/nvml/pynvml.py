@@ -1,0 +1,154 @@
+"""A stand-in for NVML (`pynvml`, from nvidia-ml-py) on a machine without a GPU: put this folder first on PYTHONPATH
+and the harness's NvmlInventory loads it through its ordinary `import pynvml`.
+
+It models what matters between cells on a real GPU: memory is in use while one of *this* harness's servers runs and
+for a few seconds after it is gone (a real driver takes that long to give a dead process's memory back), then falls
+back to the idle level. A server is a container carrying this process's `boot-harness.owner-pid` and a
+`boot-harness.cell` label (the GPU probe container has no cell label: it allocates nothing), or a child process of
+this one whose command line names vllm. A daemon thread started by nvmlInit polls for them every POLL_S.
+
+Environment (all optional):
+  STANDIN_NVML_GPUS      how many GPUs (default 1)
+  STANDIN_NVML_TOTAL_GIB total memory per GPU (default 139.8, an H200)
+  STANDIN_NVML_IDLE_GIB  used when idle (default 0.5)
+  STANDIN_NVML_BUSY_GIB  used while a server runs (default 120)
+  STANDIN_NVML_HOLD_S    how long memory stays used after the last server went (default 4)
+  STANDIN_NVML_LOG       a file that gets one line per memory read: "<unix time> <used bytes>"
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import namedtuple
+from pathlib import Path
+
+GIB = 1024**3
+POLL_S = 0.2
+Memory = namedtuple("Memory", "total free used")
+
+
+class NVMLError(Exception):
+    pass
+
+
+def _env(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
+class _Device:
+    def __init__(self) -> None:
+        self.busy_until = 0.0
+        self.lock = threading.Lock()
+        self.started = False
+
+    def start(self) -> None:
+        with self.lock:
+            if self.started:
+                return
+            self.started = True
+        threading.Thread(target=self._watch, name="standin-nvml", daemon=True).start()
+
+    def _watch(self) -> None:
+        hold = _env("STANDIN_NVML_HOLD_S", 4)
+        while True:
+            if _servers_running():
+                with self.lock:
+                    self.busy_until = time.time() + hold
+            time.sleep(POLL_S)
+
+    def used(self) -> int:
+        with self.lock:
+            busy = time.time() < self.busy_until
+        used = int((_env("STANDIN_NVML_BUSY_GIB", 120) if busy else _env("STANDIN_NVML_IDLE_GIB", 0.5)) * GIB)
+        log = os.environ.get("STANDIN_NVML_LOG")
+        if log:
+            with open(log, "a") as f:
+                f.write(f"{time.time():.3f} {used}\n")
+        return used
+
+
+_DEVICE = _Device()
+_client = None
+
+
+def _containers_running() -> bool:
+    global _client
+    try:
+        import docker
+
+        if _client is None:
+            _client = docker.from_env()
+        found = _client.containers.list(filters={"label": [f"boot-harness.owner-pid={os.getpid()}",
+                                                          "boot-harness.cell"]})
+        return bool(found)
+    except Exception:  # noqa: BLE001 - no engine here: no containers
+        return False
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            out += [int(c) for c in task.read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+def _processes_running() -> bool:
+    todo, seen = _children(os.getpid()), set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            if b"vllm" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+        todo += _children(pid)
+    return False
+
+
+def _servers_running() -> bool:
+    return _processes_running() or _containers_running()
+
+
+# ---- the part of the NVML API the harness calls
+def nvmlInit() -> None:
+    _DEVICE.start()
+
+
+def nvmlShutdown() -> None:
+    pass
+
+
+def nvmlDeviceGetCount() -> int:
+    return int(_env("STANDIN_NVML_GPUS", 1))
+
+
+def nvmlDeviceGetHandleByIndex(index: int) -> int:
+    if not 0 <= index < nvmlDeviceGetCount():
+        raise NVMLError(f"invalid index {index}")
+    return index
+
+
+def nvmlSystemGetDriverVersion() -> str:
+    return "stand-in"
+
+
+def nvmlDeviceGetName(handle: int) -> str:
+    return "NVIDIA H200 (stand-in NVML)"
+
+
+def nvmlDeviceGetUUID(handle: int) -> str:
+    return f"GPU-5ea1d1e0-0000-4000-8000-{handle:012d}"
+
+
+def nvmlDeviceGetMemoryInfo(handle: int) -> Memory:
+    total = int(_env("STANDIN_NVML_TOTAL_GIB", 139.8) * GIB)
+    used = _DEVICE.used()
+    return Memory(total=total, free=total - used, used=used)
