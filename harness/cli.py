@@ -184,16 +184,19 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
     return EXIT_MISMATCH if bad else EXIT_OK
 
 
-def _preflight(runtime, cells) -> None:
+def _preflight(runtime, cells, gpu_checks: bool = True) -> None:
     """The runtime's checks before any cell runs, with image pulls shown as they go and what they found printed."""
     from harness.runtime.pull import PullDisplay
 
     err = Console(stderr=True)
     if hasattr(runtime, "pull_observer"):
         runtime.pull_observer = PullDisplay(err)
-    runtime.preflight(cells)
+    if gpu_checks:
+        runtime.preflight(cells)
+    else:
+        runtime.preflight(cells, gpu_checks=False)
     for note in getattr(runtime, "notes", []):
-        err.print(note, highlight=False, markup=False, soft_wrap=True)
+        err.print(note, highlight=False, markup=False, emoji=False, soft_wrap=True)
 
 
 def _gc_before_run(results_dir: Path, runtime_name: str) -> None:
@@ -242,7 +245,7 @@ def cmd_repro(args: argparse.Namespace, out: Console) -> int:
     runtime = make_runtime(loaded)
     if not args.exec:
         if loaded.matrix.runtime != "process":
-            _preflight(runtime, [cell])
+            _preflight(runtime, [cell], gpu_checks=False)
         keep = args.results_dir / "repro" / cell.id
         ctx = CellContext(run_dir=keep, work_dir=keep, masker=Masker(), matrix_dir=loaded.base_dir)
         print(format_shell(runtime.command_line(cell, ctx, args.port)))

@@ -1,4 +1,4 @@
-"""The analysis commands of `boot-harness`: compare, analyze, frontier, report.
+"""The analysis commands of `boot-harness`: compare, analyze, frontier, report, check.
 
 `harness.cli` wires them in with `COMMANDS.update(register(sub))`: each handler takes (args, out Console) and returns
 the exit code; a UsageError becomes one line on stderr and exit 2, as for every other command.
@@ -77,7 +77,29 @@ def register(sub) -> dict[str, Callable[[argparse.Namespace, Console], int]]:
     p.add_argument("--plot", type=Path, metavar="FILE", help="also write the KV plot as a PNG (linked from markdown)")
     p.add_argument("--axis", help="split into one grid per value of this axis (default: image, if any)")
     p.add_argument("--length-axis", help="the max_model_len axis (the grid's rows)")
-    return {"compare": cmd_compare, "analyze": cmd_analyze, "frontier": cmd_frontier, "report": cmd_report}
+
+    p = sub.add_parser("check", help="exit 0 when a run met every expectation; 1 lists what missed",
+                       description="The nightly gate on one run by itself: exit 1 when the run is not complete, a "
+                                   "cell errored, or a cell missed its expectation (one line each); cells without an "
+                                   "expectation pass. `compare LAST_NIGHT RUN` adds the regressions.")
+    p.add_argument("run", type=Path, metavar="RUN")
+    return {"compare": cmd_compare, "analyze": cmd_analyze, "frontier": cmd_frontier, "report": cmd_report,
+            "check": cmd_check}
+
+
+def cmd_check(args: argparse.Namespace, out: Console) -> int:
+    from harness.analysis.check import misses
+    from harness.analysis.kv import open_run
+
+    run, run_dir = open_run(args.run)
+    found = misses(run)
+    for m in found:
+        out.print(f"{m.cell_id or run.run_id}: {m.why}", highlight=False, markup=False, emoji=False, soft_wrap=True)
+    s = run.summary
+    out.print(f"{run_dir}: {'FAIL' if found else 'ok'} — {s.get('cells', 0)} cells, {s.get('matched', 0)} matched, "
+              f"{s.get('mismatched', 0)} mismatched, {s.get('error', 0)} errors ({run.status})",
+              highlight=False, markup=False, emoji=False, soft_wrap=True)
+    return EXIT_FAIL if found else EXIT_OK
 
 
 def cmd_compare(args: argparse.Namespace, out: Console) -> int:

@@ -17,9 +17,13 @@ hook="$STUB_BIN/nvidia-container-runtime-hook"
 cat > "$hook.tmp" <<HOOK
 #!/bin/sh
 # boot-harness stub of nvidia-container-runtime-hook (scripts/setup-gpu-stubs.sh): an OCI prestart hook that records
-# the container state it is given on stdin and succeeds. It grants no device: there is no GPU here.
+# which container it ran for and the NVIDIA_VISIBLE_DEVICES dockerd put in its spec, and succeeds. It grants no
+# device: there is no GPU here. Log line: <unix time> <hook args> <container id> NVIDIA_VISIBLE_DEVICES=<value>
 state=\$(cat)
-printf '%s %s %s\n' "\$(date +%s)" "\$*" "\$state" >> $STUB_LOG
+id=\$(printf '%s' "\$state" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
+bundle=\$(printf '%s' "\$state" | sed -n 's/.*"bundle":"\([^"]*\)".*/\1/p')
+visible=\$(grep -o 'NVIDIA_VISIBLE_DEVICES=[^"]*' "\$bundle/config.json" 2>/dev/null | tail -n 1)
+printf '%s %s %s %s\n' "\$(date +%s)" "\$*" "\$id" "\${visible:-NVIDIA_VISIBLE_DEVICES=<unset>}" >> $STUB_LOG
 exit 0
 HOOK
 chmod 755 "$hook.tmp"

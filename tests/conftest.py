@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+#: A stand-in NVML (tests/standins/nvml/pynvml.py): put first on PYTHONPATH for a harness that runs a GPU matrix here.
+STANDIN_NVML = {"PYTHONPATH": str(ROOT / "tests" / "standins" / "nvml")}
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config):

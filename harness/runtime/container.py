@@ -198,8 +198,14 @@ class ContainerRuntime:
         return self.info.name if self.info else self.name
 
     # ---- checks before any cell runs
-    def preflight(self, cells: list[Cell]) -> None:
+    def preflight(self, cells: list[Cell], gpu_checks: bool = True) -> None:
+        """Everything a run needs, before any cell runs: the engine, images, mounts, patched files, and (with
+        `gpu_checks`) that the engine really grants the matrix's GPU request. `repro` prints a command for the
+        engine's CLI, which takes GPUs its own way, so it skips the GPU checks."""
         self.client  # noqa: B018 - connect, and read what engine answers
+        if gpu_checks and self.wants_gpus():
+            assert self.info is not None
+            eng.check_gpu_support(self.info)  # the engine's version alone: before any pull
         for cell in cells:
             if not cell.image:
                 raise RuntimeUnavailable(f"image: cell {cell.id} has no image (set `image:` or give an axis value one)")
@@ -210,15 +216,14 @@ class ContainerRuntime:
                     raise RuntimeUnavailable(f"mounts: source {src} (for {mount.target}) does not exist")
             for spec in cell.patches:
                 self.prepare_patch(cell.image, spec)
-        if self.wants_gpus():
-            self._check_gpus(sorted({c.image for c in cells if c.image}))
+        if gpu_checks and self.wants_gpus():
+            self._probe_gpus(sorted({c.image for c in cells if c.image}))
 
     def wants_gpus(self) -> bool:
         return self.matrix.gpus is not None or self.matrix.gpus_per_cell > 0
 
-    def _check_gpus(self, images: list[str]) -> None:
+    def _probe_gpus(self, images: list[str]) -> None:
         assert self.info is not None
-        eng.check_gpu_support(self.info)
         requests = eng.device_requests(self.engine, self.matrix.gpus or "all")
         for image in images:
             image_id, repo_digest = self.resolve_image(image)

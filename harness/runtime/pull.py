@@ -99,7 +99,7 @@ class PullDisplay:
             self._progress.start()
             self._task = self._progress.add_task(ref, total=None)
         else:
-            self.console.print(f"pull {ref}: started", highlight=False, markup=False, soft_wrap=True)
+            self.console.print(f"pull {ref}: started", highlight=False, markup=False, emoji=False, soft_wrap=True)
 
     def _bytes(self) -> tuple[int, int]:
         return sum(c for c, _ in self._layers.values()), sum(t for _, t in self._layers.values())
@@ -116,17 +116,17 @@ class PullDisplay:
                 self._done.add(layer)
                 if self._progress is None:
                     self.console.print(f"pull {ref}: layer {layer} {status.lower()} ({len(self._done)} done)",
-                                       highlight=False, markup=False, soft_wrap=True)
+                                       highlight=False, markup=False, emoji=False, soft_wrap=True)
         current, total = self._bytes()
         if self._progress is not None:
             self._progress.update(self._task, completed=current, total=total or None)
         elif total and self.clock() - self._last_line >= self.every_s:
             self._last_line = self.clock()
             self.console.print(f"pull {ref}: {current / 1e6:,.0f} of {total / 1e6:,.0f} MB", highlight=False,
-                               markup=False, soft_wrap=True)
+                               markup=False, emoji=False, soft_wrap=True)
 
     def pull_finished(self, ref: str, status: str) -> None:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
-        self.console.print(f"pull {ref}: {status or 'done'}", highlight=False, markup=False, soft_wrap=True)
+        self.console.print(f"pull {ref}: {status or 'done'}", highlight=False, markup=False, emoji=False, soft_wrap=True)

@@ -115,12 +115,6 @@ def test_an_unreachable_engine_is_one_clear_line(docker_image, tmp_path):
     assert proc.stderr.strip().startswith("runtime: the docker engine does not answer at unix:///nonexistent")
 
 
-def test_a_gpu_request_this_engine_cannot_honour_is_refused_up_front(docker_image, tmp_path, no_leftovers):
-    path = variant(tmp_path, gpus="all")
-    proc = harness_cli("run", "--matrix", str(path), "--results-dir", str(tmp_path / "r"), env=docker_image)
-    assert proc.returncode == 2 and proc.stderr.startswith("gpus: the docker engine")
-
-
 def test_repro_prints_a_command_that_boots_the_same_cell_in_a_shell(docker_image, tmp_path, no_leftovers):
     cell = "image_patched-spec_draft-floor_env"
     port = free_port()

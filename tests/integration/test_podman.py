@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from harness.runtime.ports import free_port
-from tests.conftest import ROOT, require
+from tests.conftest import ROOT, STANDIN_NVML, require
 from tests.integration.conftest import boots_in_a_shell, harness_cli, only_run_dir, read_run
 
 pytestmark = pytest.mark.podman
@@ -162,3 +162,70 @@ def test_a_sigkilled_harness_leaves_a_container_that_gc_removes(podman, tmp_path
     # the killed run's directory is still a valid, resumable run
     run = json.loads((only_run_dir(tmp_path / "r") / "results.json").read_text())
     assert run["status"] == "running" and run["cells"] == []
+
+
+# ---- GPUs on podman (scripts/setup-gpu-stubs.sh puts a stub `nvidia.com/gpu` CDI spec in /etc/cdi)
+def podman_version() -> str:
+    return podman_cli("version", "--format", "{{.Server.Version}}").stdout.strip()
+
+
+def test_a_gpu_matrix_on_a_podman_whose_api_ignores_cdi_is_refused_in_one_line(podman, tmp_path, no_leftovers):
+    """podman's compat API honours CDI device requests only from 5.4: before that the container would start without a
+    GPU and say nothing. Preflight says so, exit 2, before any image is pulled or cell runs."""
+    m = matrix(tmp_path / "m.yaml", "registry.invalid/never/pulled:1", {"boot": {}}, gpus="all", pull="always")
+    proc = harness_cli("run", "--matrix", str(m), "--results-dir", str(tmp_path / "r"), env={**podman, **STANDIN_NVML})
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"gpus: podman {podman_version()} ignores GPU requests through its Docker-compatible API")
+    assert not (tmp_path / "r").exists()
+
+
+def test_runtime_docker_pointed_at_podman_is_podman_for_gpus(podman, tmp_path, no_leftovers):
+    """The request style follows the engine that answers, not the name in the matrix."""
+    m = matrix(tmp_path / "m.yaml", podman["PODMAN_IMAGE"], {"boot": {}}, gpus="all", runtime="docker")
+    proc = harness_cli("run", "--matrix", str(m), "--results-dir", str(tmp_path / "r"),
+                       env={**podman, **STANDIN_NVML, "DOCKER_HOST": podman["CONTAINER_HOST"]})
+    assert proc.returncode == 2 and proc.stderr.startswith("gpus: podman "), proc.stderr
+
+
+def test_the_gpu_probe_sees_that_podmans_api_started_the_container_without_a_gpu(podman):
+    """What the version gate stands for, seen on the engine itself: a CDI device request through the compat API is
+    accepted and ignored (podman#22645); the probe container has no NVIDIA_VISIBLE_DEVICES, so it is not granted."""
+    import docker
+
+    from harness.runtime.engine import device_requests, engine_info, probe_gpus
+
+    client = docker.DockerClient(base_url=podman["CONTAINER_HOST"])
+    info = engine_info(client, "podman")
+    if info.version_tuple() >= (5, 4):
+        pytest.fail(f"podman {info.version} should honour CDI requests: this test expects the old behaviour")
+    probe = probe_gpus(client, podman["PODMAN_IMAGE"], device_requests(info.name, "all"), info.name)
+    assert not probe.granted and probe.visible == "<unset>"
+
+
+def test_repro_prints_a_podman_run_with_the_cdi_device_and_it_gets_the_gpu_env(podman, tmp_path, no_leftovers):
+    """podman's own CLI does take CDI devices (--device nvidia.com/gpu=all): the printed repro boots in a shell, and
+    the stub spec's environment is inside the container."""
+    m = matrix(tmp_path / "m.yaml", podman["PODMAN_IMAGE"], {"boot": {"env": {"FAKE_VLLM_SCENARIO": "boot"}}},
+               gpus="all")
+    port = free_port()
+    proc = harness_cli("repro", "--matrix", str(m), "case_boot", "--port", str(port), env=podman)
+    assert proc.returncode == 0, proc.stderr
+    command = proc.stdout.strip()
+    assert command.startswith("podman run --rm --init") and "--device nvidia.com/gpu=all" in command, command
+    shell = subprocess.Popen(["bash", "-c", command], env={**os.environ, **PODMAN_CLI_ENV}, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline, seen = time.monotonic() + 120, ""
+        while time.monotonic() < deadline and shell.poll() is None:
+            # the server's own environment (an exec gets the container's configured env, without CDI's edits)
+            got = podman_cli("exec", "bh-repro-case_boot", "sh", "-c", "tr '\\0' '\\n' < /proc/1/environ", check=False)
+            if got.returncode == 0:
+                seen = next((ln.split("=", 1)[1] for ln in got.stdout.splitlines()
+                             if ln.startswith("NVIDIA_VISIBLE_DEVICES=")), "")
+                break
+            time.sleep(0.5)
+        assert seen == "all", shell.stdout.read() if shell.poll() is not None else "never started"
+    finally:
+        podman_cli("rm", "-f", "bh-repro-case_boot", check=False)
+        shell.wait(timeout=60)

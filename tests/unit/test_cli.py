@@ -111,3 +111,24 @@ def test_argument_mistakes_exit_2(argv):
     with pytest.raises(SystemExit) as err:
         main(argv)
     assert err.value.code == 2
+
+
+def test_a_dry_run_of_the_gpu_matrix_touches_nothing_not_even_the_engine(tmp_path):
+    """matrix.yaml from a copy of the repo root, with no engine to answer and an image no registry has: the dry run
+    still prints every cell's command and how its patched file would be made, and leaves the directory as it was
+    (no run directory, no patches/<cell>/ folder, no pull)."""
+    import shutil
+
+    shutil.copy(ROOT / "matrix.yaml", tmp_path / "matrix.yaml")
+    shutil.copytree(ROOT / "patches", tmp_path / "patches")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "DOCKER_HOST": "unix:///nonexistent/docker.sock",
+           "FORK_IMAGE": "registry.invalid/fork/vllm:none", "HOME": str(tmp_path / "home")}
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--matrix", "matrix.yaml", "--dry-run"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("\ndocker run ") + proc.stdout.startswith("docker run ") == 12
+    assert proc.stdout.count("#   would copy /opt/vllm/lib/python3.14/site-packages/vllm/v1/worker/gpu_worker.py") == 4
+    assert f"-v '{tmp_path}/results/<run-id>/patches/mml131072-mtp4-floor_env-image_patched/0-gpu_worker.py/" \
+           "gpu_worker.py:/opt/vllm/lib/python3.14/site-packages/vllm/v1/worker/gpu_worker.py:ro'" in proc.stdout
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

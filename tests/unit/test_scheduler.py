@@ -264,3 +264,41 @@ def test_a_server_the_main_thread_stops_voids_its_cells_verdict_before_the_stop_
     late = _SlowStop(quick=True)
     live.add("late", late)  # started while everything was being stopped
     assert live.was_killed("late") and late.stops == 1
+
+
+def test_a_shared_gpu_request_one_cell_at_a_time_waits_retries_and_passes_the_request_on(tmp_path, monkeypatch):
+    """`gpus: all` without gpus_per_cell: the matrix's own request goes to every cell unchanged (no
+    CUDA_VISIBLE_DEVICES assignment), yet each cell waits for those GPUs to be idle, records them, and a memory-busy
+    refusal is booted once more — the same hygiene as cells on their own GPUs, with `--parallel 1`."""
+    from harness.cli_scale import plan_parallel, run_planned
+
+    cells, runner, store = setup(tmp_path, {"a": {"REC_BUSY": "first"}, "b": {}})
+    loaded = runner.loaded
+    runner.loaded = type(loaded)(**{**loaded.__dict__, "matrix": loaded.matrix.model_copy(update={"gpus": "all"})})
+    monkeypatch.setenv("BOOT_HARNESS_FAKE_GPUS", "2:80")
+    plan = plan_parallel(runner.loaded, type("Args", (), {"parallel": "1", "gpu_idle_timeout_s": None})())
+    assert plan is not None and plan.parallel == 1 and plan.shared_gpus == [0, 1]
+    assert "every cell waits for GPUs 0, 1 to be idle" in plan.describe()
+    results = run_planned(plan, cells, runner, None)
+    assert [(r.outcome, r.attempts) for r in results] == [("booted", 2), ("booted", 1)]
+    assert all([g.index for g in r.gpus] == [0, 1] for r in results)
+    assert all(rec["cvd"] is None for r in results for rec in records(tmp_path, r.cell_id))
+    assert all("GPUs at their idle baseline" in (store.run_dir / r.log_path).read_text() for r in results)
+
+
+def test_a_matrix_that_asks_for_gpus_on_a_host_without_nvml_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
+    from harness.cli import main
+
+    cells, runner, _ = setup(tmp_path, {"a": {}})
+    doc = yaml.safe_load((tmp_path / "m.yaml").read_text())
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump({**doc, "gpus": "all"}))
+    monkeypatch.delenv("BOOT_HARNESS_FAKE_GPUS", raising=False)
+    monkeypatch.setenv("PYTHONPATH", "")
+    import harness.gpu.nvml as nvml
+
+    monkeypatch.setattr(nvml.NvmlInventory, "open", classmethod(lambda cls, **kw: (_ for _ in ()).throw(
+        nvml.NvmlUnavailable("NVML does not answer (no driver)"))))
+    assert main(["run", "--matrix", str(tmp_path / "g.yaml"), "--results-dir", str(tmp_path / "r")]) == 2
+    assert not (tmp_path / "r").exists(), "refused before a run directory was made"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("gpus: the matrix asks for GPUs, but NVML does not answer"), err

@@ -71,6 +71,18 @@ def test_the_last_job_merges_compares_reports_and_fails_on_a_regression(wf):
     assert "nightly-merged" in names and "nightly-report" in names
     last = merge["steps"][-1]
     assert last["if"] == "always()" and 'COMPARE_RC" = "1"' in last["run"] and 'exit "$status"' in last["run"]
+    assert 'CHECK_RC" != "0"' in last["run"], "tonight's own expectations gate, with or without a previous night"
+
+
+def test_reruns_overwrite_their_artifacts_and_the_gpu_job_gets_its_python_from_setup_python(wf):
+    for job in wf["jobs"].values():
+        for step in job["steps"]:
+            if step.get("uses", "").startswith("actions/upload-artifact"):
+                assert step["with"].get("overwrite") is True, step["name"]
+    boot = wf["jobs"]["boot"]
+    assert "actions/setup-python" in uses(boot) and "python3 -m venv" not in runs(boot)
+    setup = next(s for s in boot["steps"] if s.get("uses", "").startswith("actions/setup-python"))
+    assert setup["with"]["python-version"] == "3.11"
 
 
 def find_actionlint() -> str | None:
@@ -141,7 +153,7 @@ def test_every_harness_command_in_the_workflow_parses(wf):
     parser = build_parser()
     commands = next(a for a in parser._actions if a.dest == "command").choices
     lines = harness_command_lines(wf)
-    assert {argv[0] for argv in lines} == {"run", "merge", "report", "compare"}
+    assert {argv[0] for argv in lines} == {"run", "merge", "check", "report", "compare"}
     assert {argv[0] for argv in lines} <= set(commands)
     for argv in lines:
         try:

@@ -1,0 +1,31 @@
+"""Did a run meet its matrix's expectations? The question a nightly gate asks of tonight's merged run by itself,
+whether or not there is a previous night to compare with: a first night where every cell errored must fail, and a
+failure that never changes must keep failing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.results.model import RunResult
+
+
+@dataclass(frozen=True)
+class Miss:
+    cell_id: str
+    why: str
+
+
+def misses(run: RunResult) -> list[Miss]:
+    """Each reason the run does not pass: it did not finish (a lost or interrupted shard), or a cell errored (the
+    harness could not boot it, so nothing was learnt) or missed its expectation. Cells without one pass."""
+    found = []
+    if run.status != "complete":
+        found.append(Miss("", f"the run is {run.status}, not complete (a shard lost, or a run interrupted)"))
+    for c in run.cells:
+        got = c.outcome + (f" ({c.reason})" if c.reason else "")
+        if c.matched is False:
+            want = c.expected.outcome + (f" ({c.expected.reason})" if c.expected and c.expected.reason else "")
+            found.append(Miss(c.cell_id, f"{got}, expected {want}"))
+        elif c.outcome == "error":
+            found.append(Miss(c.cell_id, f"{got}: the harness could not boot it"))
+    return found
