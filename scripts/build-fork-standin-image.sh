@@ -24,17 +24,9 @@ command -v patch >/dev/null || die "GNU patch is missing (apt-get install patch)
 base=$(bash "$here/build-vllm-cpu-image.sh" | tail -n 1)
 export DOCKER_BUILDKIT=0
 key=$( { (cd "$root" && sha256sum $(find images/fork-standin -type f | LC_ALL=C sort) patches/gpu_worker-kv-cap.patch \
-            scripts/build-fork-standin-image.sh); echo "$base"; } | sha256sum | cut -c1-16)
-tag="$repo:$key"
-mkdir -p "$cache"
-exec 9>"$cache/fork-standin-image.lock"
-flock 9
-if docker image inspect "$tag" >/dev/null 2>&1; then
-  docker tag "$tag" "$repo:latest"
-  log "reusing $tag"
-  echo "$tag"
-  exit 0
-fi
+            scripts/build-fork-standin-image.sh scripts/lib/image-cache.sh); echo "$base"; } | sha256sum | cut -c1-16)
+. "$here/lib/image-cache.sh"
+reuse_or_lock "$repo" "$key" fork-standin-image
 t0=$SECONDS
 work=$(mktemp -d "$cache/fork-standin.XXXXXX")
 trap 'rm -rf "$work"; docker rm -f "bh-fork-standin-src-$$" >/dev/null 2>&1 || true' EXIT

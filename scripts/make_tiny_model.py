@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 # torch, safetensors and tokenizers are imported where they are used, so a cached call (both models already complete)
@@ -169,8 +170,10 @@ def write_json(path: Path, obj: dict) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
-def make_model(out: Path, name: str, spec: dict, key: str) -> Path:
-    """Write one model into OUT/name, via a temporary sibling directory so a half-written model is never reused."""
+def write_model(out: Path, name: str, key: str, config_for: Callable[[int], dict], weights_for: Callable[[dict], dict],
+                max_positions: int = MAX_POSITIONS) -> Path:
+    """Write one model into OUT/name — the tokenizer, `config_for(vocab size)`, `weights_for(config)` — via a
+    temporary sibling directory, so a half-written model is never reused. A model whose .complete holds `key` is kept."""
     final = out / name
     marker = final / ".complete"
     if marker.is_file() and marker.read_text().strip() == key:
@@ -181,15 +184,15 @@ def make_model(out: Path, name: str, spec: dict, key: str) -> Path:
 
     tok = build_tokenizer()
     tok.save(str(tmp / "tokenizer.json"))
-    write_json(tmp / "tokenizer_config.json", tokenizer_config())
+    write_json(tmp / "tokenizer_config.json", {**tokenizer_config(), "model_max_length": max_positions})
     write_json(tmp / "special_tokens_map.json", {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
                                                 "pad_token": "</s>"})
-    cfg = model_config(tok.get_vocab_size(), spec["intermediate_size"])
+    cfg = config_for(tok.get_vocab_size())
     write_json(tmp / "config.json", cfg)
     write_json(tmp / "generation_config.json", {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2})
     from safetensors.torch import save_file
 
-    save_file(make_weights(cfg, spec["seed"]), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    save_file(weights_for(cfg), str(tmp / "model.safetensors"), metadata={"format": "pt"})
     # safetensors creates the file 0600; a server in a container may run as another user and must read it.
     for f in tmp.iterdir():
         f.chmod(0o644)
@@ -200,16 +203,26 @@ def make_model(out: Path, name: str, spec: dict, key: str) -> Path:
     return final
 
 
-def main(argv: list[str]) -> int:
+def make_model(out: Path, name: str, spec: dict, key: str) -> Path:
+    return write_model(out, name, key, lambda vocab: model_config(vocab, spec["intermediate_size"]),
+                       lambda cfg: make_weights(cfg, spec["seed"]))
+
+
+def run(argv: list[str], doc: str, make: Callable[[Path], list[Path]]) -> int:
+    """The command line both model scripts share: OUT_DIR, one model path printed per line."""
     if len(argv) != 2 or argv[1] in ("-h", "--help"):
-        print(__doc__.strip().splitlines()[0], f"\nusage: {argv[0]} OUT_DIR", file=sys.stderr)
+        print(doc.strip().splitlines()[0], f"\nusage: {argv[0]} OUT_DIR", file=sys.stderr)
         return 2
     out = Path(argv[1]).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    key = script_hash()
-    for name, spec in MODELS.items():
-        print(make_model(out, name, spec, key))
+    for path in make(out):
+        print(path)
     return 0
+
+
+def main(argv: list[str]) -> int:
+    key = script_hash()
+    return run(argv, __doc__, lambda out: [make_model(out, name, spec, key) for name, spec in MODELS.items()])
 
 
 if __name__ == "__main__":

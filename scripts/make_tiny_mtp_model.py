@@ -22,8 +22,6 @@ model whose .complete holds the hash of both scripts is reused as it is.
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -108,41 +106,12 @@ def weights(vocab: int, seed: int) -> dict:
     return w
 
 
-def make(out: Path, name: str, max_positions: int, stamp: str) -> Path:
-    final = out / name
-    if (final / ".complete").is_file() and (final / ".complete").read_text().strip() == stamp:
-        return final
-    tmp = out / f".{name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    tok = base.build_tokenizer()
-    tok.save(str(tmp / "tokenizer.json"))
-    base.write_json(tmp / "tokenizer_config.json", {**base.tokenizer_config(), "model_max_length": max_positions})
-    base.write_json(tmp / "special_tokens_map.json", {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
-                                                     "pad_token": "</s>"})
-    base.write_json(tmp / "config.json", config(tok.get_vocab_size(), max_positions))
-    base.write_json(tmp / "generation_config.json", {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2})
-    from safetensors.torch import save_file
-
-    save_file(weights(tok.get_vocab_size(), 4242), str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    for f in tmp.iterdir():
-        f.chmod(0o644)  # a server in a container may run as another user
-    (tmp / ".complete").write_text(stamp + "\n")
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    return final
-
-
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[1] in ("-h", "--help"):
-        print(__doc__.strip().splitlines()[0], f"\nusage: {argv[0]} OUT_DIR", file=sys.stderr)
-        return 2
-    out = Path(argv[1]).resolve()
-    out.mkdir(parents=True, exist_ok=True)
     stamp = key()
-    for name, positions in MODELS.items():
-        print(make(out, name, positions, stamp))
-    return 0
+    return base.run(argv, __doc__, lambda out: [
+        base.write_model(out, name, stamp, lambda vocab, n=positions: config(vocab, n),
+                         lambda cfg: weights(cfg["vocab_size"], 4242), positions)
+        for name, positions in MODELS.items()])
 
 
 if __name__ == "__main__":
