@@ -14,7 +14,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from harness.cells import Cell  # noqa: E402
-from harness.runner import CellRunner  # noqa: E402
+from harness.results.model import CellResult  # noqa: E402
 
 #: (cell, round) -> (verdict, wall seconds) for the bare side.
 Bare = Callable[[Cell, int], tuple[str, float]]
@@ -45,7 +45,8 @@ def pct(values: list[float], p: float) -> float:
     return values[max(0, min(len(values) - 1, round(p / 100 * (len(values) - 1))))]
 
 
-def side_by_side(cells: list[Cell], runner: CellRunner, bare: Bare, rounds: int) -> None:
+def side_by_side(cells: list[Cell], boot: Callable[[Cell], CellResult], bare: Bare, rounds: int) -> None:
+    """`boot` is a RunSession's: the harness path every entry point takes."""
     latencies: list[float] = []
     health_lat: list[float] = []  # readiness line -> /health 200 seen
     probe_lat: list[float] = []  # /health 200 -> the one-token probe answered (the verdict)
@@ -57,7 +58,7 @@ def side_by_side(cells: list[Cell], runner: CellRunner, bare: Bare, rounds: int)
             for who in (("harness", "bare") if r % 2 == 0 else ("bare", "harness")):
                 if who == "harness":
                     before = resource.getrusage(resource.RUSAGE_SELF)
-                    res = runner.run(cell)
+                    res = boot(cell)
                     after = resource.getrusage(resource.RUSAGE_SELF)
                     cpu.append((after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, res.timings.total_s))
                     t = res.timings

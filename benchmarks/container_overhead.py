@@ -22,8 +22,7 @@ from _sidebyside import ROOT, poll_health, side_by_side
 
 from harness.cells import expand_cells, select_cells
 from harness.matrix.load import load_matrix
-from harness.results.store import RunStore
-from harness.runner import CellRunner, watch_config
+from harness.boot.session import RunOptions, RunSession
 from harness.runtime.container import ContainerRuntime
 from harness.runtime.ports import free_port
 from harness.runtime.process import SERVER_ENV
@@ -61,11 +60,9 @@ def main() -> int:
     loaded = load_matrix(ROOT / "examples" / "cpu-container.yaml")
     cells = select_cells(expand_cells(loaded.matrix), args.cells or CELLS, loaded.matrix)
     runtime = ContainerRuntime.for_matrix(loaded)
-    runtime.preflight(cells)
     with tempfile.TemporaryDirectory(prefix="bh-bench-") as tmp:
-        store = RunStore.create(Path(tmp) / "results", loaded, runtime.name)
-        runner = CellRunner(loaded, runtime, store, watch_config(loaded))
-        side_by_side(cells, runner, lambda cell, r: bare_docker(loaded.matrix, cell), args.rounds)
+        session = RunSession.open(loaded, cells, RunOptions(results_dir=Path(tmp) / "results"), runtime=runtime)
+        side_by_side(cells, session.boot, lambda cell, r: bare_docker(loaded.matrix, cell), args.rounds)
     return 0
 
 

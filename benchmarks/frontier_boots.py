@@ -31,7 +31,8 @@ from harness.analysis.frontier import (  # noqa: E402
     linear_sweep,
     run_frontier,
 )
-from harness.analysis.kv import KV_BYTES_FLAG, flag_value, human_int, open_run  # noqa: E402
+from harness.analysis.kv import KV_BYTES_FLAG, flag_value, human_int  # noqa: E402
+from harness.results.store import load_run  # noqa: E402
 from harness.cells import expand_cells, select_cells  # noqa: E402
 from harness.matrix.load import load_matrix  # noqa: E402
 
@@ -54,7 +55,7 @@ def real_run(args) -> tuple[Path, dict, float]:
 
 def calibrate(run_dir: Path) -> tuple[int, int, list[tuple[int, Observation]], tuple[int, int]]:
     """(KV bytes, bytes per token) with which the CPU arithmetic reproduces every recorded probe."""
-    run, _ = open_run(run_dir)
+    run, _ = load_run(run_dir)
     kv_bytes = {human_int(flag_value(c.argv, KV_BYTES_FLAG) or "") for c in run.cells}
     if len(kv_bytes) != 1 or None in kv_bytes:
         sys.exit(f"{run_dir}: the probes do not share one explicit {KV_BYTES_FLAG}")
@@ -110,7 +111,7 @@ def main() -> int:
     print(f"real run: {run_dir}")
     print(f"calibration: {kv} B of KV at {per_token} B/token, block {BLOCK}, reproduces all {len(observed)} real "
           f"probes (outcome and vLLM's estimate); every cost in {lo_b}–{hi_b} B/token would")
-    run, _ = open_run(run_dir)
+    run, _ = load_run(run_dir)
     per_boot = statistics.mean(c.timings.total_s or 0 for c in run.cells)
     print("\n| strategy | boots | frontier | wall | how measured |")
     print("|---|---:|---:|---:|---|")

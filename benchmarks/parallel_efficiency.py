@@ -32,13 +32,10 @@ if str(ROOT) not in sys.path:
 
 from harness.cells import expand_cells, select_cells  # noqa: E402
 from harness.gpu.fake import FakeInventory  # noqa: E402
-from harness.gpu.idle import IdleBaseline  # noqa: E402
 from harness.gpu.inventory import CpuInventory  # noqa: E402
 from harness.matrix.load import load_matrix  # noqa: E402
-from harness.results.store import RunStore  # noqa: E402
-from harness.runner import CellRunner, watch_config  # noqa: E402
+from harness.boot.session import RunOptions, RunSession  # noqa: E402
 from harness.runtime.process import ProcessRuntime  # noqa: E402
-from harness.scale.scheduler import Scheduler  # noqa: E402
 
 FAKE = ROOT / "tests" / "fakes" / "fake_vllm.py"
 CPU_EXAMPLE = ROOT / "examples" / "cpu-tiny.yaml"
@@ -59,16 +56,13 @@ def run_once(matrix: Path, select: list[str] | None, parallel: int, inventory, g
              results: Path) -> tuple[float, list[float], int]:
     loaded = load_matrix(matrix)
     cells = select_cells(expand_cells(loaded.matrix), select, loaded.matrix)
-    runtime = ProcessRuntime(loaded.matrix.command)
-    store = RunStore.create(results, loaded, runtime.name)
-    store.order = [c.id for c in cells]
-    runner = CellRunner(loaded, runtime, store, watch_config(loaded))
-    idle = IdleBaseline(inventory, poll_s=0.05) if gpus_per_cell else None
-    sched = Scheduler(runner, inventory, parallel, gpus_per_cell, idle=idle)
+    session = RunSession.open(loaded, cells, RunOptions(results_dir=results, parallel=parallel),
+                              runtime=ProcessRuntime(loaded.matrix.command), inventory=inventory)
+    sched = session.executor
     t0 = time.monotonic()
-    out = sched.run(cells)
+    out = session.run()
     wall = time.monotonic() - t0
-    store.finish("complete")
+    session.finish("complete")
     bad = [r.cell_id for r in out if r.outcome == "error"]
     if bad:
         raise SystemExit(f"cells failed to run: {bad}")

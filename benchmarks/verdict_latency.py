@@ -28,8 +28,7 @@ from _sidebyside import ROOT, poll_health, side_by_side
 
 from harness.cells import expand_cells, select_cells
 from harness.matrix.load import load_matrix
-from harness.results.store import RunStore
-from harness.runner import CellRunner, watch_config
+from harness.boot.session import RunOptions, RunSession
 from harness.runtime.ports import free_port
 from harness.runtime.process import SERVER_ENV, ProcessRuntime, cell_dirs
 
@@ -65,11 +64,9 @@ def main() -> int:
     loaded = load_matrix(ROOT / "examples" / "cpu-tiny.yaml")
     cells = select_cells(expand_cells(loaded.matrix), CELLS, loaded.matrix)
     runtime = ProcessRuntime(loaded.matrix.command)
-    runtime.preflight(cells)
     with tempfile.TemporaryDirectory(prefix="bh-bench-") as tmp:
-        store = RunStore.create(Path(tmp) / "results", loaded, runtime.name)
-        runner = CellRunner(loaded, runtime, store, watch_config(loaded))
-        side_by_side(cells, runner, lambda cell, r: bare_loop(runtime, cell, Path(tmp) / f"bare-{r}-{cell.id}"),
+        session = RunSession.open(loaded, cells, RunOptions(results_dir=Path(tmp) / "results"), runtime=runtime)
+        side_by_side(cells, session.boot, lambda cell, r: bare_loop(runtime, cell, Path(tmp) / f"bare-{r}-{cell.id}"),
                      args.rounds)
     return 0
 

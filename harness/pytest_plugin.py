@@ -1,11 +1,18 @@
-"""pytest plugin: a matrix as tests, one per cell, recorded exactly as `boot-harness run` records it.
+"""pytest plugin: a matrix as tests, one per cell, recorded exactly as `boot-harness run` records it — a thin layer over
+the run owner (harness.boot.session), which opens, runs and finishes the run.
 
-    pytest tests/test_boot_matrix.py --matrix examples/cpu-tiny.yaml [--results-dir D] [--select EXPR] [--shard I/N]
+    pytest tests/test_boot_matrix.py --boot-matrix examples/cpu-tiny.yaml [--boot-results-dir D] [--boot-select EXPR]
+        [--boot-shard I/N] [--boot-timeout S]          (--matrix, --results-dir, --select, --shard: the old spellings)
 
-A test that asks for `boot_result` is parametrized over the matrix's cells (ids are the cell ids, so `-k` works);
-the fixture boots that cell and hands back its CellResult. `explain(result)` is the mismatch message. Each test
-carries the cell's outcome, reason and KV numbers as user properties: JUnit <properties> with
-`--junitxml F -o junit_family=xunit1`, `user_properties` with pytest-reportlog's `--report-log F`.
+A test that asks for `boot_result` is parametrized over the matrix's cells (ids are the cell ids, so `-k` works); the
+fixture boots that cell and hands back its CellResult; `explain(result)` is the mismatch message. Each test carries
+the cell's outcome, reason and KV numbers as user properties (JUnit <properties> with `-o junit_family=xunit1`,
+pytest-reportlog's `user_properties`).
+
+Fixtures a conftest can override: `boot_runtime` (None: the matrix's own runtime; return e.g. a
+harness.runtime.fake.FakeRuntime) and `boot_options` (the RunOptions). Not under pytest-xdist: one run is one run
+directory booting one cell at a time on its GPUs; split a matrix with `--boot-shard I/N` per process (or CI job) and
+`boot-harness merge`.
 """
 
 from __future__ import annotations
@@ -14,109 +21,111 @@ from pathlib import Path
 
 import pytest
 
-from harness.cells import Cell, expand_cells, select_cells
+from harness.cells import Cell
 from harness.errors import UsageError
 from harness.results.model import CellResult
 
-_SESSION_KEY = pytest.StashKey["_BootSession"]()
+_SELECTION = pytest.StashKey["_Selection"]()
+_SESSION = pytest.StashKey["object"]()
+_RUN_DIR = pytest.StashKey[Path]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("boot-harness", "boot every cell of a vLLM configuration matrix")
-    group.addoption("--matrix", default=None, help="matrix file whose cells become tests")
-    group.addoption("--results-dir", default="results", help="where the run directory goes (default: results)")
-    group.addoption("--select", action="append", default=None, metavar="EXPR", help="cells to take (as the CLI)")
-    group.addoption("--boot-timeout", type=float, default=None, help="override the matrix's per-cell deadline (s)")
-    group.addoption("--shard", default=None, metavar="I/N", help="only shard I of N of the cells (as the CLI)")
+    group.addoption("--boot-matrix", "--matrix", dest="boot_matrix", default=None,
+                    help="matrix file whose cells become tests")
+    group.addoption("--boot-results-dir", "--results-dir", dest="boot_results_dir", default="results",
+                    help="where the run directory goes (default: results)")
+    group.addoption("--boot-select", "--select", dest="boot_select", action="append", default=None, metavar="EXPR",
+                    help="cells to take (as the CLI's --select)")
+    group.addoption("--boot-timeout", dest="boot_timeout", type=float, default=None,
+                    help="override the matrix's per-cell deadline (s)")
+    group.addoption("--boot-shard", "--shard", dest="boot_shard", default=None, metavar="I/N",
+                    help="only shard I of N of the cells (as the CLI's --shard)")
 
 
-class _BootSession:
-    """Loads the matrix once and opens the run directory lazily, on the first cell that actually runs."""
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.getoption("boot_matrix"):
+        return
+    if hasattr(config, "workerinput") or (config.pluginmanager.hasplugin("xdist")
+                                          and config.getoption("numprocesses", None) not in (None, 0, "0")):
+        raise pytest.UsageError("--boot-matrix does not run under pytest-xdist (-n): a run is one run directory "
+                                "booting one cell at a time on its GPUs; give each process --boot-shard I/N and join "
+                                "the runs with `boot-harness merge`")
+
+
+class _Selection:
+    """The matrix and its selected cells, loaded once per session."""
 
     def __init__(self, config: pytest.Config):
-        from harness.matrix.load import load_matrix
+        from harness.selection import selected
 
-        self.config = config
-        path = config.getoption("matrix")
         try:
-            self.loaded = load_matrix(path)
-            self.cells = select_cells(expand_cells(self.loaded.matrix, path), config.getoption("select"),
-                                      self.loaded.matrix)
-            self.shard = None
-            if config.getoption("shard"):
-                from harness.scale.shard import format_shard, parse_shard, shard_cells
-
-                i, n = parse_shard(config.getoption("shard"))
-                self.shard = format_shard(i, n)
-                self.cells = shard_cells(self.cells, i, n)
+            sel = selected(Path(config.getoption("boot_matrix")), config.getoption("boot_select"),
+                           config.getoption("boot_shard"))
         except UsageError as exc:
             raise pytest.UsageError(str(exc)) from None
-        self._runner = None
-
-    def runner(self):
-        if self._runner is None:
-            from harness.results.store import RunStore
-            from harness.runner import CellRunner, watch_config
-            from harness.runtime import make_runtime
-
-            from harness.gc import sweep_before_run
-
-            runtime = make_runtime(self.loaded)
-            sweep_before_run(Path(self.config.getoption("results_dir")), runtime.name)
-            try:
-                runtime.preflight(self.cells)
-            except UsageError as exc:
-                pytest.fail(str(exc), pytrace=False)
-            store = RunStore.create(Path(self.config.getoption("results_dir")), self.loaded, runtime.name,
-                                    selection=self.config.getoption("select"), shard=self.shard)
-            store.order = [c.id for c in self.cells]
-            self._runner = CellRunner(self.loaded, runtime, store,
-                                      watch_config(self.loaded, self.config.getoption("boot_timeout")))
-        return self._runner
-
-    def run(self, cell: Cell) -> CellResult:
-        runner = self.runner()
-        result = runner.run(cell)
-        runner.store.record(result)
-        return result
-
-    def finish(self, status: str) -> Path | None:
-        if self._runner is None:
-            if self.shard is None or self.cells:
-                return None
-            # An empty shard is not an error: write an empty complete run, as `boot-harness run --shard` does.
-            from harness.results.store import RunStore
-
-            store = RunStore.create(Path(self.config.getoption("results_dir")), self.loaded,
-                                    self.loaded.matrix.runtime, selection=self.config.getoption("select"),
-                                    shard=self.shard)
-            store.finish(status)
-            return store.run_dir
-        self._runner.store.finish(status)
-        return self._runner.store.run_dir
+        self.loaded, self.cells, self.shard = sel.loaded, sel.cells, sel.shard
 
 
-def _session(config: pytest.Config) -> _BootSession:
-    if _SESSION_KEY not in config.stash:
-        config.stash[_SESSION_KEY] = _BootSession(config)
-    return config.stash[_SESSION_KEY]
+def _selection(config: pytest.Config) -> _Selection:
+    if _SELECTION not in config.stash:
+        config.stash[_SELECTION] = _Selection(config)
+    return config.stash[_SELECTION]
+
+
+def _options(config: pytest.Config):
+    from harness.boot.session import RunOptions
+
+    sel = _selection(config)
+    return RunOptions(results_dir=Path(config.getoption("boot_results_dir")), selection=config.getoption("boot_select"),
+                      shard=sel.shard, timeout_s=config.getoption("boot_timeout"))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "matrix_cell" not in metafunc.fixturenames:
         return
-    if not metafunc.config.getoption("matrix"):
-        raise pytest.UsageError(f"{metafunc.definition.nodeid} needs --matrix FILE")
-    cells = _session(metafunc.config).cells
+    if not metafunc.config.getoption("boot_matrix"):
+        raise pytest.UsageError(f"{metafunc.definition.nodeid} needs --boot-matrix FILE")
+    cells = _selection(metafunc.config).cells
     metafunc.parametrize("matrix_cell", cells, ids=[c.id for c in cells])
 
 
+@pytest.fixture(scope="session")
+def boot_runtime():
+    """The runtime the session's cells boot on; None is the matrix's own. Override it in a conftest."""
+    return None
+
+
+@pytest.fixture(scope="session")
+def boot_options(request: pytest.FixtureRequest):
+    """The session's RunOptions (results dir, selection, shard, deadline) from the command line."""
+    return _options(request.config)
+
+
+@pytest.fixture(scope="session")
+def boot_session(request: pytest.FixtureRequest, boot_runtime, boot_options):
+    """The run this pytest session records: opened (swept, preflighted, its run directory made) on first use."""
+    from harness.boot.session import RunSession
+
+    config = request.config
+    if _SESSION not in config.stash:
+        sel = _selection(config)
+        try:
+            config.stash[_SESSION] = RunSession.open(sel.loaded, sel.cells, boot_options, runtime=boot_runtime)
+        except UsageError as exc:
+            pytest.fail(str(exc), pytrace=False)
+    return config.stash[_SESSION]
+
+
 @pytest.fixture
-def boot_result(request: pytest.FixtureRequest, matrix_cell: Cell) -> CellResult:
+def boot_result(request: pytest.FixtureRequest, boot_session, matrix_cell: Cell) -> CellResult:
     """Boot this test's cell for real and return its record (already written to the run directory)."""
     from harness.scale.junit import cell_properties
 
-    result = _session(request.config).run(matrix_cell)
+    result = boot_session.boot(matrix_cell)
+    if result is None:
+        pytest.exit("interrupted", returncode=pytest.ExitCode.INTERRUPTED)
     request.node.user_properties.extend(cell_properties(result))  # JUnit <properties> (xunit1), reportlog
     return result
 
@@ -138,19 +147,24 @@ def explain(result: CellResult) -> str:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    boot = session.config.stash.get(_SESSION_KEY, None)
-    if boot is not None:
-        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
-        run_dir = boot.finish("interrupted" if interrupted else "complete")
-        if run_dir is not None:
-            session.config.stash[_RUN_DIR_KEY] = run_dir
+    config = session.config
+    if not config.getoption("boot_matrix", None):
+        return
+    run = config.stash.get(_SESSION, None)
+    if run is None:
+        sel = config.stash.get(_SELECTION, None)
+        if sel is None or sel.shard is None or sel.cells:
+            return
+        # An empty shard is not an error: an empty complete run, as `boot-harness run --shard` writes.
+        from harness.boot.session import RunSession
 
-
-_RUN_DIR_KEY = pytest.StashKey[Path]()
+        run = RunSession.open(sel.loaded, [], _options(config))
+    run.finish("interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "complete")
+    config.stash[_RUN_DIR] = run.run_dir
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    run_dir = config.stash.get(_RUN_DIR_KEY, None)
+    run_dir = config.stash.get(_RUN_DIR, None)
     if run_dir is not None:
         terminalreporter.write_sep("-", "boot-harness")
         from harness.report import session_summary

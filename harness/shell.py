@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable, Mapping
 
-from harness.secrets import MASK, Masker, is_secret_key, secret_values
+from harness.masking import MASK, Masker, is_secret_key, secret_values
 
 
 class Raw(str):

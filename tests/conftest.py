@@ -14,7 +14,7 @@ STANDIN_NVML = {"PYTHONPATH": str(ROOT / "tests" / "standins" / "nvml")}
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config):
     # The matrix-as-tests module needs --matrix; the ordinary suite runs without one.
-    if collection_path.name == "test_boot_matrix.py" and not config.getoption("matrix"):
+    if collection_path.name == "test_boot_matrix.py" and not config.getoption("boot_matrix"):
         return True
     return None
 

@@ -1,6 +1,6 @@
 """The matrix as pytest: one test per cell, ids are cell ids.
 
-    pytest tests/test_boot_matrix.py --matrix examples/cpu-tiny.yaml [--results-dir D] [--select EXPR]
+    pytest tests/test_boot_matrix.py --boot-matrix examples/cpu-tiny.yaml [--boot-results-dir D] [--boot-select EXPR]
 """
 
 from harness.pytest_plugin import explain

@@ -12,8 +12,7 @@ refusal, vLLM's own "estimated maximum model length". It
 A probe that crashes, times out or errors stops the group's search: that is not a KV boundary, and bisecting on it
 would give a wrong answer with confidence. Outcomes are assumed monotonic in the length (what boots at L boots below L).
 
-`run_frontier` drives it with real boots: each probe is the group's cell with the length replaced (id, axes and the
-`--max-model-len` value), booted by `CellRunner` and recorded in an ordinary run directory, plus `frontier.json`.
+harness.boot.frontier drives it with real boots (analysis never boots); report.frontier renders what it found.
 """
 
 from __future__ import annotations
@@ -22,19 +21,8 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from harness.analysis.kv import (
-    BLOCK_FLAG,
-    CPU_BLOCK,
-    GPU_BLOCK,
-    LENGTH_FLAG,
-    block_size,
-    cell_length,
-    flag_value,
-    human_int,
-    replace_flag,
-)
+from harness.analysis.kv import CPU_BLOCK, GPU_BLOCK, LENGTH_FLAG, cell_length, replace_flag
 from harness.errors import UsageError
 from harness.results.model import CellResult
 
@@ -300,73 +288,3 @@ def known_from_run(run, axis: str, key: dict[str, str]) -> list[tuple[int, Obser
             if length is not None:
                 out.append((length, Observation.of(c)))
     return out
-
-
-def run_frontier(loaded, cells: list, *, lo: int | None, hi: int | None, axis: str | None = None,
-                 results_dir: Path, block: int | None = None, selection: list[str] | None = None,
-                 timeout_s: float | None = None, from_run=None, say: Callable[[str], None] = print):
-    """Boot probes for each group of `cells` until its frontier is found. Returns (store, [GroupFrontier])."""
-    from harness.gc import sweep
-    from harness.results.store import RunStore, atomic_write_text, dump_json, new_run_id
-    from harness.runner import CellRunner, run_cells, watch_config
-    from harness.runtime import make_runtime
-
-    matrix = loaded.matrix
-    axis, flag = matrix_length_axis(matrix, axis)
-    groups = groups_of(cells, axis)
-    for _, members in groups:
-        if flag_value(members[0].server_args, flag) is None:
-            raise UsageError(f"cell {members[0].id} passes no {flag}: the frontier needs the length on the command line")
-    runtime = make_runtime(loaded)
-    sweep(results_dir, [runtime.name] if runtime.name in ("docker", "podman") else [])
-    runtime.preflight([m[0] for _, m in groups])
-    store = RunStore.create(results_dir, loaded, runtime.name, selection=selection,
-                            run_id=new_run_id(f"{matrix.name}-frontier"))
-    runner = CellRunner(loaded, runtime, store, watch_config(loaded, timeout_s))
-    say(f"run directory: {store.run_dir}")
-    found: list[GroupFrontier] = []
-    for key, members in groups:
-        template = members[0]
-        values = [human_int(c.axes[axis]) for c in members if human_int(c.axes[axis])]
-        g_hi = hi if hi is not None else max(values, default=0)
-        explicit_block = block or human_int(flag_value(template.server_args, BLOCK_FLAG) or "") or None
-        state = {"block": explicit_block or GPU_BLOCK, "fixed": explicit_block is not None}
-        label = ", ".join(f"{k}={v}" for k, v in key.items())
-
-        def oracle(length: int, why: str, template=template, state=state, label=label) -> Observation:
-            cell = probe_cell(template, matrix, axis, flag, length)
-            if cell.id not in store.order:
-                store.order.append(cell.id)
-            say(f"[{label}] probe {length:,} ({why}): booting {cell.id}")
-            result = run_cells([cell], runner)[0]
-            if not state["fixed"]:
-                state["block"], _ = block_size(result, store.run_dir)
-                state["fixed"] = True
-            obs = Observation.of(result)
-            est = f", estimated max {obs.estimate:,}" if obs.estimate else ""
-            say(f"[{label}] {length:,}: {result.outcome} ({result.reason}{est}) in "
-                f"{result.timings.total_s or 0:.0f}s")
-            return obs
-
-        known = known_from_run(from_run, axis, key) if from_run is not None else []
-        search = find_frontier(oracle, lo, g_hi, lambda state=state: state["block"], known=known)
-        found.append(GroupFrontier(key, template.id, search))
-        say(f"[{label}] {search.text} — {search.boots} boot(s)")
-    atomic_write_text(store.run_dir / "frontier.json", dump_json(
-        {"run_id": store.run.run_id, "axis": axis, "flag": flag, "groups": [g.to_dict() for g in found]}))
-    store.finish("complete")
-    return store, found
-
-
-def render_frontiers(found: list[GroupFrontier], run_dir: Path | None = None):
-    from rich.table import Table
-
-    t = Table(title=f"frontier{f' ({run_dir})' if run_dir else ''}", title_justify="left")
-    for col in ("group", "frontier", "refuses at", "boots", "probes", "status"):
-        t.add_column(col, justify="right" if col in ("frontier", "refuses at", "boots") else "left")
-    for g in found:
-        s = g.search
-        t.add_row(g.label, "—" if s.frontier is None else f"{s.frontier:,}",
-                  "—" if s.refused_at is None else f"{s.refused_at:,}", str(s.boots),
-                  " → ".join(p.short() for p in s.probes), s.text)
-    return t

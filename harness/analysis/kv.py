@@ -19,7 +19,6 @@ left out of fits, said so, instead of being read as zero.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -325,26 +324,3 @@ def cell_kv(cell: CellResult, axis: str | None, run_dir: Path | None = None, blo
     blk, why = block_size(cell, run_dir, block)
     cap = cap_of(cell)
     return CellKv(cell, length, blk, why, cap, need_of(cell, length, cap, blk), available_of(cell))
-
-
-def resolve_run_dir(path: Path) -> Path:
-    """A run directory, or its results.json."""
-    path = Path(path)
-    return path.parent if path.name == "results.json" else path
-
-
-def open_run(path: Path) -> tuple[RunResult, Path]:
-    from harness.results.store import RunStore
-
-    run_dir = resolve_run_dir(path)
-    if not run_dir.exists():
-        raise UsageError(f"{path}: no such run directory")
-    run = RunStore.open(run_dir).run
-    # The cell files are read in name order; results.json keeps the matrix's order: restore it.
-    try:
-        listed = [c.get("cell_id") for c in json.loads((run_dir / "results.json").read_text()).get("cells", [])]
-    except (OSError, ValueError, AttributeError):
-        listed = []
-    rank = {cid: i for i, cid in enumerate(listed)}
-    run.cells.sort(key=lambda c: (rank.get(c.cell_id, len(rank)), c.cell_id))
-    return run, run_dir

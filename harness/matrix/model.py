@@ -5,10 +5,14 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator
 
-Outcome = Literal["booted", "refused", "crashed", "timeout", "error"]
-OUTCOMES: tuple[str, ...] = ("booted", "refused", "crashed", "timeout", "error")
+from harness.verdict.catalogue import ReasonName, check_reason
+
+from harness.verdict.catalogue import Outcome as _OutcomeEnum  # noqa: E402
+
+Outcome = Literal[tuple(o.value for o in _OutcomeEnum)]  # type: ignore[valid-type]
+OUTCOMES: tuple[str, ...] = tuple(o.value for o in _OutcomeEnum)
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -147,9 +151,17 @@ class ExpectRule(_Strict):
 
     where: Selector = {}
     outcome: Outcome
-    reason: str | None = None
+    reason: ReasonName | None = Field(None, description="one of the catalogue's reasons for `outcome` "
+                                                        "(harness.verdict.catalogue; docs/results.md)")
 
     _where = field_validator("where", mode="before")(lambda v: _normalize_selector(v))
+
+    @field_validator("reason", mode="before")
+    @classmethod
+    def _known_reason(cls, v: Any, info: ValidationInfo) -> Any:
+        if v is None or not isinstance(v, str):
+            return v
+        return check_reason(v, info.data.get("outcome"))
 
 
 def _normalize_selector(value: Any) -> Any:

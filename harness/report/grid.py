@@ -15,13 +15,13 @@ from harness.analysis.kv import (
     cell_kv,
     fmt_bytes,
     length_axis,
-    open_run,
 )
 from harness.errors import UsageError
 from harness.results.model import CellResult, RunResult
+from harness.results.store import load_run
+from harness.report.style import SYMBOL
 
 DEFAULT_SPLIT = "image"
-SYMBOL = {"booted": "●", "refused": "◐", "crashed": "✖", "timeout": "◷", "error": "⚠"}
 RICH_STYLE = {"booted": "bold green", "refused": "bold yellow", "crashed": "bold red", "timeout": "bold magenta",
               "error": "bold red"}
 
@@ -164,7 +164,7 @@ def grid_text(run: RunResult | Path | str, width: int = 120, color: bool = False
 
     run_dir = None
     if not isinstance(run, RunResult):
-        run, run_dir = open_run(Path(run))
+        run, run_dir = load_run(Path(run))
     buf = StringIO()
     console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
                       no_color=not color, highlight=False)

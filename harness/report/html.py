@@ -14,7 +14,8 @@ from pathlib import Path
 
 from harness.analysis.fit import Analysis
 from harness.analysis.kv import fmt_bytes
-from harness.report.grid import SYMBOL, Grid, expectation_mark, inconsistent, key_numbers
+from harness.report.grid import Grid, expectation_mark, inconsistent, key_numbers
+from harness.report.style import SYMBOL
 from harness.results.model import RunResult
 
 COLOURS = {"booted": ("#c8e6c9", "#1b5e20"), "refused": ("#fff3c4", "#7a5b00"), "crashed": ("#ffcdd2", "#b71c1c"),

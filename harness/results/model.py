@@ -9,6 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.logfacts import KvFacts, Refusal
 from harness.matrix.model import Outcome
+from harness.verdict.catalogue import OUTCOME_MEANINGS, REASONS, ReasonName
+
+#: The catalogue, as the schema's descriptions say it.
+_OUTCOMES_DOC = "; ".join(f"{o.value}: {m}" for o, m in OUTCOME_MEANINGS.items())
+_REASONS_DOC = "; ".join(f"{r.value} ({i.outcome.value}): {i.meaning}" for r, i in REASONS.items())
 
 SCHEMA_VERSION = 1
 
@@ -19,7 +24,7 @@ class _Record(BaseModel):
 
 class Expected(_Record):
     outcome: Outcome
-    reason: str | None = None
+    reason: ReasonName | None = None
 
 
 class Timings(_Record):
@@ -71,8 +76,8 @@ class CellResult(_Record):
     runtime: str
     argv: list[str]
     env: dict[str, str] = Field(description="the cell's own env (matrix + fragments), secrets masked")
-    outcome: Outcome
-    reason: str | None = None
+    outcome: Outcome = Field(description=_OUTCOMES_DOC)
+    reason: ReasonName | None = Field(None, description=_REASONS_DOC)
     detail: str | None = Field(None, description="a human sentence behind the reason")
     expected: Expected | None = None
     matched: bool | None = Field(None, description="null when the cell has no expectation")

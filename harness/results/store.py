@@ -69,14 +69,22 @@ def summarize(cells: list[CellResult]) -> dict[str, int]:
 
 
 class RunStore:
-    def __init__(self, run_dir: Path, run: RunResult):
+    """A run directory. Created and resumed by the run owner (harness.boot.session); read by `load_run`."""
+
+    def __init__(self, run_dir: Path, run: RunResult, order: list[str] | None = None):
         #: Absolute: paths under it are handed to container engines as bind-mount sources, which must be absolute.
         self.run_dir = Path(run_dir).absolute()
         self.run = run
         self._cells: dict[str, CellResult] = {c.cell_id: c for c in run.cells}
         #: The matrix's cell order; results.json lists cells in it whatever order they finished in.
-        self.order: list[str] = []
+        self.order: list[str] = list(order if order is not None else [c.cell_id for c in run.cells])
         self._lock = threading.RLock()
+
+    def add_to_order(self, cell_id: str) -> None:
+        """A cell the matrix did not list (a frontier probe) goes after those it did, in the order they came."""
+        with self._lock:
+            if cell_id not in self.order:
+                self.order.append(cell_id)
 
     # ---- paths
     @property
@@ -91,8 +99,8 @@ class RunStore:
 
     # ---- lifecycle
     @classmethod
-    def create(cls, results_dir: Path, loaded: LoadedMatrix, runtime: str, selection: list[str] | None = None,
-               shard: str | None = None, run_id: str | None = None) -> RunStore:
+    def create(cls, results_dir: Path, loaded: LoadedMatrix, runtime: str, order: list[str],
+               selection: list[str] | None = None, shard: str | None = None, run_id: str | None = None) -> RunStore:
         run_id = run_id or new_run_id(loaded.matrix.name)
         run_dir = Path(results_dir) / run_id
         if (run_dir / "results.json").exists():
@@ -104,13 +112,14 @@ class RunStore:
             runtime=runtime, started_at=now(), host=host_info(), harness_version=__version__,
             selection=list(selection or []), shard=shard,
         )
-        store = cls(run_dir, run)
+        store = cls(run_dir, run, order)
         store._write_run()
         return store
 
     @classmethod
-    def open(cls, run_dir: Path, loaded: LoadedMatrix | None = None) -> RunStore:
-        """Reopen a run (for --resume): the cells on disk are the truth, results.json is rebuilt from them."""
+    def open(cls, run_dir: Path, loaded: LoadedMatrix | None = None, order: list[str] | None = None) -> RunStore:
+        """Reopen a run: the cells on disk are the truth, in the order results.json listed them (or `order`, the
+        matrix's, when resuming); results.json is rebuilt from them."""
         run_dir = Path(run_dir)
         try:
             run = RunResult.model_validate_json((run_dir / "results.json").read_text())
@@ -123,14 +132,17 @@ class RunStore:
                 f"{run_dir}: the matrix changed since this run (sha256 {run.matrix.sha256[:12]}… then, "
                 f"{loaded.sha256[:12]}… now); start a new run instead of resuming"
             )
+        listed = [c.cell_id for c in run.cells]
         cells = []
         for f in sorted((run_dir / "cells").glob("*.json")):
             try:
                 cells.append(CellResult.model_validate_json(f.read_text()))
             except (ValidationError, ValueError):
                 continue  # cannot happen with atomic writes; a foreign file is not a finished cell
-        run.cells = cells
-        return cls(run_dir, run)
+        store = cls(run_dir, run, order if order is not None else listed)
+        store._cells = {c.cell_id: c for c in cells}
+        store.run.cells = store._ordered()
+        return store
 
     def done(self) -> set[str]:
         return set(self._cells)
@@ -148,15 +160,26 @@ class RunStore:
             self._write_run()
             return self.run
 
-    def _write_run(self) -> None:
+    def _ordered(self) -> list[CellResult]:
         rank = {cid: i for i, cid in enumerate(self.order)}
-        self.run.cells = sorted(self._cells.values(), key=lambda c: (rank.get(c.cell_id, len(rank)), c.cell_id))
+        return sorted(self._cells.values(), key=lambda c: (rank.get(c.cell_id, len(rank)), c.cell_id))
+
+    def _write_run(self) -> None:
+        self.run.cells = self._ordered()
         self.run.summary = summarize(self.run.cells)
         atomic_write_text(self.run_dir / "results.json", self.run.model_dump_json(indent=2))
 
 
-def load_run(run_dir: Path) -> RunResult:
-    return RunStore.open(run_dir).run
+def load_run(path: Path) -> tuple[RunResult, Path]:
+    """The one run loader: a run directory (or its results.json) as recorded — the cells on disk, in the run's order."""
+    run_dir = Path(path)
+    if run_dir.is_file() and run_dir.name == "results.json":
+        run_dir = run_dir.parent
+    if not run_dir.exists():
+        raise UsageError(f"{path}: no such run directory")
+    if not run_dir.is_dir():
+        raise UsageError(f"{path}: not a run directory (give the folder that holds results.json)")
+    return RunStore.open(run_dir).run, run_dir
 
 
 def dump_json(obj: object) -> str:

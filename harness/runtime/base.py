@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 
 from harness.cells import Cell
 from harness.results.model import AppliedPatch, ContainerInfo
-from harness.secrets import Masker
+from harness.masking import Masker
 
 #: Called by the runtime's reader thread with each physical log line (no trailing newline), then once with None at EOF.
 LineSink = Callable[[str | None], None]
@@ -59,8 +59,10 @@ class Server(Protocol):
 class Runtime(Protocol):
     name: str
 
-    def preflight(self, cells: list[Cell]) -> None:
-        """Raise RuntimeUnavailable (exit 2, before any cell runs) when this runtime cannot run these cells here."""
+    def preflight(self, cells: list[Cell], gpu_checks: bool = True) -> None:
+        """Raise RuntimeUnavailable (exit 2, before any cell runs) when this runtime cannot run these cells here.
+        Without `gpu_checks`, what only the harness's own GPU request needs is skipped (`repro` prints a command for the
+        engine's CLI)."""
 
     def start(self, cell: Cell, ctx: CellContext, on_line: LineSink) -> Server:
         """Start the cell's server; raise CellStartError when it cannot be started."""

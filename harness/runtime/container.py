@@ -31,10 +31,8 @@ from harness.runtime.patching import PATCH_ARGS, PatchError, PreparedPatch, patc
 from harness.runtime.pull import PullObserver, pull
 from harness.runtime.process import SERVER_ENV
 from harness.runtime.reader import pump_chunks
-from harness.secrets import is_secret_key
+from harness.masking import is_secret_key
 from harness.shell import Raw, secret_safe_argv
-
-from testcontainers.core.container import DockerContainer  # noqa: E402  (engine sets testcontainers' env first)
 
 HOST = "127.0.0.1"
 
@@ -61,7 +59,7 @@ def log_stream(container):
 
 
 class ContainerServer:
-    def __init__(self, runtime: ContainerRuntime, tc: DockerContainer, argv: list[str], image: str,
+    def __init__(self, runtime: ContainerRuntime, tc, argv: list[str], image: str,
                  image_id: str, repo_digest: str | None, patches: list[AppliedPatch]):
         self.runtime, self.tc = runtime, tc
         self.container = tc.get_wrapped_container()
@@ -180,6 +178,7 @@ class ContainerRuntime:
         self.pull_observer: PullObserver | None = None
         #: One line per fact preflight established that a person should see (GPU probe, patch fuzz).
         self.notes: list[str] = []
+        self._container_class = eng.container_class()
 
     @classmethod
     def for_matrix(cls, loaded: LoadedMatrix) -> ContainerRuntime:
@@ -325,7 +324,7 @@ class ContainerRuntime:
         volumes = {host_path(self.mount_source(m)): (m.target, "ro" if m.read_only else "rw") for m in cell.mounts}
         volumes.update({host_path(path): (p.target, "ro") for p, path in kept})
         port_key = f"{self.matrix.container_port}/tcp"
-        tc = DockerContainer(repo_digest or image_id, docker_client_kw=eng.client_kwargs(self.name))
+        tc = self._container_class(repo_digest or image_id, docker_client_kw=eng.client_kwargs(self.name))
         tc.with_command(list(cell.server_args))
         tc.with_envs(**self.container_env(cell))
         for source, (target, mode) in volumes.items():

@@ -14,12 +14,21 @@ from typing import Any
 
 from harness.errors import RuntimeUnavailable
 
-# Set before testcontainers is imported anywhere: it reads them at import time.
-os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
-os.environ.setdefault("TESTCONTAINERS_CONNECTION_MODE", "docker_host")
+import docker
+from docker.types import DeviceRequest
 
-import docker  # noqa: E402
-from docker.types import DeviceRequest  # noqa: E402
+#: What testcontainers must be told here; it reads its configuration when it is first imported.
+TESTCONTAINERS_ENV = {"TESTCONTAINERS_RYUK_DISABLED": "true", "TESTCONTAINERS_CONNECTION_MODE": "docker_host"}
+
+
+def container_class():
+    """testcontainers' DockerContainer, imported only once its configuration is in the environment (set where a
+    container runtime is made, never as a side effect of importing the harness)."""
+    for key, value in TESTCONTAINERS_ENV.items():
+        os.environ.setdefault(key, value)
+    from testcontainers.core.container import DockerContainer
+
+    return DockerContainer
 
 DEFAULT_HOSTS = {"docker": "unix:///var/run/docker.sock", "podman": "unix:///run/podman/podman.sock"}
 LABEL_PREFIX = "boot-harness"

@@ -27,7 +27,7 @@ from harness.runtime import scratch
 from harness.runtime.base import CellContext, LineSink
 from harness.runtime.ports import free_port, listener_pids, pid_in_group, port_answers
 from harness.runtime.reader import pump_lines
-from harness.secrets import is_secret_key
+from harness.masking import is_secret_key
 from harness.shell import env_token, secret_safe_argv
 
 HOST = "127.0.0.1"
@@ -193,7 +193,7 @@ class ProcessRuntime:
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.pick_port = port_picker or (lambda: free_port(HOST))
 
-    def preflight(self, cells: list[Cell]) -> None:
+    def preflight(self, cells: list[Cell], gpu_checks: bool = True) -> None:
         exe = self.command[0]
         if os.sep in exe:
             if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):

@@ -1,2 +1,2 @@
-"""Scaling a matrix out: shards across CI runners (`shard`), merging their runs back into one (`merge`), and cells
-in parallel on disjoint GPU sets of one host (`scheduler`, over the inventories in `harness.gpu`)."""
+"""Scaling a matrix out across CI runners: shards (`shard`), their runs merged back into one (`merge`), and what a
+cell's JUnit test case carries (`junit`). Cells at once on one host are the executor's (harness.boot.executor)."""

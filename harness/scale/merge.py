@@ -21,7 +21,7 @@ from pathlib import Path
 
 from harness.errors import UsageError
 from harness.results.model import CellResult, RunResult
-from harness.results.store import RunStore, atomic_write_text, summarize
+from harness.results.store import atomic_write_text, load_run, summarize
 from harness.scale.shard import parse_shard
 
 MERGE_FILE = "merge.json"
@@ -39,7 +39,7 @@ class MergeOutcome:
 def _load(run_dir: Path) -> RunResult:
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: no such run directory")
-    return RunStore.open(run_dir).run  # the cells on disk are the truth
+    return load_run(run_dir)[0]  # the cells on disk are the truth
 
 
 def _source(run_dir: Path, run: RunResult) -> dict:

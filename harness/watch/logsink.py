@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.secrets import Masker
+from harness.masking import Masker
 
 TAIL_LINES = 40
 #: A server that logs without pause still reaches the file this often; in a pause the watch loop flushes at once.

@@ -1,10 +1,13 @@
-"""Watching one boot: one deadline over four signals, a verdict as soon as one of them is decisive.
+"""Watching one boot: one deadline over four signals, a finding as soon as one of them is decisive.
 
 - a refusal line decides at once (vLLM takes seconds more to exit), then the exit code and the rest of the log are
   collected for `linger_s`;
 - the server's exit decides once the lines still in the pipe are read (the refusal may be among them);
 - /health 200 decides once the listener is proven ours and, with `probe`, one completion has been served;
-- the deadline decides `timeout`.
+- the deadline decides.
+
+The watch says what it saw (harness.verdict.Finding); what that makes the cell — refused, crashed, ... — is the verdict
+policy's to decide (harness.verdict.policy), with what the runtime and the executor know besides.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass, field
 
 from harness.logfacts import LogFacts, LogParser, Signal
 from harness.runtime.base import Server
+from harness.verdict.policy import Finding, FindingKind
 from harness.watch.events import Clock, Event, EventQueue
 from harness.watch.health import HealthPoller, ProbeResult, probe_completion
 from harness.watch.logsink import LogSink
@@ -39,10 +43,10 @@ class WatchConfig:
 
 
 @dataclass
-class Verdict:
-    outcome: str
-    reason: str
-    detail: str
+class Observation:
+    """What one watch saw: the decisive finding, when each thing happened (seconds from the start) and the log's facts."""
+
+    finding: Finding
     exit_code: int | None = None
     ready_s: float | None = None
     ready_line_s: float | None = None
@@ -62,16 +66,16 @@ def _default_poller(config: WatchConfig) -> PollerFactory:
     return make
 
 
-def _exit_detail(code: int) -> tuple[str, str]:
+def _exit_detail(code: int) -> str:
     if code < 0:
-        return "killed", f"server was killed by signal {-code} before it was ready"
+        return f"server was killed by signal {-code} before it was ready"
     if code == 0:
-        return "exited_before_ready", "server exited with code 0 before it was ready"
-    return "exited", f"server exited with code {code} before it was ready, and its log names no known refusal"
+        return "server exited with code 0 before it was ready"
+    return f"server exited with code {code} before it was ready, and its log names no known refusal"
 
 
 class Watch:
-    """One boot's watch. `run()` returns the verdict; the caller tears the server down afterwards."""
+    """One boot's watch. `run()` returns what it saw; the caller tears the server down afterwards."""
 
     def __init__(self, server: Server, events: EventQueue, sink: LogSink, config: WatchConfig,
                  clock: Clock = time.monotonic, poller: PollerFactory | None = None, prober: Prober = probe_completion,
@@ -103,10 +107,11 @@ class Watch:
         code = self.server.wait(None)
         self.events.put(Event("exit", self.clock(), code=code))
 
-    def _verdict(self, outcome: str, reason: str, detail: str, event_t: float | None, ready_t: float | None = None) -> Verdict:
-        return Verdict(outcome, reason, detail, exit_code=self.exit_code, ready_s=self._rel(ready_t),
-                       ready_line_s=self._rel(self.ready_line_t),
-                       event_s=self._rel(event_t), verdict_s=self._rel(self.clock()))
+    def _found(self, kind: FindingKind, detail: str, event_t: float | None, ready_t: float | None = None) -> Observation:
+        refusal = self.parser.facts.refusal if kind == "refusal" else None
+        return Observation(Finding(kind, detail, refusal=refusal, exit_code=self.exit_code), exit_code=self.exit_code,
+                           ready_s=self._rel(ready_t), ready_line_s=self._rel(self.ready_line_t),
+                           event_s=self._rel(event_t), verdict_s=self._rel(self.clock()))
 
     def _take(self, ev: Event) -> Signal:
         if ev.kind == "line":
@@ -118,56 +123,55 @@ class Watch:
             self.exit_code = ev.code
         return Signal.NONE
 
-    def _refusal_verdict(self, t: float) -> Verdict:
+    def _refusal_found(self, t: float) -> Observation:
         refusal = self.parser.facts.refusal
         assert refusal is not None
-        if refusal.kind == "engine_init_failed":
-            return self._verdict("crashed", "engine_init_failed", self.parser.facts.error_line or refusal.message, t)
-        return self._verdict("refused", refusal.kind, refusal.message, t)
+        generic = refusal.kind == "engine_init_failed"  # the line says only "failed": the root cause is the detail
+        return self._found("refusal", (self.parser.facts.error_line or refusal.message) if generic else refusal.message,
+                           t)
 
-    def _drain_after_exit(self, t_exit: float) -> Verdict:
+    def _drain_after_exit(self, t_exit: float) -> Observation:
         """The server is gone; its last lines may still be in the pipe, and they may hold the refusal."""
         until = self.clock() + DRAIN_S
         while not self.eof and self.clock() < until:
             ev = self._next(min(SLICE_S, until - self.clock()))
             if ev is not None and self._take(ev) is Signal.REFUSAL:
-                return self._refusal_verdict(t_exit)
+                return self._refusal_found(t_exit)
         if self.parser.facts.refusal is not None:
-            return self._refusal_verdict(t_exit)
-        reason, detail = _exit_detail(self.exit_code if self.exit_code is not None else -1)
+            return self._refusal_found(t_exit)
+        detail = _exit_detail(self.exit_code if self.exit_code is not None else -1)
         if self.parser.facts.error_line:
             detail = f"{detail}; last error: {self.parser.facts.error_line}"
-        return self._verdict("crashed", reason, detail, t_exit)
+        return self._found("exit", detail, t_exit)
 
-    def _on_healthy(self, t: float) -> Verdict:
+    def _on_healthy(self, t: float) -> Observation:
         code = self.server.wait(0)
         if code is None and not self.server.owns_listener():
             code = self.server.wait(EXITED_AFTER_HEALTH_S)  # ours may have answered and died, socket and all
             if code is None:
-                return self._verdict("error", "stale_server", f"{self.server.base_url} answered /health 200 but the "
-                                     "listener is not our server", t)
+                return self._found("stale_listener", f"{self.server.base_url} answered /health 200 but the "
+                                   "listener is not our server", t)
         if code is not None:
             # Our own server exited around its first 200: a crash, whoever answered. `stale_server` would say that our
             # server was fine and someone else's was in the way.
             return self._exited_after_health(code, "right after /health answered 200", t)
         if not self.config.probe:
-            return self._verdict("booted", "ready", "/health answered 200", t, ready_t=t)
+            return self._found("healthy", "/health answered 200", t, ready_t=t)
         remaining = max(1.0, self.deadline - self.clock())
         result = self._probe(min(self.config.probe_timeout_s, remaining))
         if result.ok:
-            return self._verdict("booted", "ready", f"/health answered 200; {result.detail}", t, ready_t=t)
+            return self._found("healthy", f"/health answered 200; {result.detail}", t, ready_t=t)
         self.sink.note(f"probe failed: {result.detail}")
         code = self.exit_code if self.exit_code is not None else self.server.wait(0)
         if code is None and result.connection_lost:
             code = self.server.wait(EXITED_AFTER_HEALTH_S)  # a lost connection: see whether our server went with it
         if code is not None:
             return self._exited_after_health(code, f"during the probe ({result.detail})", t)
-        return self._verdict("crashed", "probe_failed", result.detail, t, ready_t=t)
+        return self._found("probe_failed", result.detail, t, ready_t=t)
 
-    def _exited_after_health(self, code: int, when: str, t: float) -> Verdict:
+    def _exited_after_health(self, code: int, when: str, t: float) -> Observation:
         self.exit_code = code
-        return self._verdict("crashed", "killed" if code < 0 else "exited", f"server exited with code {code} {when}",
-                             t, ready_t=t)
+        return self._found("exit_after_health", f"server exited with code {code} {when}", t, ready_t=t)
 
     def _probe(self, timeout_s: float) -> ProbeResult:
         """The probe runs in its own thread while this loop goes on writing the log: a first completion can take long
@@ -198,18 +202,18 @@ class Watch:
             if ev is not None:
                 self._take(ev)
 
-    def run(self) -> Verdict:
+    def run(self) -> Observation:
         threading.Thread(target=self._exit_waiter, daemon=True, name="exit-waiter").start()
         poller = self._poller_factory(self.server.base_url, self.events, self.clock, self.deadline).start()
         try:
-            verdict = self._decide(poller)
+            seen = self._watch(poller)
         finally:
             poller.stop()
-        if verdict.outcome == "refused" or verdict.reason == "engine_init_failed":
+        if seen.finding.kind == "refusal":
             self._linger()
-            verdict.exit_code = self.exit_code
-        verdict.facts = self.parser.facts
-        return verdict
+            seen.exit_code = self.exit_code
+        seen.facts = self.parser.facts
+        return seen
 
     def collect_rest(self, limit_s: float = 2.0) -> None:
         """After teardown: the lines the server wrote while being stopped still belong in its log."""
@@ -219,18 +223,17 @@ class Watch:
             if ev is not None:
                 self._take(ev)
 
-    def _decide(self, poller: HealthPoller) -> Verdict:
+    def _watch(self, poller: HealthPoller) -> Observation:
         while True:
             now = self.clock()
             if now >= self.deadline:
-                return self._verdict("timeout", "deadline",
-                                     f"no verdict within {self.config.timeout_s:g} s", self.deadline)
+                return self._found("deadline", f"no verdict within {self.config.timeout_s:g} s", self.deadline)
             ev = self._next(min(SLICE_S, self.deadline - now))
             if ev is None:
                 continue
             signal = self._take(ev)
             if signal is Signal.REFUSAL:
-                return self._refusal_verdict(ev.t)
+                return self._refusal_found(ev.t)
             if signal is Signal.READY:
                 self.ready_line_t = ev.t  # the last one ("Application startup complete.") is when it listens
                 poller.wake()

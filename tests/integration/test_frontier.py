@@ -23,13 +23,10 @@ TRUTH = (KV_BYTES // (BLOCK * PER_TOKEN) - 1) * BLOCK
 
 
 def boot_harness(*args: str, env: dict) -> subprocess.CompletedProcess:
-    """`boot-harness ARGS` (through harness.cli once it registers the analysis commands)."""
+    """`boot-harness ARGS`."""
     import os
 
-    import harness.cli as main_cli
-
-    module = "harness.cli" if "frontier" in getattr(main_cli, "COMMANDS", {}) else "harness.cli_analysis"
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=1500,
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=1500,
                           cwd=ROOT, env={**os.environ, **env})
 
 

@@ -21,11 +21,11 @@ import pytest
 import yaml
 
 from harness.runtime.ports import free_port
+from tests import builders
 from tests.conftest import ROOT, STANDIN_NVML, require
 from tests.integration.conftest import boots_in_a_shell, harness_cli, only_run_dir, read_run
 
 pytestmark = pytest.mark.podman
-FAKE_DIR = ROOT / "tests" / "fakes"
 LABEL = "boot-harness.owner-pid"
 TARGET = "/etc/debian_version"
 MARK = "patched-by-boot-harness"
@@ -64,11 +64,8 @@ def no_leftovers(podman):
 
 def matrix(path: Path, image: str, cases: dict[str, dict], **top) -> Path:
     """One axis `case` of fake-server scenarios, on podman: the fake is mounted at /fake and run by the image's python3."""
-    doc = {"name": "podman", "runtime": "podman", "image": image, "model": "fake-model", "timeout_s": 60,
-           "linger_s": 2, "entrypoint": ["python3", "/fake/fake_vllm.py"], "args": ["--host", "0.0.0.0", "--port", "8000"],
-           "mounts": [{"source": str(FAKE_DIR), "target": "/fake"}], "axes": {"case": cases}, **top}
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+    return builders.fake_matrix(path, cases, axis="case",
+                                **{"runtime": "podman", "image": image, "timeout_s": 60, **top})
 
 
 def test_boot_refusal_and_crash_on_podman_with_the_engine_recorded(podman, tmp_path, no_leftovers):

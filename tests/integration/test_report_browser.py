@@ -109,17 +109,7 @@ def test_the_seed_report_marks_the_contradicting_boot_in_the_browser(tmp_path):
 
 
 def harness_cli_report(run_dir: Path, page: Path) -> subprocess.CompletedProcess:
-    """Through `python -m harness.cli` once it has the report command, else the analysis module's own entry."""
-    import harness.cli as main_cli
-
-    if "report" in getattr(main_cli, "COMMANDS", {}):
-        return harness_cli("report", str(run_dir), "--html", str(page), timeout=120)
-    import sys
-
-    from tests.conftest import ROOT
-
-    return subprocess.run([sys.executable, "-m", "harness.cli_analysis", "report", str(run_dir), "--html", str(page)],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    return harness_cli("report", str(run_dir), "--html", str(page), timeout=120)
 
 
 def _has_pil() -> bool:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, STANDIN_NVML, require
+from tests.conftest import STANDIN_NVML, require
 STUB_HOOK = Path("/usr/local/lib/boot-harness/gpu-stubs/bin/nvidia-container-runtime-hook")
 STUB_HOOK_LOG = Path("/var/log/boot-harness-stub-nvidia-hook.log")
 _HOW = "run scripts/test.sh, or `. \"$(bash scripts/setup-rehearsal.sh | tail -1)\"` first"

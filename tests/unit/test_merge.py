@@ -3,17 +3,14 @@ directory — every cell's record and log, a fresh results.json — and refuses 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from rich.console import Console
 
 from harness.cells import expand_cells
-from harness.cli_scale import add_merge_parser, cmd_merge
 from harness.errors import UsageError
 from harness.matrix.load import load_matrix
 from harness.results.model import CellResult, Expected, RunResult
@@ -45,8 +42,8 @@ def cell_result(cell) -> CellResult:
 def shard_run(tmp_path: Path, matrix: Path, i: int, n: int, status: str = "complete", cells=None) -> Path:
     loaded = load_matrix(matrix)
     all_cells = expand_cells(loaded.matrix)
-    store = RunStore.create(tmp_path / "shards" / f"s{i}", loaded, "process", shard=f"{i}/{n}" if n else None)
-    store.order = [c.id for c in all_cells]
+    store = RunStore.create(tmp_path / "shards" / f"s{i}", loaded, "process", [c.id for c in all_cells],
+                            shard=f"{i}/{n}" if n else None)
     for c in cells if cells is not None else shard_cells(all_cells, i, n):
         store.log_path(c.id).write_text(f"log of {c.id}\n")
         store.record(cell_result(c))
@@ -61,7 +58,7 @@ def test_two_shards_merge_into_one_complete_run_in_matrix_order(tmp_path):
     runs = [shard_run(tmp_path, m, i, 2) for i in (1, 2)]
     out = merge_runs(runs, tmp_path / "merged", matrix_path=m)
     every = [c.id for c in expand_cells(load_matrix(m).matrix)]
-    run = load_run(tmp_path / "merged")  # an ordinary run directory
+    run, _ = load_run(tmp_path / "merged")  # an ordinary run directory
     written = RunResult.model_validate_json((tmp_path / "merged" / "results.json").read_text())
     assert [c.cell_id for c in written.cells] == every, "matrix order, not shard order"
     assert sorted(c.cell_id for c in run.cells) == sorted(every)
@@ -103,7 +100,7 @@ def test_shards_of_different_splits_or_the_same_shard_twice_are_refused(tmp_path
     loaded = load_matrix(m)
     runs = []
     for k, (i, n) in enumerate(shards):
-        store = RunStore.create(tmp_path / "shards", loaded, "process", shard=f"{i}/{n}", run_id=f"r{k}")
+        store = RunStore.create(tmp_path / "shards", loaded, "process", [], shard=f"{i}/{n}", run_id=f"r{k}")
         store.finish("complete")
         runs.append(store.run_dir)
     with pytest.raises(UsageError, match=says):
@@ -133,9 +130,8 @@ def test_the_output_must_be_new_or_empty(tmp_path):
 def test_the_merge_command_prints_one_line_and_the_results_path(tmp_path, capsys):
     m = write_matrix(tmp_path)
     runs = [shard_run(tmp_path, m, i, 2) for i in (1, 2)]
-    p = argparse.ArgumentParser()
-    add_merge_parser(p.add_subparsers(dest="command"))
-    args = p.parse_args(["merge", *map(str, runs), "--out", str(tmp_path / "merged")])
-    assert cmd_merge(args, Console(width=300)) == 0
+    from harness.cli import main
+
+    assert main(["merge", *map(str, runs), "--out", str(tmp_path / "merged")]) == 0
     out = capsys.readouterr().out
     assert "merged 2 run(s), 8 cells (4 matched, 0 mismatched)" in out and "complete" in out

@@ -11,34 +11,23 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-import yaml
 
 from harness.cells import expand_cells
 from harness.matrix.load import load_matrix
-from harness.results.store import RunStore
-from harness.runner import CellRunner, watch_config
+from harness.boot.session import RunOptions, RunSession
 from harness.runtime.ports import free_port
 from harness.runtime.process import ProcessRuntime
+from tests.builders import FAKE_VLLM, fake_matrix
 
-FAKE = str(Path(__file__).resolve().parent.parent / "fakes" / "fake_vllm.py")
-
-
-def fake_matrix(tmp_path: Path, scenarios: list[str], **top) -> Path:
-    doc = {"name": "fake", "command": [sys.executable, FAKE], "model": "fake-model", "timeout_s": 15, "linger_s": 3,
-           "axes": {"scenario": {s: {"env": {"FAKE_VLLM_SCENARIO": s}} for s in scenarios}}, **top}
-    path = tmp_path / "fake.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+FAKE = str(FAKE_VLLM)
 
 
 def boot(tmp_path: Path, scenario: str, runtime: ProcessRuntime | None = None, **top):
-    loaded = load_matrix(fake_matrix(tmp_path, [scenario], **top))
+    loaded = load_matrix(fake_matrix(tmp_path / "fake.yaml", [scenario], **{"linger_s": 3, **top}))
     cell = expand_cells(loaded.matrix)[0]
-    runtime = runtime or ProcessRuntime(loaded.matrix.command)
-    store = RunStore.create(tmp_path / "results", loaded, runtime.name)
-    result = CellRunner(loaded, runtime, store, watch_config(loaded)).run(cell)
-    store.record(result)
-    return result, store
+    session = RunSession.open(loaded, [cell], RunOptions(results_dir=tmp_path / "results"), runtime=runtime)
+    (result,) = session.run()
+    return result, session.store
 
 
 def group_gone(pgid: int) -> bool:

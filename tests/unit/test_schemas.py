@@ -179,7 +179,7 @@ def test_a_run_directory_written_by_the_store_matches_the_schemas(tmp_path):
     from harness.results.store import RunStore
 
     loaded = load_matrix(GOOD / "seed.yaml", environ={})
-    store = RunStore.create(tmp_path, loaded, "process", selection=["mtp=off"], run_id="20250102-030405-seed-beef")
+    store = RunStore.create(tmp_path, loaded, "process", [], selection=["mtp=off"], run_id="20250102-030405-seed-beef")
     for cell in sample_cells():
         store.record(cell)
     store.finish("complete")

@@ -10,7 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.gc import pid_alive, sweep
+from harness.sweep import pid_alive, sweep
 from harness.runtime import scratch
 from harness.runtime.process import cell_dirs
 

@@ -3,9 +3,7 @@ disjoint, cover every cell, and keep their cells when the matrix grows."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -15,12 +13,12 @@ import pytest
 import yaml
 
 from harness.cells import expand_cells
-from harness.cli_scale import add_shard_option, apply_shard, empty_shard_run
 from harness.errors import UsageError
 from harness.matrix.load import load_matrix, parse_matrix
 from harness.results.model import CellResult, Expected, GpuInfo
 from harness.scale.junit import cell_properties
 from harness.scale.shard import parse_shard, shard_cells, shard_of, shard_sizes
+from tests import builders
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = str(ROOT / "tests" / "fakes" / "fake_vllm.py")
@@ -82,27 +80,17 @@ def test_a_tiny_matrix_can_leave_a_shard_empty():
 
 
 def fake_matrix(tmp_path: Path, scenarios: list[str]) -> Path:
-    doc = {"name": "fake", "command": [sys.executable, FAKE], "model": "fake-model", "timeout_s": 15, "linger_s": 1,
-           "axes": {"scenario": {s: {"env": {"FAKE_VLLM_SCENARIO": s, "FAKE_VLLM_DELAY": "0.05"}}
-                                 for s in scenarios}},
-           "expect": [{"where": {"scenario": "boot"}, "outcome": "booted"}]}
-    path = tmp_path / "fake.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+    return builders.fake_matrix(tmp_path / "fake.yaml", scenarios, env={"FAKE_VLLM_DELAY": "0.05"}, linger_s=1,
+                                expect=[{"where": {"scenario": "boot"}, "outcome": "booted"}])
 
 
 def test_run_on_an_empty_shard_writes_an_empty_complete_run(tmp_path, capsys):
-    loaded = load_matrix(fake_matrix(tmp_path, ["boot"]))
-    cells = expand_cells(loaded.matrix)
-    empty = next(i for i in (1, 2) if shard_of(cells[0].id, 2) != i)
-    p = argparse.ArgumentParser()
-    add_shard_option(p)
-    args = p.parse_args(["--shard", f"{empty}/2"])
-    args.results_dir, args.resume, args.select, args.dry_run = tmp_path / "results", None, None, False
-    assert apply_shard(args, cells) == []
-    from rich.console import Console
+    from harness.cli import main
 
-    assert empty_shard_run(args, loaded, Console(file=open(os.devnull, "w"))) == 0
+    path = fake_matrix(tmp_path, ["boot"])
+    cells = expand_cells(load_matrix(path).matrix)
+    empty = next(i for i in (1, 2) if shard_of(cells[0].id, 2) != i)
+    assert main(["run", "--matrix", str(path), "--shard", f"{empty}/2", "--results-dir", str(tmp_path / "results")]) == 0
     assert "none of the 1 selected cells" in capsys.readouterr().err
     (run_dir,) = (tmp_path / "results").iterdir()
     run = json.loads((run_dir / "results.json").read_text())

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.secrets import Masker
+from harness.masking import Masker
+from harness.verdict import Evidence, decide
 from harness.watch.events import Event, ThreadedEvents
 from harness.watch.health import ProbeResult
 from harness.watch.logsink import LogSink
@@ -103,9 +104,19 @@ def watch(tmp_path: Path, script, *, timeout_s=900.0, probe=True, probe_ok=True,
     w = Watch(server, events, sink, WatchConfig(timeout_s=timeout_s, probe=probe, linger_s=linger_s), clock=clock,
               poller=NoPoller, prober=(lambda url, t: ProbeResult(probe_ok, "probe said so")) if prober is None
               else lambda url, t: prober(server))
-    verdict = w.run()
+    seen = w.run()
     sink.close()
-    return verdict
+    return Seen(seen, decide(Evidence(finding=seen.finding)))
+
+
+class Seen:
+    """What the watch saw, with the verdict the policy gives it (the watch itself decides no outcome)."""
+
+    def __init__(self, seen, decision):
+        self.seen, self.outcome, self.reason, self.detail = seen, decision.outcome, decision.reason, decision.detail
+
+    def __getattr__(self, name):
+        return getattr(self.seen, name)
 
 
 def test_health_200_and_a_served_token_is_booted(tmp_path):

@@ -1,6 +1,8 @@
-"""Cells at once on one host: a small pool of worker threads, each taking the next cell, reserving a disjoint GPU set
-(or a CPU slot), waiting for those GPUs to go idle, booting the cell through the ordinary CellRunner, releasing, and
-recording it. Results come back in the matrix's order whatever order they finished in.
+"""The one executor: cells in slots on one host — one slot is the sequential run — each worker taking the next cell,
+reserving a disjoint GPU set (or the matrix's shared GPUs, or a CPU slot), waiting for those GPUs to go idle, booting
+the cell through the CellRunner, releasing, and recording it. Results come back in the matrix's order whatever order
+they finished in. Every path that boots cells (a run, repro --exec, the pytest plugin, the frontier) runs them here,
+so GPU hygiene and the memory-busy retry are the same everywhere.
 
 Stopping (Ctrl-C, SIGTERM). Python delivers signals to the main thread only, and a worker is deep in a watch loop that
 only ends at a verdict. So the scheduler keeps every started server in a registry; on an interrupt the main thread
@@ -15,8 +17,8 @@ each worker thread lives until its servers are torn down (the process runtime's 
 GPU hygiene. Before a cell starts, its GPUs must be back at their idle baseline (bounded wait, harness.gpu.idle); the
 cell records each GPU's name, driver, total and free memory at start. A `gpu_memory_busy` refusal means memory was
 held when vLLM looked: that attempt is contaminated, its log is kept as `logs/<id>.attempt1.log`, and the cell is booted
-once more after the wait. If the second attempt refuses the same way while its GPUs were still above idle, the cell is
-recorded as `error` / `gpu_memory_held` — never as the configuration's verdict.
+once more after the wait. What the second attempt's refusal means (the configuration's verdict, or `error` /
+`gpu_memory_held` when its GPUs were still above idle) is the verdict policy's to say (harness.verdict.policy).
 """
 
 from __future__ import annotations
@@ -28,16 +30,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.boot.attempt import Attempt, CellRunner, NullObserver, Observer
+from harness.boot.signals import Interrupted, interrupts_raise, signals_held
 from harness.cells import Cell
 from harness.gpu.idle import IdleBaseline, IdleWait
 from harness.gpu.inventory import GpuPool, Inventory
 from harness.results.model import CellResult, GpuInfo
-from harness.runner import CellRunner, Interrupted, NullObserver, Observer, interrupts_raise, signals_held
+from harness.verdict import Reason
 
 #: The refusal that means "memory was held when the engine looked", on a GPU or (CPU backend) in RAM.
-BUSY_REASON = "gpu_memory_busy"
-#: Outcome reason for a cell whose every attempt was refused while its GPUs were still above idle.
-HELD_REASON = "gpu_memory_held"
+BUSY_REASON = Reason.gpu_memory_busy.value
 JOIN_SLICE_S = 0.2
 
 
@@ -163,12 +165,9 @@ def _gpu_line(gpus: list[GpuInfo]) -> str:
         for g in gpus)
 
 
-def has_field(name: str) -> bool:
-    return name in CellResult.model_fields
-
-
-class Scheduler:
-    """Run cells `parallel` at a time. With `gpus_per_cell` > 0 each cell gets its own GPUs from `inventory`."""
+class Executor:
+    """Run cells `parallel` at a time (1: one after the other). With `gpus_per_cell` > 0 each cell gets its own GPUs
+    from `inventory`; with `shared_gpus` every cell gets the matrix's request and waits for those GPUs."""
 
     def __init__(self, runner: CellRunner, inventory: Inventory, parallel: int, gpus_per_cell: int = 0,
                  observer: Observer | None = None, idle: IdleBaseline | None = None, retry_busy: bool = True,
@@ -190,6 +189,7 @@ class Scheduler:
         self.runner = dataclasses.replace(runner, runtime=_TrackingRuntime(runner.runtime, self.live))
         self.pool = GpuPool(inventory.devices(), gpus_per_cell) if gpus_per_cell > 0 else None
         self.idle = idle if idle is not None else (IdleBaseline(inventory) if self.pool or self.shared else None)
+        self._captured = False
         self.stop = threading.Event()
         self._results: dict[str, CellResult] = {}
         self._errors: list[BaseException] = []
@@ -198,9 +198,16 @@ class Scheduler:
         self.timeline: list[tuple[str, tuple[int, ...], float, float]] = []
 
     # ---- main thread
-    def run(self, cells: list[Cell]) -> list[CellResult]:
-        if self.idle is not None:
+    def run(self, cells: list[Cell], observer: Observer | None = None) -> list[CellResult]:
+        """Boot `cells`; may be called again (the pytest plugin and the frontier boot one cell at a time): the idle
+        baseline is measured once, before the first cell, not while a cell's memory is still being released."""
+        if observer is not None:
+            self.observer = _LockedObserver(observer)
+        if self.idle is not None and not self._captured:
             self.idle.capture()
+            self._captured = True
+        self.stop.clear()
+        self._results, self._errors = {}, []
         todo: queue.SimpleQueue[Cell] = queue.SimpleQueue()
         for c in cells:
             todo.put(c)
@@ -290,10 +297,12 @@ class Scheduler:
         wait = self.idle.wait(indices, self.stop)
         return [self.inventory.info(i) for i in indices], wait
 
-    def _attempt(self, cell: Cell, indices: list[int], gpus: list[GpuInfo] | None) -> CellResult:
+    def _attempt(self, cell: Cell, indices: list[int], gpus: list[GpuInfo] | None, number: int = 1,
+                 wait: IdleWait | None = None) -> CellResult:
         t0 = time.monotonic()
         try:
-            return self.runner.run(cell, gpus, assigned=self.pool is not None)
+            return self.runner.run(cell, Attempt(gpus=gpus, assigned=self.pool is not None, number=number,
+                                                 gpus_not_idle=wait.describe() if wait and not wait.idle else None))
         finally:
             with self._lock:
                 self.timeline.append((cell.id, tuple(indices), t0, time.monotonic()))
@@ -319,25 +328,13 @@ class Scheduler:
         gpus, wait = self._prepare(indices)
         if self.stop.is_set():
             return None
-        result = self._attempt(cell, indices, gpus)
+        result = self._attempt(cell, indices, gpus, number=2, wait=wait)
         if self.live.was_killed(cell.id):
             return None
         self._gpu_notes(log, gpus, wait)
-        result.attempts = 2
-        if has_field("contaminated"):
-            result.contaminated = True  # type: ignore[attr-defined]
         _note(log, f"attempt 2 of 2; attempt 1 refused {BUSY_REASON} (contaminated), its log: "
                    f"{first.relative_to(self.store.run_dir)}")
-        if result.reason == BUSY_REASON and wait is not None and not wait.idle:
-            result = self._held(cell, result, wait)
         return result
-
-    def _held(self, cell: Cell, result: CellResult, wait: IdleWait) -> CellResult:
-        detail = (f"refused {BUSY_REASON} on both attempts, the second with {wait.describe()}: memory held by "
-                  f"something else, not this configuration's verdict ({result.detail})")
-        matched = cell.expected.matches("error", HELD_REASON) if cell.expected else None
-        return result.model_copy(update={"outcome": "error", "reason": HELD_REASON, "detail": detail,
-                                         "matched": matched})
 
     def _gpu_notes(self, log: Path, gpus: list[GpuInfo] | None, wait: IdleWait | None) -> None:
         if gpus:

@@ -9,9 +9,9 @@ from rich.live import Live
 from rich.table import Table
 
 from harness.cells import Cell
+from harness.report.style import STYLE
 from harness.results.model import CellResult, RunResult
 
-STYLE = {"booted": "green", "refused": "yellow", "crashed": "red", "timeout": "magenta", "error": "red bold"}
 
 
 def _gib(v: float | None) -> str:

@@ -22,9 +22,10 @@ from harness.gpu.inventory import CpuInventory
 from harness.matrix.load import load_matrix
 from harness.results.model import RunResult
 from harness.results.store import RunStore
-from harness.runner import CellRunner, Interrupted, watch_config
+from harness.boot.attempt import CellRunner, watch_config
+from harness.boot.executor import Executor
+from harness.boot.signals import Interrupted
 from harness.runtime.process import ProcessRuntime
-from harness.scale.scheduler import HELD_REASON, Scheduler, has_field
 
 FAKE = str(Path(__file__).resolve().parents[1] / "fakes" / "fake_vllm.py")
 BUSY = ("ERROR 08-20 10:00:11 [core.py:718] ValueError: Free memory on device (10.5/79.19 GiB) on startup is less "
@@ -61,8 +62,7 @@ def setup(tmp_path: Path, cells: dict[str, dict[str, str]], gpus_per_cell: int =
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     loaded = load_matrix(path)
     all_cells = expand_cells(loaded.matrix)
-    store = RunStore.create(tmp_path / "results", loaded, "process")
-    store.order = [c.id for c in all_cells]
+    store = RunStore.create(tmp_path / "results", loaded, "process", [c.id for c in all_cells])
     runner = CellRunner(loaded, ProcessRuntime(loaded.matrix.command), store, watch_config(loaded))
     return all_cells, runner, store
 
@@ -78,7 +78,7 @@ def overlaps(timeline) -> list[tuple[str, str]]:
 def test_cells_run_at_once_on_disjoint_gpus_and_record_them_in_matrix_order(tmp_path):
     cells, runner, store = setup(tmp_path, {n: {} for n in "abcd"}, gpus_per_cell=2, delay=0.6)
     inv = FakeInventory(4, total_gib=80)
-    sched = Scheduler(runner, inv, parallel=2, gpus_per_cell=2, idle=IdleBaseline(inv, poll_s=0.02))
+    sched = Executor(runner, inv, parallel=2, gpus_per_cell=2, idle=IdleBaseline(inv, poll_s=0.02))
     results = sched.run(cells)
     assert [r.cell_id for r in results] == [c.id for c in cells]
     assert all((r.outcome, r.matched) == ("booted", True) for r in results), [r.detail for r in results]
@@ -97,7 +97,7 @@ def test_cells_run_at_once_on_disjoint_gpus_and_record_them_in_matrix_order(tmp_
 
 def test_cpu_cells_run_at_once_without_a_gpu_assignment(tmp_path):
     cells, runner, _ = setup(tmp_path, {"a": {}, "b": {}}, delay=0.6)
-    sched = Scheduler(runner, CpuInventory(2), parallel=2)
+    sched = Executor(runner, CpuInventory(2), parallel=2)
     results = sched.run(cells)
     assert [r.outcome for r in results] == ["booted", "booted"] and overlaps(sched.timeline)
     assert all(records(tmp_path, r.cell_id)[0]["cvd"] is None and r.gpus == [] for r in results)
@@ -110,7 +110,7 @@ def test_a_cell_waits_for_its_gpu_to_return_to_idle_and_says_so_in_its_log(tmp_p
     idle.capture()
     inv.hold(0, gib=30, for_s=0.5)  # the previous cell's server, still giving its memory back
     t0 = time.monotonic()
-    sched = Scheduler(runner, inv, parallel=1, gpus_per_cell=1, idle=idle)
+    sched = Executor(runner, inv, parallel=1, gpus_per_cell=1, idle=idle)
     (r,) = sched.run(cells)
     assert sched.timeline[0][2] - t0 >= 0.45, "started only once the GPU was idle"
     assert r.gpus[0].free_gib == 79.5, "free memory at start is the idle figure"
@@ -121,9 +121,9 @@ def test_a_cell_waits_for_its_gpu_to_return_to_idle_and_says_so_in_its_log(tmp_p
 def test_a_busy_refusal_is_contaminated_and_retried_once_after_the_wait(tmp_path):
     cells, runner, store = setup(tmp_path, {"a": {"REC_BUSY": "first"}})
     inv = FakeInventory(1)
-    (r,) = Scheduler(runner, inv, parallel=1, gpus_per_cell=1, idle=IdleBaseline(inv, poll_s=0.02)).run(cells)
+    (r,) = Executor(runner, inv, parallel=1, gpus_per_cell=1, idle=IdleBaseline(inv, poll_s=0.02)).run(cells)
     assert (r.outcome, r.attempts) == ("booted", 2), r.detail
-    assert not has_field("contaminated") or r.contaminated
+    assert r.contaminated
     first = (store.run_dir / "logs" / f"{r.cell_id}.attempt1.log").read_text()
     assert "Free memory on device" in first and "contaminated" in first
     assert "attempt 2 of 2" in (store.run_dir / r.log_path).read_text()
@@ -133,7 +133,7 @@ def test_a_busy_refusal_is_contaminated_and_retried_once_after_the_wait(tmp_path
 def test_a_second_busy_refusal_on_an_idle_gpu_is_the_configurations_verdict(tmp_path):
     cells, runner, _ = setup(tmp_path, {"a": {"REC_BUSY": "always"}})
     inv = FakeInventory(1)
-    (r,) = Scheduler(runner, inv, parallel=1, gpus_per_cell=1, idle=IdleBaseline(inv, poll_s=0.02)).run(cells)
+    (r,) = Executor(runner, inv, parallel=1, gpus_per_cell=1, idle=IdleBaseline(inv, poll_s=0.02)).run(cells)
     assert (r.outcome, r.reason, r.attempts, r.matched) == ("refused", "gpu_memory_busy", 2, False)
 
 
@@ -143,15 +143,15 @@ def test_a_second_busy_refusal_while_memory_is_still_held_is_never_the_verdict(t
     idle = IdleBaseline(inv, timeout_s=0.2, poll_s=0.02)
     idle.capture()
     inv.hold(0, gib=60)  # something outside the harness holds the GPU all along
-    (r,) = Scheduler(runner, inv, parallel=1, gpus_per_cell=1, idle=idle).run(cells)
-    assert (r.outcome, r.reason, r.attempts) == ("error", HELD_REASON, 2)
+    (r,) = Executor(runner, inv, parallel=1, gpus_per_cell=1, idle=idle).run(cells)
+    assert (r.outcome, r.reason, r.attempts) == ("error", "gpu_memory_held", 2)
     assert "not this configuration's verdict" in r.detail and r.matched is False
 
 
 def test_an_interrupt_stops_every_running_server_keeps_finished_cells_and_marks_the_run(tmp_path):
     cells, runner, store = setup(tmp_path, {"fast": {}, "hang1": {"FAKE_VLLM_SCENARIO": "hang"},
                                             "hang2": {"FAKE_VLLM_SCENARIO": "hang"}})
-    sched = Scheduler(runner, CpuInventory(3), parallel=3)
+    sched = Executor(runner, CpuInventory(3), parallel=3)
 
     def interrupt_when_the_fast_cell_is_recorded():
         deadline = time.monotonic() + 15
@@ -194,7 +194,7 @@ def test_an_interrupt_returns_only_after_every_worker_has_finished_its_teardown(
         torn_down.append(work.name)
 
     monkeypatch.setattr(scratch, "remove", slow_remove)
-    sched = Scheduler(runner, CpuInventory(2), parallel=2)
+    sched = Executor(runner, CpuInventory(2), parallel=2)
 
     def interrupt_when_both_run():
         deadline = time.monotonic() + 15
@@ -223,7 +223,7 @@ def test_a_runtime_bug_in_one_worker_stops_the_others_and_is_raised(tmp_path):
 
     runner.runtime.start = start
     with pytest.raises(RuntimeError, match="a bug in the runtime"):
-        Scheduler(runner, CpuInventory(2), parallel=2).run(cells)
+        Executor(runner, CpuInventory(2), parallel=2).run(cells)
     (rec,) = records(tmp_path, "c_hang")
     with pytest.raises(ProcessLookupError):
         os.killpg(rec["pgid"], 0)
@@ -244,7 +244,7 @@ class _SlowStop:
 
 
 def test_a_server_the_main_thread_stops_voids_its_cells_verdict_before_the_stop_returns():
-    from harness.scale.scheduler import _LiveServers
+    from harness.boot.executor import _LiveServers
 
     live = _LiveServers()
     slow, quick = _SlowStop(), _SlowStop(quick=True)
@@ -270,16 +270,16 @@ def test_a_shared_gpu_request_one_cell_at_a_time_waits_retries_and_passes_the_re
     """`gpus: all` without gpus_per_cell: the matrix's own request goes to every cell unchanged (no
     CUDA_VISIBLE_DEVICES assignment), yet each cell waits for those GPUs to be idle, records them, and a memory-busy
     refusal is booted once more — the same hygiene as cells on their own GPUs, with `--parallel 1`."""
-    from harness.cli_scale import plan_parallel, run_planned
+    from harness.boot.slots import plan_slots
 
     cells, runner, store = setup(tmp_path, {"a": {"REC_BUSY": "first"}, "b": {}})
     loaded = runner.loaded
     runner.loaded = type(loaded)(**{**loaded.__dict__, "matrix": loaded.matrix.model_copy(update={"gpus": "all"})})
     monkeypatch.setenv("BOOT_HARNESS_FAKE_GPUS", "2:80")
-    plan = plan_parallel(runner.loaded, type("Args", (), {"parallel": "1", "gpu_idle_timeout_s": None})())
-    assert plan is not None and plan.parallel == 1 and plan.shared_gpus == [0, 1]
+    plan = plan_slots(runner.loaded.matrix, "1")
+    assert plan.parallel == 1 and plan.shared_gpus == [0, 1]
     assert "every cell waits for GPUs 0, 1 to be idle" in plan.describe()
-    results = run_planned(plan, cells, runner, None)
+    results = plan.executor(runner).run(cells)
     assert [(r.outcome, r.attempts) for r in results] == [("booted", 2), ("booted", 1)]
     assert all([g.index for g in r.gpus] == [0, 1] for r in results)
     assert all(rec["cvd"] is None for r in results for rec in records(tmp_path, r.cell_id))

@@ -1,22 +1,18 @@
-"""The analysis commands of `boot-harness`: compare, analyze, frontier, report, check.
-
-`harness.cli` wires them in with `COMMANDS.update(register(sub))`: each handler takes (args, out Console) and returns
-the exit code; a UsageError becomes one line on stderr and exit 2, as for every other command.
-"""
+"""The analysis commands: compare, analyze, frontier, report, check. They read recorded runs (harness.analysis is
+pure) and render them (harness.report); `frontier` boots, through harness.boot.frontier."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
 
+from harness.cli.common import say_to, stderr
 from harness.errors import UsageError
-
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+from harness.exitcodes import ExitCode
 
 
 def _positive_int(text: str) -> int:
@@ -28,7 +24,7 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def register(sub) -> dict[str, Callable[[argparse.Namespace, Console], int]]:
+def register(sub: argparse._SubParsersAction) -> dict:
     """Add compare/analyze/frontier/report to `sub` (argparse subparsers); return name → handler."""
     p = sub.add_parser("compare", help="cells that differ in one axis (one run), or the same cells across two runs",
                        description="One run: pair the cells that differ only in --axis (default image), flipped "
@@ -89,9 +85,9 @@ def register(sub) -> dict[str, Callable[[argparse.Namespace, Console], int]]:
 
 def cmd_check(args: argparse.Namespace, out: Console) -> int:
     from harness.analysis.check import misses
-    from harness.analysis.kv import open_run
+    from harness.results.store import load_run
 
-    run, run_dir = open_run(args.run)
+    run, run_dir = load_run(args.run)
     found = misses(run)
     for m in found:
         out.print(f"{m.cell_id or run.run_id}: {m.why}", highlight=False, markup=False, emoji=False, soft_wrap=True)
@@ -99,83 +95,84 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
     out.print(f"{run_dir}: {'FAIL' if found else 'ok'} — {s.get('cells', 0)} cells, {s.get('matched', 0)} matched, "
               f"{s.get('mismatched', 0)} mismatched, {s.get('error', 0)} errors ({run.status})",
               highlight=False, markup=False, emoji=False, soft_wrap=True)
-    return EXIT_FAIL if found else EXIT_OK
+    return ExitCode.FAILED if found else ExitCode.OK
 
 
 def cmd_compare(args: argparse.Namespace, out: Console) -> int:
-    from harness.analysis.compare import compare_runs, pairs_within, parse_tolerance, render_diff, render_pairs
-    from harness.analysis.kv import open_run
+    from harness.analysis.compare import compare_runs, pairs_within, parse_tolerance
+    from harness.report.compare import render_diff, render_pairs
+    from harness.results.store import load_run
 
     if len(args.runs) > 2:
         raise UsageError("compare takes one run (pairs within it) or two runs (A then B)")
     if len(args.runs) == 1:
-        run, run_dir = open_run(args.runs[0])
+        run, run_dir = load_run(args.runs[0])
         pairs = pairs_within(run, args.axis, run_dir, args.length_axis)
         if args.json:
             print(json.dumps({"run": run.run_id, "axis": pairs[0].axis if pairs else args.axis,
                               "pairs": [p.to_dict() for p in pairs]}, indent=2))
         else:
             out.print(render_pairs(pairs, run.run_id))
-        return EXIT_OK
+        return ExitCode.OK
     tolerance = parse_tolerance(args.tolerance)
-    (a, _), (b, _) = open_run(args.runs[0]), open_run(args.runs[1])
+    (a, _), (b, _) = load_run(args.runs[0]), load_run(args.runs[1])
     diff = compare_runs(a, b, tolerance)
     if args.json:
         print(json.dumps(diff.to_dict(), indent=2, default=str))
     else:
         out.print(render_diff(diff))
-    return EXIT_FAIL if diff.has_regression else EXIT_OK
+    return ExitCode.FAILED if diff.has_regression else ExitCode.OK
 
 
 def cmd_analyze(args: argparse.Namespace, out: Console) -> int:
-    from harness.analysis.fit import analyze_run, render
-    from harness.analysis.kv import open_run
+    from harness.analysis.fit import analyze_run
+    from harness.report.analysis import render
+    from harness.results.store import load_run
 
-    run, run_dir = open_run(args.run)
+    run, run_dir = load_run(args.run)
     analysis = analyze_run(run, run_dir, args.length_axis, args.block_size)
     if args.json:
         print(json.dumps(analysis.to_dict(), indent=2))
     else:
         out.print(render(analysis))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_frontier(args: argparse.Namespace, out: Console) -> int:
-    from harness.analysis.frontier import render_frontiers, run_frontier
-    from harness.analysis.kv import open_run
+    from harness.boot.frontier import run_frontier
+    from harness.boot.signals import Interrupted
+    from harness.report.frontier import render_frontiers
+    from harness.results.store import load_run
     from harness.cells import expand_cells, select_cells
     from harness.matrix.load import load_matrix
-    from harness.runner import Interrupted
 
     loaded = load_matrix(args.matrix)
     cells = select_cells(expand_cells(loaded.matrix, str(args.matrix)), args.select, loaded.matrix)
     if args.lo is not None and args.hi is not None and args.lo > args.hi:
         raise UsageError(f"--lo {args.lo} is above --hi {args.hi}")
-    from_run = open_run(args.from_run)[0] if args.from_run else None
-    err = Console(stderr=True)
+    from_run = load_run(args.from_run)[0] if args.from_run else None
     try:
-        store, found = run_frontier(loaded, cells, lo=args.lo, hi=args.hi, axis=args.axis,
-                                    results_dir=args.results_dir, block=args.block_size, selection=args.select,
-                                    timeout_s=args.timeout_s, from_run=from_run,
-                                    say=lambda line: err.print(line, highlight=False, markup=False))
+        run_dir, found = run_frontier(loaded, cells, lo=args.lo, hi=args.hi, axis=args.axis,
+                                      results_dir=args.results_dir, block=args.block_size, selection=args.select,
+                                      timeout_s=args.timeout_s, from_run=from_run, say=say_to(stderr()))
     except (Interrupted, KeyboardInterrupt):
-        err.print("interrupted: the probes booted so far are kept in the run directory", highlight=False)
-        return EXIT_INTERRUPTED
+        say_to(stderr())("interrupted: the probes booted so far are kept in the run directory")
+        return ExitCode.INTERRUPTED
     if args.json:
-        print(json.dumps({"run_dir": str(store.run_dir), "groups": [g.to_dict() for g in found]}, indent=2))
+        print(json.dumps({"run_dir": str(run_dir), "groups": [g.to_dict() for g in found]}, indent=2))
     else:
-        out.print(render_frontiers(found, store.run_dir))
-        out.print(f"boots: {sum(g.search.boots for g in found)}; results: {store.run_dir / 'results.json'}",
+        out.print(render_frontiers(found, run_dir))
+        out.print(f"boots: {sum(g.search.boots for g in found)}; results: {run_dir / 'results.json'}",
                   highlight=False)
-    return EXIT_FAIL if any(g.search.status in ("stopped", "limit") for g in found) else EXIT_OK
+    return ExitCode.FAILED if any(g.search.status in ("stopped", "limit") for g in found) else ExitCode.OK
 
 
 def cmd_report(args: argparse.Namespace, out: Console) -> int:
-    from harness.analysis.kv import open_run
+    from harness.results.store import load_run
     from harness.report import build_report, grid_renderable
     from harness.report.html import write_text
 
-    run, run_dir = open_run(args.run)
+    run, run_dir = load_run(args.run)
     rep = build_report(run, run_dir, args.axis, args.length_axis, plot=bool(args.html or args.plot))
     if args.plot:
         if rep.png is None:
@@ -184,7 +181,7 @@ def cmd_report(args: argparse.Namespace, out: Console) -> int:
         args.plot.write_bytes(rep.png)
     if args.html:
         write_text(args.html, rep.html())
-        Console(stderr=True).print(f"html: {args.html}", highlight=False)
+        say_to(stderr())(f"html: {args.html}")
     if args.markdown:
         link = None
         if args.plot:
@@ -198,31 +195,9 @@ def cmd_report(args: argparse.Namespace, out: Console) -> int:
             sys.stdout.write(text)
         else:
             write_text(args.markdown, text)
-            Console(stderr=True).print(f"markdown: {args.markdown}", highlight=False)
+            say_to(stderr())(f"markdown: {args.markdown}")
     if str(args.markdown) != "-":  # markdown on stdout is for a pipe: nothing else goes there
         out.print(grid_renderable(run, args.axis, run_dir, args.length_axis))
         for n in rep.notes:
             out.print(f"note: {n}", highlight=False)
-    return EXIT_OK
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry (`python -m harness.cli_analysis ...`) with the same error handling as `boot-harness`."""
-    parser = argparse.ArgumentParser(prog="boot-harness")
-    sub = parser.add_subparsers(dest="command", required=True)
-    handlers = register(sub)
-    args = parser.parse_args(argv)
-    try:
-        return handlers[args.command](args, Console())
-    except UsageError as exc:
-        print(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        sys.stderr.close()
-        return EXIT_OK
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return ExitCode.OK

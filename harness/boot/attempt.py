@@ -1,0 +1,141 @@
+"""One attempt at booting one cell: start it through its runtime, watch it, tear it down — whatever happens in between —
+and turn the evidence into the cell's record, with the verdict policy deciding once and `matched` computed once.
+
+Teardown runs with SIGINT/SIGTERM held back, so a second Ctrl-C cannot leave a half-stopped server.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from harness.boot.signals import signals_held
+from harness.cells import Cell
+from harness.errors import CellStartError
+from harness.logfacts import LogParser
+from harness.masking import Masker, secret_values
+from harness.matrix.load import LoadedMatrix
+from harness.results.model import CellResult, Expected, GpuInfo, Timings
+from harness.results.store import RunStore, now
+from harness.runtime import scratch
+from harness.runtime.base import CellContext, Runtime, Server
+from harness.verdict import Decision, Evidence, decide
+from harness.watch.events import ThreadedEvents
+from harness.watch.logsink import LogSink
+from harness.watch.loop import Observation, Watch, WatchConfig
+
+
+class Observer(Protocol):
+    def cell_started(self, cell: Cell) -> None: ...
+
+    def cell_finished(self, cell: Cell, result: CellResult) -> None: ...
+
+
+class NullObserver:
+    def cell_started(self, cell: Cell) -> None:
+        pass
+
+    def cell_finished(self, cell: Cell, result: CellResult) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What the executor knows about this attempt before it starts."""
+
+    #: The GPUs reserved for the cell (recorded); None on a CPU slot.
+    gpus: list[GpuInfo] | None = None
+    #: Whether the cell is *given* those GPUs (its own set), or passes the matrix's shared `gpus:` request on as written.
+    assigned: bool = True
+    #: 2 for the retry after a gpu_memory_busy refusal.
+    number: int = 1
+    #: The idle wait before this attempt, when it ended with the GPUs still above idle (IdleWait.describe()).
+    gpus_not_idle: str | None = None
+
+
+def watch_config(loaded: LoadedMatrix, timeout_s: float | None = None) -> WatchConfig:
+    m = loaded.matrix
+    return WatchConfig(timeout_s=m.timeout_s if timeout_s is None else timeout_s, probe=m.probe, linger_s=m.linger_s)
+
+
+@dataclass
+class CellRunner:
+    """Boots one cell through a runtime and turns what happened into a CellResult."""
+
+    loaded: LoadedMatrix
+    runtime: Runtime
+    store: RunStore
+    config: WatchConfig
+    keep_work: bool = False
+    #: Secrets of the harness's own environment: the process runtime passes it on, and servers echo their env/args.
+    base_masker_values: set[str] = field(default_factory=secret_values)
+    #: Called with every (masked) log line as it arrives: `repro --exec` streams the server's log this way.
+    echo: Callable[[str], None] | None = None
+
+    def run(self, cell: Cell, attempt: Attempt = Attempt()) -> CellResult:
+        masker = Masker(self.base_masker_values | secret_values(cell.env, cell.server_args))
+        work = scratch.claim(self.store.work_dir(cell.id))
+        gpus = attempt.gpus
+        ctx = CellContext(run_dir=self.store.run_dir, work_dir=work, masker=masker, matrix_dir=self.loaded.base_dir,
+                          labels={"boot-harness.run": self.store.run.run_id, "boot-harness.cell": cell.id},
+                          gpu_ids=None if gpus is None or not attempt.assigned else [g.id or str(g.index) for g in gpus])
+        sink = LogSink(self.store.log_path(cell.id), masker, echo=self.echo)
+        started_at, t0 = now(), time.monotonic()
+        events = ThreadedEvents()
+        server: Server | None = None
+        watch: Watch | None = None
+        seen: Observation | None = None
+        start_error: str | None = None
+        argv: list[str] = []
+        try:
+            try:
+                with signals_held():  # an interrupt between "started" and "we hold its handle" would leak it
+                    server = self.runtime.start(cell, ctx, events.line_sink)
+            except CellStartError as exc:
+                sink.note(f"could not start the cell: {exc}")
+                start_error = str(exc)
+            else:
+                argv = server.argv
+                sink.note("argv: " + " ".join(masker.argv(argv)))
+                watch = Watch(server, events, sink, self.config, started_at=t0)
+                seen = watch.run()
+        finally:
+            exit_code = None
+            with signals_held():  # a second Ctrl-C must not cut the teardown short
+                if server is not None:
+                    exit_code = server.stop()
+                    if watch is not None:
+                        watch.collect_rest()
+                events.close()
+                sink.close()
+                scratch.remove(work, self.keep_work)
+        container = server.container_info() if server else None
+        decision = decide(Evidence(finding=seen.finding if seen else None, start_error=start_error,
+                                   oom_killed=bool(container and container.oom_killed),
+                                   retried_busy=attempt.number > 1, gpus_not_idle=attempt.gpus_not_idle))
+        return self._result(cell, decision, seen, exit_code, server, argv, masker, sink, started_at, t0, attempt)
+
+    def _result(self, cell: Cell, d: Decision, seen: Observation | None, exit_code: int | None, server: Server | None,
+                argv: list[str], masker: Masker, sink: LogSink, started_at, t0: float, attempt: Attempt) -> CellResult:
+        facts = seen.facts if seen else LogParser().facts
+        code = seen.exit_code if seen and seen.exit_code is not None else exit_code
+        return CellResult(
+            cell_id=cell.id, axes=dict(cell.axes), runtime=self.runtime.name, argv=masker.argv(argv),
+            env=masker.env(cell.env),
+            outcome=d.outcome.value, reason=d.reason.value, detail=masker(d.detail),
+            expected=Expected(outcome=cell.expected.outcome, reason=cell.expected.reason) if cell.expected else None,
+            matched=cell.expected.matches(d.outcome.value, d.reason.value) if cell.expected else None,
+            exit_code=code,
+            timings=Timings(ready_s=seen.ready_s, ready_line_s=seen.ready_line_s, event_s=seen.event_s,
+                            verdict_s=seen.verdict_s, total_s=round(time.monotonic() - t0, 3)) if seen
+            else Timings(total_s=round(time.monotonic() - t0, 3)),
+            kv=facts.kv, refusal=facts.refusal.model_copy(update={"message": masker(facts.refusal.message)})
+            if facts.refusal else None,
+            vllm_version=facts.vllm_version, log_path=str(self.store.log_path(cell.id).relative_to(self.store.run_dir)),
+            log_tail=sink.tail, started_at=started_at, finished_at=now(),
+            port=getattr(server, "port", None), container=server.container_info() if server else None,
+            patches=server.applied_patches() if server else [], gpus=list(attempt.gpus or []),
+            attempts=attempt.number, contaminated=attempt.number > 1,
+        )

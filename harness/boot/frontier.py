@@ -1,0 +1,71 @@
+"""`boot-harness frontier`, the booting half: each group's probes booted for real through a RunSession (an ordinary
+run directory named `<matrix>-frontier`, plus frontier.json), with the pure search of harness.analysis.frontier
+deciding which length to boot next."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from harness.analysis.frontier import (
+    GroupFrontier,
+    Observation,
+    find_frontier,
+    groups_of,
+    known_from_run,
+    matrix_length_axis,
+    probe_cell,
+)
+from harness.analysis.kv import BLOCK_FLAG, GPU_BLOCK, block_size, flag_value, human_int
+from harness.boot.session import RunOptions, RunSession, frontier_run_id
+from harness.boot.signals import Interrupted
+from harness.errors import UsageError
+from harness.results.store import atomic_write_text, dump_json
+
+
+def run_frontier(loaded, cells: list, *, lo: int | None, hi: int | None, axis: str | None = None,
+                 results_dir: Path, block: int | None = None, selection: list[str] | None = None,
+                 timeout_s: float | None = None, from_run=None, say: Callable[[str], None] = print):
+    """Boot probes for each group of `cells` until its frontier is found. Returns (run dir, [GroupFrontier])."""
+    matrix = loaded.matrix
+    axis, flag = matrix_length_axis(matrix, axis)
+    groups = groups_of(cells, axis)
+    for _, members in groups:
+        if flag_value(members[0].server_args, flag) is None:
+            raise UsageError(f"cell {members[0].id} passes no {flag}: the frontier needs the length on the command line")
+    session = RunSession.open(loaded, [m[0] for _, m in groups],
+                              RunOptions(results_dir=results_dir, selection=selection, timeout_s=timeout_s,
+                                         run_id=frontier_run_id(loaded)), say=say)
+    say(f"run directory: {session.run_dir}")
+    found: list[GroupFrontier] = []
+    for key, members in groups:
+        template = members[0]
+        values = [human_int(c.axes[axis]) for c in members if human_int(c.axes[axis])]
+        g_hi = hi if hi is not None else max(values, default=0)
+        explicit_block = block or human_int(flag_value(template.server_args, BLOCK_FLAG) or "") or None
+        state = {"block": explicit_block or GPU_BLOCK, "fixed": explicit_block is not None}
+        label = ", ".join(f"{k}={v}" for k, v in key.items())
+
+        def oracle(length: int, why: str, template=template, state=state, label=label) -> Observation:
+            cell = probe_cell(template, matrix, axis, flag, length)
+            say(f"[{label}] probe {length:,} ({why}): booting {cell.id}")
+            result = session.boot(cell)
+            if result is None:
+                raise Interrupted("the probe was stopped")
+            if not state["fixed"]:
+                state["block"], _ = block_size(result, session.run_dir)
+                state["fixed"] = True
+            obs = Observation.of(result)
+            est = f", estimated max {obs.estimate:,}" if obs.estimate else ""
+            say(f"[{label}] {length:,}: {result.outcome} ({result.reason}{est}) in "
+                f"{result.timings.total_s or 0:.0f}s")
+            return obs
+
+        known = known_from_run(from_run, axis, key) if from_run is not None else []
+        search = find_frontier(oracle, lo, g_hi, lambda state=state: state["block"], known=known)
+        found.append(GroupFrontier(key, template.id, search))
+        say(f"[{label}] {search.text} — {search.boots} boot(s)")
+    atomic_write_text(session.run_dir / "frontier.json", dump_json(
+        {"run_id": session.store.run.run_id, "axis": axis, "flag": flag, "groups": [g.to_dict() for g in found]}))
+    session.finish("complete")
+    return session.run_dir, found

@@ -1,0 +1,181 @@
+"""The run owner: one place that opens a run (plan its slots, sweep leftovers, preflight the runtime, create or resume
+the store with the matrix's cell order), runs cells through the one Executor, finishes the run and says its exit code.
+
+Every entry point that boots cells is a few lines over it: `boot-harness run` and `repro --exec`
+(harness.cli.run), the pytest plugin (harness.pytest_plugin), the frontier (harness.boot.frontier); an empty shard is
+a session with nothing to boot. Nothing else creates a RunStore, sweeps or preflights.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.boot.attempt import CellRunner, Observer, watch_config
+from harness.boot.executor import Executor
+from harness.boot.slots import SlotPlan, plan_slots
+from harness.cells import Cell
+from harness.errors import UsageError
+from harness.exitcodes import ExitCode
+from harness.gpu.inventory import Inventory
+from harness.matrix.load import LoadedMatrix
+from harness.results.model import CellResult, RunResult
+from harness.results.store import RunStore, new_run_id
+from harness.runtime import make_runtime
+from harness.masking import Masker
+from harness.runtime.base import CellContext, Runtime
+from harness.sweep import Swept, sweep_before_run
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run: the knobs of `boot-harness run`, as one value every entry point fills in."""
+
+    results_dir: Path = Path("results")
+    #: Finish this run directory instead of starting one: only the cells it lacks are booted.
+    resume: Path | None = None
+    #: The `--select` expressions (recorded with the run).
+    selection: list[str] | None = None
+    #: "I/N" when this run is a shard (recorded; a resume must name the same shard).
+    shard: str | None = None
+    #: Override of the matrix's per-cell deadline.
+    timeout_s: float | None = None
+    keep_work: bool = False
+    #: `--parallel`: "auto" or a count.
+    parallel: str | int = "1"
+    gpu_idle_timeout_s: float | None = None
+    #: A run id instead of a fresh one (the frontier names its runs `<matrix>-frontier`).
+    run_id: str | None = None
+    #: Every (masked) log line, as it arrives (`repro --exec` streams the server's log).
+    echo: Callable[[str], None] | None = None
+
+    def __post_init__(self) -> None:
+        t = self.timeout_s
+        if t is not None and not (math.isfinite(t) and t > 0):
+            raise UsageError(f"--timeout-s: must be a finite number of seconds greater than 0 (got {t:g})")
+        for name in ("gpu_idle_timeout_s",):
+            v = getattr(self, name)
+            if v is not None and not (math.isfinite(v) and v >= 0):
+                raise UsageError(f"--{name.replace('_', '-')}: must be a finite number of seconds, 0 or more")
+
+
+@dataclass
+class RunSession:
+    loaded: LoadedMatrix
+    store: RunStore
+    #: The selected cells, in the matrix's order; `todo` those this run still has to boot (a resume skips the rest).
+    cells: list[Cell]
+    todo: list[Cell]
+    runtime: Runtime | None = None
+    plan: SlotPlan | None = None
+    executor: Executor | None = None
+    #: What the start-up sweep removed (containers, process groups, work dirs of killed runs).
+    swept: Swept = field(default_factory=Swept)
+
+    @classmethod
+    def open(cls, loaded: LoadedMatrix, cells: list[Cell], options: RunOptions = RunOptions(), *,
+             runtime: Runtime | None = None, say: Say = lambda line: None, pull_observer: object | None = None,
+             env: dict[str, str] | None = None, inventory: Inventory | None = None) -> RunSession:
+        """Every check before a run directory exists (exit 2 if one fails), then the store. `cells` may be empty
+        (a shard that holds no cell): the run is recorded, complete, with nothing booted."""
+        order = [c.id for c in cells]
+        if not cells:
+            return cls(loaded, cls._store(loaded, loaded.matrix.runtime, order, options), cells, [])
+        plan = plan_slots(loaded.matrix, options.parallel, options.gpu_idle_timeout_s, env=env, inventory=inventory)
+        runtime = runtime or make_runtime(loaded)
+        if pull_observer is not None and hasattr(runtime, "pull_observer"):
+            runtime.pull_observer = pull_observer  # type: ignore[attr-defined]
+        swept = sweep_before_run(options.resume.parent if options.resume else options.results_dir, runtime.name)
+        runtime.preflight(cells)
+        for note in getattr(runtime, "notes", []):
+            say(note)
+        store = cls._store(loaded, runtime.name, order, options)
+        done = store.done()
+        runner = CellRunner(loaded, runtime, store, watch_config(loaded, options.timeout_s), keep_work=options.keep_work,
+                            echo=options.echo)
+        return cls(loaded, store, cells, [c for c in cells if c.id not in done], runtime, plan, plan.executor(runner),
+                   swept)
+
+    @staticmethod
+    def _store(loaded: LoadedMatrix, runtime: str, order: list[str], options: RunOptions) -> RunStore:
+        if options.resume:
+            store = RunStore.open(options.resume, loaded, order)
+            recorded = store.run.shard
+            if (recorded or None) != (options.shard or None):
+                raise UsageError(f"{options.resume}: this run is shard {recorded or 'none (the whole selection)'}; "
+                                 f"resume it with {'--shard ' + recorded if recorded else 'no --shard'}")
+            store.run.status = "running"
+            return store
+        return RunStore.create(options.results_dir, loaded, runtime, order, selection=options.selection,
+                               shard=options.shard, run_id=options.run_id)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.store.run_dir
+
+    def run(self, observer: Observer | None = None) -> list[CellResult]:
+        """Boot every cell still to do. On Ctrl-C/SIGTERM the run is marked interrupted and Interrupted raised."""
+        if not self.todo:
+            return []
+        return self._execute(self.todo, observer)
+
+    def boot(self, cell: Cell, observer: Observer | None = None) -> CellResult | None:
+        """Boot one cell (the pytest plugin's test, the frontier's probe) through the same executor; a cell the
+        matrix did not list is added to the run's order after those it did. None: interrupted."""
+        self.store.add_to_order(cell.id)
+        results = self._execute([cell], observer)
+        return results[0] if results else None
+
+    def _execute(self, cells: list[Cell], observer: Observer | None) -> list[CellResult]:
+        if self.executor is None:
+            raise UsageError("this session has no runtime (a run with no cell to boot)")
+        return self.executor.run(cells, observer)
+
+    def finish(self, status: str = "complete") -> RunResult:
+        return self.store.finish(status)
+
+    def exit_code(self) -> ExitCode:
+        """FAILED when a selected cell errored or missed its expectation; OK otherwise."""
+        selected = {c.id for c in self.cells}
+        bad = [c for c in self.store.run.cells if c.cell_id in selected and (c.matched is False or c.outcome == "error")]
+        return ExitCode.FAILED if bad else ExitCode.OK
+
+
+def repro_command(loaded: LoadedMatrix, cell: Cell, results_dir: Path, port: int = 8000, *,
+                  runtime: Runtime | None = None, say: Say = lambda line: None,
+                  pull_observer: object | None = None) -> list[str]:
+    """The command a person pastes to boot `cell` by hand, with what it needs made first (the image pulled, patched
+    files under `results_dir/repro/<cell>/`). The runtime's GPU checks are skipped: the printed command asks the
+    engine's CLI for GPUs its own way."""
+    runtime = runtime or make_runtime(loaded)
+    if pull_observer is not None and hasattr(runtime, "pull_observer"):
+        runtime.pull_observer = pull_observer  # type: ignore[attr-defined]
+    if loaded.matrix.runtime != "process":
+        runtime.preflight([cell], gpu_checks=False)
+        for note in getattr(runtime, "notes", []):
+            say(note)
+    keep = Path(results_dir) / "repro" / cell.id
+    return runtime.command_line(cell, CellContext(run_dir=keep, work_dir=keep, masker=Masker(),
+                                                  matrix_dir=loaded.base_dir), port)
+
+
+def planned_commands(loaded: LoadedMatrix, cells: list[Cell], options: RunOptions = RunOptions(),
+                     runtime: Runtime | None = None) -> list[tuple[Cell, list[str], list[str]]]:
+    """`run --dry-run`: for each cell its command and the steps a run would take first, touching nothing (no
+    engine, no pull, no file); paths are those the run directory would have."""
+    runtime = runtime or make_runtime(loaded)
+    run_dir = options.resume or Path(options.results_dir) / "<run-id>"
+    out = []
+    for c in cells:
+        ctx = CellContext(run_dir=run_dir, work_dir=run_dir / "work" / c.id, masker=Masker(), matrix_dir=loaded.base_dir)
+        tokens, steps = runtime.planned_command_line(c, ctx)
+        out.append((c, tokens, steps))
+    return out
+
+
+def frontier_run_id(loaded: LoadedMatrix) -> str:
+    return new_run_id(f"{loaded.matrix.name}-frontier")

@@ -1,0 +1,41 @@
+"""What several commands share: the matrix/selection/shard options and the cells they pick, and the consoles."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+
+
+def add_matrix(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--matrix", "-m", required=True, type=Path, help="the matrix file (YAML)")
+
+
+def add_selection(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--select", "-s", action="append", metavar="EXPR",
+                   help="cells to take: `axis=value[|value]` terms and id globs, comma-joined (repeatable)")
+
+
+def add_shard(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shard", metavar="I/N",
+                   help="only shard I of N (1-based): a stable split by cell id, for CI shard matrices")
+
+
+def add_parallel(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--parallel", default="1", metavar="auto|N",
+                   help="cells at once (default 1); with gpus_per_cell each gets its own GPUs, auto = GPUs // "
+                        "gpus_per_cell, or the CPU slots (BOOT_HARNESS_CPU_SLOTS, default 1) on a host without")
+    p.add_argument("--gpu-idle-timeout-s", type=float, default=None, metavar="S",
+                   help="how long a cell waits for its GPUs' memory to return to idle before starting anyway "
+                        "(default 180)")
+
+
+def stderr() -> Console:
+    return Console(stderr=True)
+
+
+def say_to(console: Console):
+    """A line printer for library messages: no markup, no emoji codes (`sha256:…:` is no emoji), no highlighting."""
+    return lambda line: console.print(line, highlight=False, markup=False, emoji=False, soft_wrap=True)

@@ -1,0 +1,97 @@
+"""`gc`, `merge` and `facts`: cleaning up after a killed harness, joining shard runs, reading a saved log."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from harness.cli.common import say_to, stderr
+from harness.errors import UsageError
+from harness.exitcodes import ExitCode
+
+
+def register(sub: argparse._SubParsersAction) -> dict:
+    p = sub.add_parser("gc", help="remove containers and server processes left by a harness that was killed")
+    p.add_argument("--results-dir", type=Path, default=Path("results"))
+    p.add_argument("--engine", action="append", choices=["docker", "podman"],
+                   help="container engines to sweep (default: every one that answers)")
+    p.add_argument("--all", action="store_true", help="also containers of harness runs that are still alive")
+
+    p = sub.add_parser("merge", help="merge the runs of a matrix's shards into one run directory")
+    p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories (one per shard)")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR",
+                   help="the merged run directory to create (must not exist, or be empty)")
+    p.add_argument("--matrix", "-m", type=Path, default=None,
+                   help="the matrix file, for the cells' order (default: the path the runs recorded, if unchanged)")
+
+    p = sub.add_parser("facts", help="what the parser finds in a saved vLLM server log")
+    p.add_argument("logfile", type=Path)
+    p.add_argument("--json", action="store_true", help="one JSON object (same keys as a cell record's kv/refusal)")
+    return {"gc": cmd_gc, "merge": cmd_merge, "facts": cmd_facts}
+
+
+def cmd_gc(args: argparse.Namespace, out: Console) -> int:
+    from harness.runtime.engine import DEFAULT_HOSTS
+    from harness.sweep import sweep
+
+    engines = args.engine or list(DEFAULT_HOSTS)
+    swept = sweep(args.results_dir, engines, everything=args.all)
+    for name in swept.containers:
+        out.print(f"removed container {name}", highlight=False)
+    for pgid in swept.process_groups:
+        out.print(f"killed process group {pgid}", highlight=False)
+    for work in swept.work_dirs:
+        out.print(f"removed work dir {work}", highlight=False)
+    reached = [e for e in engines if e not in swept.engines_unreachable]
+    out.print(f"gc: {len(swept.containers)} container(s), {len(swept.process_groups)} process group(s), "
+              f"{len(swept.work_dirs)} work dir(s) removed "
+              f"(engines swept: {', '.join(reached) or 'none answered'})", highlight=False)
+    return ExitCode.OK
+
+
+def cmd_merge(args: argparse.Namespace, out: Console) -> int:
+    from harness.scale.merge import merge_runs
+
+    result = merge_runs(list(args.run_dirs), args.out, args.matrix)
+    say = say_to(stderr())
+    for w in result.warnings:
+        say(f"merge: {w}")
+    run = result.run
+    s = run.summary
+    out.print(f"merged {len(result.sources)} run(s), {s.get('cells', 0)} cells ({s.get('matched', 0)} matched, "
+              f"{s.get('mismatched', 0)} mismatched) into {result.run_dir}: {run.status}", highlight=False)
+    out.print(f"results: {result.run_dir / 'results.json'}", highlight=False)
+    return ExitCode.OK
+
+
+def cmd_facts(args: argparse.Namespace, out: Console) -> int:
+    from harness.logfacts import parse_file
+
+    if not args.logfile.is_file():
+        raise UsageError(f"{args.logfile}: no such file")
+    facts = parse_file(args.logfile)
+    reason = facts.refusal.kind if facts.refusal else ("ready" if facts.ready_lines else None)
+    record = {"vllm_version": facts.vllm_version, "reason": reason, "kv": facts.kv.model_dump(),
+              "refusal": facts.refusal.model_dump() if facts.refusal else None}
+    if args.json:
+        print(json.dumps(record, indent=2))
+        return ExitCode.OK
+    out.print(f"[bold]{args.logfile}[/]  vLLM {facts.vllm_version or '?'}  ({facts.lines} lines)", highlight=False)
+    for key, value in record["kv"].items():
+        if value is not None:
+            out.print(f"  {key}: {value}", highlight=False)
+    if facts.refusal:
+        r = facts.refusal
+        out.print(f"  refusal: [yellow]{r.kind}[/]", highlight=False)
+        for key in ("max_seq_len", "needed_gib", "available_gib", "estimated_max_model_len", "derived_max_model_len"):
+            if getattr(r, key) is not None:
+                out.print(f"    {key}: {getattr(r, key)}", highlight=False)
+        out.print(f"    message: {r.message}", highlight=False, markup=False)
+    elif facts.ready_lines:
+        out.print("  ready: " + facts.ready_lines[-1], highlight=False, markup=False)
+    else:
+        out.print("  no refusal and no readiness line", highlight=False)
+    return ExitCode.OK

@@ -1,0 +1,114 @@
+"""`run` and `repro`: boot cells (through harness.boot.session, the run owner) or print exactly what one would run."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from harness.boot.session import RunOptions, RunSession, planned_commands, repro_command
+from harness.boot.signals import Interrupted
+from harness.cli.common import add_matrix, add_parallel, add_selection, add_shard, say_to, stderr
+from harness.selection import selected
+from harness.errors import UsageError
+from harness.exitcodes import ExitCode
+
+
+def register(sub: argparse._SubParsersAction) -> dict:
+    p = sub.add_parser("run", help="boot every selected cell and record the results")
+    add_matrix(p)
+    add_selection(p)
+    p.add_argument("--results-dir", type=Path, default=Path("results"), help="where run directories go (default: results)")
+    p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="finish an interrupted run: only cells it lacks")
+    p.add_argument("--dry-run", action="store_true", help="print what each cell would run, touch nothing")
+    p.add_argument("--timeout-s", type=float, help="override the matrix's per-cell deadline")
+    p.add_argument("--keep-work", action="store_true", help="keep each cell's TMPDIR and caches under the run dir")
+    add_shard(p)
+    add_parallel(p)
+
+    p = sub.add_parser("repro", help="print (or run) exactly what the harness runs for one cell")
+    add_matrix(p)
+    p.add_argument("cell_id", help="a cell id (see `boot-harness cells`)")
+    p.add_argument("--exec", action="store_true", help="run the cell attached, streaming its log, and record it")
+    p.add_argument("--results-dir", type=Path, default=Path("results"),
+                   help="where --exec records the run, and where patched files for the command are kept")
+    p.add_argument("--timeout-s", type=float, help="override the matrix's per-cell deadline")
+    p.add_argument("--port", type=int, default=8000, help="host port the printed command serves on (default 8000)")
+    return {"run": cmd_run, "repro": cmd_repro}
+
+
+def cmd_run(args: argparse.Namespace, out: Console) -> int:
+    from harness.report.live import LiveProgress
+    from harness.runtime.pull import PullDisplay
+    from harness.shell import format_shell
+
+    sel = selected(args.matrix, args.select, args.shard)
+    options = RunOptions(results_dir=args.results_dir, resume=args.resume, selection=args.select, shard=sel.shard,
+                         timeout_s=args.timeout_s, keep_work=args.keep_work, parallel=args.parallel,
+                         gpu_idle_timeout_s=args.gpu_idle_timeout_s)
+    err = stderr()
+    say = say_to(err)
+    if not sel.cells:
+        say(f"shard {sel.shard}: none of the {sel.total} selected cells hashes into this shard — nothing to boot; "
+            "writing an empty complete run")
+    if args.dry_run:
+        for cell, tokens, steps in planned_commands(sel.loaded, sel.cells, options):
+            print("\n".join([f"# {cell.id}", *(f"#   {step}" for step in steps), format_shell(tokens)]))
+        return ExitCode.OK
+    session = RunSession.open(sel.loaded, sel.cells, options, say=say, pull_observer=PullDisplay(err))
+    _report_sweep(session, say)
+    if session.plan is not None:
+        say(f"run directory: {session.run_dir}  ({len(session.todo)} of {len(session.cells)} cells to boot"
+            f"{f', shard {sel.shard}' if sel.shard else ''})")
+        say(session.plan.describe())
+    try:
+        with LiveProgress(session.todo, err) as progress:
+            session.run(progress)
+    except (Interrupted, KeyboardInterrupt):
+        say(f"interrupted: finished cells are kept in {session.run_dir} (continue with --resume {session.run_dir})")
+        return ExitCode.INTERRUPTED
+    return _finish(session, out)
+
+
+def cmd_repro(args: argparse.Namespace, out: Console) -> int:
+    from harness.runtime.pull import PullDisplay
+    from harness.shell import format_shell
+
+    sel = selected(args.matrix, None)
+    cells = {c.id: c for c in sel.cells}
+    if args.cell_id not in cells:
+        raise UsageError(f"{args.matrix}: no cell {args.cell_id!r} (see `boot-harness cells --matrix {args.matrix}`)")
+    cell = cells[args.cell_id]
+    err = stderr()
+    if not args.exec:
+        RunOptions(timeout_s=args.timeout_s)  # the same checks as --exec: a bad --timeout-s is exit 2 either way
+        print(format_shell(repro_command(sel.loaded, cell, args.results_dir, args.port, say=say_to(err),
+                                         pull_observer=PullDisplay(err))))
+        return ExitCode.OK
+    options = RunOptions(results_dir=args.results_dir, selection=[cell.id], timeout_s=args.timeout_s,
+                         echo=lambda line: print(line, flush=True))
+    session = RunSession.open(sel.loaded, [cell], options, say=say_to(err), pull_observer=PullDisplay(err))
+    _report_sweep(session, say_to(err))
+    try:
+        session.run()
+    except (Interrupted, KeyboardInterrupt):
+        return ExitCode.INTERRUPTED
+    return _finish(session, out)
+
+
+def _report_sweep(session: RunSession, say) -> None:
+    s = session.swept
+    if s.containers or s.process_groups or s.work_dirs:
+        say(f"gc: removed {len(s.containers)} leftover container(s), {len(s.process_groups)} leftover process "
+            f"group(s) and {len(s.work_dirs)} work dir(s) of killed runs")
+
+
+def _finish(session: RunSession, out: Console) -> int:
+    from harness.report.live import summary_table
+
+    run = session.finish("complete")
+    if session.cells:
+        out.print(summary_table(run))
+    out.print(f"results: {session.run_dir / 'results.json'}", highlight=False)
+    return session.exit_code()

@@ -1,0 +1,91 @@
+"""Comparisons as rich renderables: pairs within a run, and last night against tonight."""
+
+from __future__ import annotations
+
+from harness.analysis.compare import Change, Pair, RunDiff
+from harness.report.style import STYLE
+from harness.results.model import CellResult
+
+def _o(c: CellResult | None) -> str:
+    if c is None:
+        return "—"
+    mark = {True: " ✓", False: " ✗", None: ""}[c.matched]
+    return f"[{STYLE.get(c.outcome, '')}]{c.outcome}[/]" + (f" ({c.reason})" if c.reason else "") + mark
+
+
+def render_pairs(pairs: list[Pair], run_id: str):
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    if not pairs:
+        return Text(f"run {run_id}: no two cells differ in that axis alone")
+    axis = pairs[0].axis
+    flipped = sum(p.flipped for p in pairs)
+    out: list = [Text(f"run {run_id}: {len(pairs)} pair(s) differing only in {axis}, {flipped} with a flipped outcome",
+                      style="bold")]
+    for p in pairs:
+        shared = ", ".join(f"{k}={v}" for k, v in p.shared.items()) or "(no other axis)"
+        head = Text.from_markup(
+            f"{'[bold red]FLIPPED[/] ' if p.flipped else ''}[bold]{shared}[/]: {axis}={p.a.axes.get(axis)} "
+            f"{_o(p.a)}  vs  {axis}={p.b.axes.get(axis)} {_o(p.b)}")
+        out.append(Text(""))
+        out.append(head)
+        t = Table(box=None, pad_edge=False, show_header=True, header_style="dim")
+        for col in ("", str(p.a.axes.get(axis)), str(p.b.axes.get(axis)), "difference"):
+            t.add_column(col, justify="left" if col == "" else "right")
+        for n in p.numbers:
+            if n.a is None and n.b is None:
+                continue
+            rel = f" ({n.rel:+.0%})" if n.rel is not None and n.delta else ""
+            t.add_row(n.name, n.fmt(n.a, coarse=n.coarse[0]), n.fmt(n.b, coarse=n.coarse[1]),
+                      (n.fmt(n.delta, signed=True) + rel) if n.delta is not None else "")
+        if t.row_count:
+            out.append(t)
+        for c in (p.a, p.b):
+            if c.detail and c.outcome != "booted":
+                out.append(Text(f"  {c.cell_id}: {c.detail[:300]}", style="dim"))
+    return Group(*out)
+
+
+def render_diff(d: RunDiff):
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    out: list = [Text(f"{d.a_id} → {d.b_id}: {len(d.regressions)} regression(s), {len(d.fixes)} fix(es), "
+                      f"{len(d.changed)} other change(s), {d.unchanged} unchanged, {len(d.only_a)} only in A, "
+                      f"{len(d.only_b)} only in B, {len(d.drift)} KV number(s) drifted beyond {d.tolerance:.1%}",
+                      style="bold")]
+    for n in d.notes:
+        out.append(Text(f"note: {n}", style="yellow"))
+
+    def changes(title: str, items: list[Change], style: str) -> None:
+        if not items:
+            return
+        t = Table(title=title, title_justify="left", title_style=style, box=None, pad_edge=False)
+        for col in ("cell", "A", "B", "why"):
+            t.add_column(col)
+        for c in items:
+            t.add_row(c.cell_id, _o(c.a), _o(c.b), c.why)
+        out.extend([Text(""), t])
+
+    changes("REGRESSIONS", d.regressions, "bold red")
+    changes("fixes", d.fixes, "bold green")
+    changes("other changes", d.changed, "bold")
+    for title, cells in (("only in A", d.only_a), ("only in B", d.only_b)):
+        if cells:
+            out.append(Text(""))
+            out.append(Text(f"{title}: " + ", ".join(f"{c.cell_id} ({c.outcome})" for c in cells)))
+    if d.drift:
+        t = Table(title=f"KV drift beyond {d.tolerance:.1%}", title_justify="left", title_style="bold", box=None,
+                  pad_edge=False)
+        for col in ("cell", "number", "A", "B", "change"):
+            t.add_column(col, justify="right" if col in ("A", "B", "change") else "left")
+        for x in d.drift:
+            change = ("appeared" if x.a is None else "disappeared" if x.b is None
+                      else f"{x.rel:+.1%}" if x.rel is not None else "from 0")
+            t.add_row(x.cell_id, x.field, "—" if x.a is None else f"{x.a:g}", "—" if x.b is None else f"{x.b:g}",
+                      change)
+        out.extend([Text(""), t])
+    return Group(*out)

@@ -1,0 +1,209 @@
+"""A runtime whose servers follow a script, in this process — for tests of everything above the runtime (the run
+owner, the executor, the verdict policy, the CLI, the pytest plugin), the way httpx's MockTransport stands in for
+the network. Nothing is spawned: each server is a thread that writes its script's log lines to the watch, and a small
+HTTP listener on loopback that answers /health, /v1/models and /v1/completions once the script says it serves, so
+the watch loop and its health poll and probe run exactly as they do against vLLM.
+
+    runtime = FakeRuntime({"c_a": [Script.memory_busy(), Script.booted()]}, default=Script.booted())
+    RunSession.open(loaded, cells, options, runtime=runtime).run()
+
+Scripts are per cell id, and a list gives one script per attempt (the memory-busy retry boots a cell twice).
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from harness.cells import Cell
+from harness.errors import CellStartError
+from harness.results.model import AppliedPatch, ContainerInfo
+from harness.runtime.base import CellContext, LineSink
+
+HOST = "127.0.0.1"
+_HEADER = "(EngineCore pid=1) {level} 12-01 10:00:{sec:02d} [fake.py:1] "
+
+
+@dataclass(frozen=True)
+class Script:
+    """What one fake server does: log `lines`, one every `line_delay_s`, then serve, exit with `exit_code`, or hang
+    (until stopped); `start_error` makes the start itself fail (the runtime's CellStartError)."""
+
+    lines: tuple[str, ...] = ()
+    then: Literal["serve", "exit", "hang"] = "serve"
+    exit_code: int = 1
+    line_delay_s: float = 0.0
+    start_error: str | None = None
+
+    @classmethod
+    def booted(cls, kv_tokens: int = 10720) -> Script:
+        return cls((_HEADER.format(level="INFO", sec=1) + f"GPU KV cache size: {kv_tokens:,} tokens",
+                    _HEADER.format(level="INFO", sec=2) + "Starting vLLM server on http://127.0.0.1:8000"))
+
+    @classmethod
+    def refused_kv(cls, max_len: int = 4096, needed_gib: float = 0.02, available_gib: float = 0.01,
+                   estimate: int = 3072) -> Script:
+        return cls((_HEADER.format(level="ERROR", sec=3) + "ValueError: To serve at least one request with the "
+                    f"model's max seq len ({max_len}), ({needed_gib} GiB KV cache is needed, which is larger than the "
+                    f"available KV cache memory ({available_gib} GiB). Based on the available memory, the estimated "
+                    f"maximum model length is {estimate}. Try increasing `gpu_memory_utilization` or decreasing "
+                    "`max_model_len` when initializing the engine.",), then="exit")
+
+    @classmethod
+    def memory_busy(cls) -> Script:
+        return cls((_HEADER.format(level="ERROR", sec=3) + "ValueError: Free memory on device (10.5/79.19 GiB) on "
+                    "startup is less than desired GPU memory utilization (0.9, 71.27 GiB). Decrease GPU memory "
+                    "utilization or reduce GPU memory used by other processes.",), then="exit")
+
+    @classmethod
+    def crashed(cls, exit_code: int = 3) -> Script:
+        return cls((_HEADER.format(level="ERROR", sec=3) + "RuntimeError: something unforeseen",), then="exit",
+                   exit_code=exit_code)
+
+    @classmethod
+    def hangs(cls) -> Script:
+        return cls((_HEADER.format(level="INFO", sec=1) + "loading",), then="hang")
+
+    @classmethod
+    def cannot_start(cls, why: str = "the fake engine refused the container") -> Script:
+        return cls(start_error=why)
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: _Listener
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _send(self, code: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if not self.server.serving.is_set():
+            return self._send(503, {"error": "not ready"})
+        if self.path == "/health":
+            return self._send(200, {})
+        if self.path == "/v1/models":
+            return self._send(200, {"data": [{"id": "fake"}]})
+        return self._send(404, {})
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.server.serving.is_set() and self.path == "/v1/completions":
+            return self._send(200, {"choices": [{"text": "x"}]})
+        return self._send(503, {})
+
+
+class _Listener(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__((HOST, 0), _Handler)
+        self.serving = threading.Event()
+
+
+class FakeServer:
+    """A Server (harness.runtime.base) playing one Script."""
+
+    def __init__(self, cell: Cell, script: Script, on_line: LineSink):
+        self.script, self.on_line = script, on_line
+        self.argv = ["fake-vllm", *cell.server_args]
+        self._listener = _Listener()
+        self.port = self._listener.server_address[1]
+        self.base_url = f"http://{HOST}:{self.port}"
+        self._code: int | None = None
+        self._exited = threading.Event()
+        self._stopped = threading.Event()
+        self._lock = threading.Lock()
+        threading.Thread(target=self._listener.serve_forever, daemon=True, name=f"fake-http-{cell.id}").start()
+        threading.Thread(target=self._play, daemon=True, name=f"fake-{cell.id}").start()
+
+    def _play(self) -> None:
+        for line in self.script.lines:
+            if self._stopped.wait(self.script.line_delay_s):
+                break
+            self.on_line(line)
+        if not self._stopped.is_set():
+            if self.script.then == "serve":
+                self._listener.serving.set()
+            elif self.script.then == "exit":
+                self._exit(self.script.exit_code)
+        self._stopped.wait()
+
+    def _exit(self, code: int) -> None:
+        with self._lock:
+            if self._code is not None:
+                return
+            self._code = code
+        self._listener.serving.clear()
+        self.on_line(None)
+        self._exited.set()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        self._exited.wait(timeout)
+        return self._code
+
+    def owns_listener(self) -> bool:
+        return self._code is None
+
+    def stop(self, grace_s: float = 5.0) -> int | None:
+        self._stopped.set()
+        self._exit(-15)
+        self._listener.shutdown()
+        self._listener.server_close()
+        return self._code
+
+    def container_info(self) -> ContainerInfo | None:
+        return None
+
+    def applied_patches(self) -> list[AppliedPatch]:
+        return []
+
+
+class FakeRuntime:
+    """A Runtime (harness.runtime.base) of scripted in-process servers; `started` lists the cells it started."""
+
+    name = "fake"
+
+    def __init__(self, scripts: Mapping[str, Script | Sequence[Script]] | None = None,
+                 default: Script = Script.booted()):
+        self.scripts = dict(scripts or {})
+        self.default = default
+        self.started: list[str] = []
+        self.preflighted: list[list[str]] = []
+        self._lock = threading.Lock()
+
+    def script_for(self, cell: Cell) -> Script:
+        with self._lock:
+            attempt = self.started.count(cell.id)
+            self.started.append(cell.id)
+        s = self.scripts.get(cell.id, self.default)
+        if isinstance(s, Script):
+            return s
+        return s[min(attempt, len(s) - 1)]
+
+    def preflight(self, cells: list[Cell], gpu_checks: bool = True) -> None:
+        self.preflighted.append([c.id for c in cells])
+
+    def start(self, cell: Cell, ctx: CellContext, on_line: LineSink) -> FakeServer:
+        script = self.script_for(cell)
+        if script.start_error:
+            raise CellStartError(script.start_error)
+        time.sleep(0)  # a real start yields; keep the ordering of threads realistic
+        return FakeServer(cell, script, on_line)
+
+    def command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> list[str]:
+        return ["fake-vllm", *cell.server_args, "--port", str(host_port)]
+
+    def planned_command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> tuple[list[str], list[str]]:
+        return self.command_line(cell, ctx, host_port), []

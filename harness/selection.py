@@ -1,0 +1,31 @@
+"""Which cells a command or a pytest session works on: the matrix file's cells after `--select` and `--shard`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.cells import Cell, expand_cells, select_cells
+from harness.matrix.load import LoadedMatrix, load_matrix
+
+
+@dataclass(frozen=True)
+class Selected:
+    loaded: LoadedMatrix
+    cells: list[Cell]
+    #: "I/N" when a shard was asked for.
+    shard: str | None
+    #: How many cells the selection held before the shard split.
+    total: int
+
+
+def selected(matrix: Path, select: list[str] | None, shard: str | None = None) -> Selected:
+    """The matrix's cells after `--select` and `--shard`."""
+    loaded = load_matrix(matrix)
+    cells = select_cells(expand_cells(loaded.matrix, str(matrix)), select, loaded.matrix)
+    if not shard:
+        return Selected(loaded, cells, None, len(cells))
+    from harness.scale.shard import format_shard, parse_shard, shard_cells
+
+    i, n = parse_shard(shard)
+    return Selected(loaded, shard_cells(cells, i, n), format_shard(i, n), len(cells))

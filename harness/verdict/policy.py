@@ -1,0 +1,142 @@
+"""From raw evidence to a verdict, once: an ordered chain of small rules, the first that applies decides.
+
+The watch only says what it saw (a `Finding`: a refusal line, an exit, /health, the deadline); the runtime adds what
+the engine knows (the container was OOM-killed); the executor adds what the earlier attempt and the GPU wait showed.
+`decide` turns all of it into (outcome, reason, detail). Whether that matched the cell's expectation is computed from
+the decision alone, by whoever builds the record, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from harness.logfacts import Refusal
+from harness.verdict.catalogue import REASONS, Outcome, Reason
+
+FindingKind = Literal["refusal", "exit", "healthy", "probe_failed", "exit_after_health", "stale_listener", "deadline"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """The decisive thing the watch observed, in its own words."""
+
+    kind: FindingKind
+    detail: str
+    refusal: Refusal | None = None
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything known about one attempt at booting a cell."""
+
+    #: What the watch saw; None when the server was never started.
+    finding: Finding | None = None
+    #: Why the server could not be started (the runtime's CellStartError).
+    start_error: str | None = None
+    #: The container engine says it OOM-killed the container.
+    oom_killed: bool = False
+    #: An earlier attempt of this cell was refused gpu_memory_busy (this one is the retry).
+    retried_busy: bool = False
+    #: How the wait for idle GPUs before this attempt ended, when they were *not* idle (IdleWait.describe()).
+    gpus_not_idle: str | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    outcome: Outcome
+    reason: Reason
+    detail: str
+
+    def __post_init__(self) -> None:
+        if REASONS[self.reason].outcome != self.outcome:
+            raise ValueError(f"reason {self.reason} belongs to {REASONS[self.reason].outcome}, not {self.outcome}")
+
+
+Rule = Callable[[Evidence], "Decision | None"]
+
+
+def start_failed(ev: Evidence) -> Decision | None:
+    if ev.start_error is not None:
+        return Decision(Outcome.error, Reason.start_failed, ev.start_error)
+    return None
+
+
+def stale_listener(ev: Evidence) -> Decision | None:
+    if ev.finding and ev.finding.kind == "stale_listener":
+        return Decision(Outcome.error, Reason.stale_server, ev.finding.detail)
+    return None
+
+
+def _crash_of(f: Finding) -> Decision | None:
+    """What an exit, a failed probe or the generic engine failure is, before anything else is known."""
+    if f.kind == "refusal" and f.refusal is not None and f.refusal.kind == "engine_init_failed":
+        return Decision(Outcome.crashed, Reason.engine_init_failed, f.detail)
+    if f.kind in ("exit", "exit_after_health"):
+        code = f.exit_code if f.exit_code is not None else -1
+        if code < 0:
+            return Decision(Outcome.crashed, Reason.killed, f.detail)
+        if code == 0 and f.kind == "exit":
+            return Decision(Outcome.crashed, Reason.exited_before_ready, f.detail)
+        return Decision(Outcome.crashed, Reason.exited, f.detail)
+    if f.kind == "probe_failed":
+        return Decision(Outcome.crashed, Reason.probe_failed, f.detail)
+    return None
+
+
+def oom_killed(ev: Evidence) -> Decision | None:
+    """A container the engine OOM-killed died of that, whatever the watch saw it as (a crash, or a hang to the
+    deadline); a refusal vLLM printed first stays the refusal."""
+    f = ev.finding
+    if not (ev.oom_killed and f):
+        return None
+    if f.kind == "deadline" or _crash_of(f) is not None:
+        return Decision(Outcome.crashed, Reason.oom_killed, f"the engine OOM-killed the container; {f.detail}")
+    return None
+
+
+def memory_held(ev: Evidence) -> Decision | None:
+    f = ev.finding
+    busy = f is not None and f.kind == "refusal" and f.refusal is not None and f.refusal.kind == "gpu_memory_busy"
+    if busy and ev.retried_busy and ev.gpus_not_idle:
+        return Decision(Outcome.error, Reason.gpu_memory_held,
+                        f"refused gpu_memory_busy on both attempts, the second with {ev.gpus_not_idle}: memory held "
+                        f"by something else, not this configuration's verdict ({f.detail})")
+    return None
+
+
+def refused(ev: Evidence) -> Decision | None:
+    f = ev.finding
+    if f and f.kind == "refusal" and f.refusal is not None and f.refusal.kind != "engine_init_failed":
+        return Decision(Outcome.refused, Reason(f.refusal.kind), f.detail)
+    return None
+
+
+def crashed(ev: Evidence) -> Decision | None:
+    return _crash_of(ev.finding) if ev.finding else None
+
+
+def booted(ev: Evidence) -> Decision | None:
+    if ev.finding and ev.finding.kind == "healthy":
+        return Decision(Outcome.booted, Reason.ready, ev.finding.detail)
+    return None
+
+
+def timed_out(ev: Evidence) -> Decision | None:
+    if ev.finding and ev.finding.kind == "deadline":
+        return Decision(Outcome.timeout, Reason.deadline, ev.finding.detail)
+    return None
+
+
+#: In order: the first rule that applies decides.
+RULES: tuple[Rule, ...] = (start_failed, stale_listener, oom_killed, memory_held, refused, crashed, booted, timed_out)
+
+
+def decide(ev: Evidence, rules: tuple[Rule, ...] = RULES) -> Decision:
+    for rule in rules:
+        decision = rule(ev)
+        if decision is not None:
+            return decision
+    raise ValueError(f"no rule decides {ev}")  # a Finding kind without a rule: a bug, never a silent verdict

@@ -1,0 +1,78 @@
+"""The verdict catalogue and policy: one list of outcomes and reasons, and one ordered chain of rules that turns what
+was seen into a verdict — including the cases three layers used to decide between them (the generic engine failure,
+an OOM-killed container, memory held through a retry)."""
+
+from __future__ import annotations
+
+import typing
+from pathlib import Path
+
+import pytest
+
+from harness.logfacts import Refusal
+from harness.logfacts.model import RefusalKind
+from harness.matrix.load import load_matrix
+from harness.verdict import REASONS, Evidence, Finding, Outcome, Reason, decide
+from harness.verdict.catalogue import reason_table
+from tests.builders import write_matrix
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def refusal(kind: str) -> Finding:
+    return Finding("refusal", f"{kind} said so", refusal=Refusal(kind=kind, message="m"))
+
+
+def test_every_reason_belongs_to_one_outcome_and_every_refusal_kind_is_a_reason():
+    assert set(REASONS) == set(Reason)
+    assert {info.outcome for info in REASONS.values()} == set(Outcome)
+    assert set(typing.get_args(RefusalKind)) <= {r.value for r in Reason}
+
+
+def test_docs_results_md_holds_the_catalogues_table():
+    text = (ROOT / "docs" / "results.md").read_text()
+    table = text.split("<!-- reasons:begin -->\n", 1)[1].split("<!-- reasons:end -->", 1)[0].strip()
+    assert table == reason_table(), "regenerate the table with harness.verdict.catalogue.reason_table()"
+
+
+@pytest.mark.parametrize(("evidence", "outcome", "reason"), [
+    (Evidence(finding=refusal("kv_insufficient")), "refused", "kv_insufficient"),
+    (Evidence(finding=refusal("engine_init_failed")), "crashed", "engine_init_failed"),
+    (Evidence(finding=Finding("exit", "x", exit_code=3)), "crashed", "exited"),
+    (Evidence(finding=Finding("exit", "x", exit_code=0)), "crashed", "exited_before_ready"),
+    (Evidence(finding=Finding("exit", "x", exit_code=-9)), "crashed", "killed"),
+    (Evidence(finding=Finding("exit", "x")), "crashed", "killed"),
+    (Evidence(finding=Finding("exit_after_health", "x", exit_code=1)), "crashed", "exited"),
+    (Evidence(finding=Finding("healthy", "x")), "booted", "ready"),
+    (Evidence(finding=Finding("probe_failed", "x")), "crashed", "probe_failed"),
+    (Evidence(finding=Finding("deadline", "x")), "timeout", "deadline"),
+    (Evidence(finding=Finding("stale_listener", "x")), "error", "stale_server"),
+    (Evidence(start_error="no such image"), "error", "start_failed"),
+    # the engine's OOM kill explains a crash or a hang, not a refusal vLLM printed first
+    (Evidence(finding=Finding("exit", "x", exit_code=137), oom_killed=True), "crashed", "oom_killed"),
+    (Evidence(finding=Finding("deadline", "x"), oom_killed=True), "crashed", "oom_killed"),
+    (Evidence(finding=refusal("engine_init_failed"), oom_killed=True), "crashed", "oom_killed"),
+    (Evidence(finding=refusal("kv_insufficient"), oom_killed=True), "refused", "kv_insufficient"),
+    # memory busy: the configuration's verdict unless the retry's GPUs were still held
+    (Evidence(finding=refusal("gpu_memory_busy")), "refused", "gpu_memory_busy"),
+    (Evidence(finding=refusal("gpu_memory_busy"), retried_busy=True), "refused", "gpu_memory_busy"),
+    (Evidence(finding=refusal("gpu_memory_busy"), retried_busy=True, gpus_not_idle="GPU 0 +60 GiB"),
+     "error", "gpu_memory_held"),
+])
+def test_the_first_rule_that_applies_decides(evidence, outcome, reason):
+    d = decide(evidence)
+    assert (d.outcome, d.reason) == (outcome, reason)
+
+
+def test_a_misspelt_or_impossible_expected_reason_is_a_validate_error_naming_the_key(tmp_path):
+    from harness.cells import expand_cells
+    from harness.errors import ConfigError
+
+    base = {"name": "m", "model": "x", "axes": {"a": {"v": {}}}}
+    for reason, says in (("kv_insuficient", "did you mean 'kv_insufficient'"),
+                         ("ready", "belongs to outcome booted, not refused")):
+        path = write_matrix(tmp_path / f"{reason}.yaml",
+                            {**base, "expect": [{"outcome": "refused", "reason": reason}]})
+        with pytest.raises(ConfigError) as err:
+            expand_cells(load_matrix(path).matrix)
+        assert str(err.value).startswith(f"{path}:expect[0].reason: ") and says in str(err.value)
