@@ -6,12 +6,13 @@ results, and the nightly comparison) untouched. Ids avoid `=`, `,` and spaces so
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import itertools
 import re
 from dataclasses import dataclass, field
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, ConfigErrors
 from harness.matrix.model import ExpectRule, Matrix, Mount, PatchSpec, Selector
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+]+")
@@ -67,18 +68,20 @@ def selector_matches(selector: Selector, assignment: dict[str, str]) -> bool:
     return all(assignment.get(axis) in _names(names) for axis, names in selector.items())
 
 
-def _check_selector(matrix: Matrix, selector: Selector, file: str, key: str) -> None:
+def _selector_problems(matrix: Matrix, selector: Selector, file: str, key: str) -> list[ConfigError]:
     values = matrix.axis_values()
+    out = []
     for axis, names in selector.items():
         if axis not in values:
-            raise ConfigError(file, f"{key}.{axis}", f"unknown axis (axes are: {', '.join(values)})")
+            out.append(ConfigError(file, f"{key}.{axis}", f"unknown axis (axes are: {', '.join(values)})"))
+            continue
         if not _names(names):
-            raise ConfigError(file, f"{key}.{axis}", "an empty list names no value")
+            out.append(ConfigError(file, f"{key}.{axis}", "an empty list names no value"))
         for name in _names(names):
             if name not in values[axis]:
-                raise ConfigError(
-                    file, f"{key}.{axis}", f"unknown value {name!r} (values are: {', '.join(values[axis])})"
-                )
+                out.append(ConfigError(file, f"{key}.{axis}",
+                                       f"unknown value {name!r} (values are: {', '.join(values[axis])})"))
+    return out
 
 
 def _expectation(rules: list[ExpectRule], assignment: dict[str, str]) -> Expectation | None:
@@ -89,21 +92,37 @@ def _expectation(rules: list[ExpectRule], assignment: dict[str, str]) -> Expecta
 
 
 def expand_cells(matrix: Matrix, file: str = "<matrix>") -> list[Cell]:
-    """All cells of the matrix, or a ConfigError naming the key that makes the matrix wrong."""
+    """All cells of the matrix, or a ConfigError naming every key that makes the matrix wrong (one line each)."""
+    cells, problems = _expand(matrix, file)
+    if problems:
+        raise ConfigErrors.of(problems)
+    return cells
+
+
+def cell_problems(matrix: Matrix, file: str = "<matrix>") -> list[ConfigError]:
+    """What is wrong with the matrix's cells: selectors, labels, ids, rules that can never match; [] when nothing."""
+    return _expand(matrix, file)[1]
+
+
+def _expand(matrix: Matrix, file: str) -> tuple[list[Cell], list[ConfigError]]:
+    problems: list[ConfigError] = []
     for i, selector in enumerate(matrix.exclude):
         if not selector:
-            raise ConfigError(file, f"exclude[{i}]", "an empty exclude would drop every cell")
-        _check_selector(matrix, selector, file, f"exclude[{i}]")
+            problems.append(ConfigError(file, f"exclude[{i}]", "an empty exclude would drop every cell"))
+        problems += _selector_problems(matrix, selector, file, f"exclude[{i}]")
     for i, rule in enumerate(matrix.expect):
-        _check_selector(matrix, rule.where, file, f"expect[{i}].where")
+        problems += _selector_problems(matrix, rule.where, file, f"expect[{i}].where")
 
     names = list(matrix.axes)
     labels = {n: axis_label(n, matrix.axes[n].label) for n in names}
     seen_labels: dict[str, str] = {}
     for n, lab in labels.items():
         if lab in seen_labels:
-            raise ConfigError(file, f"axes.{n}", f"id label {lab!r} is also {seen_labels[lab]!r}'s; set `label:` on one")
+            problems.append(ConfigError(file, f"axes.{n}",
+                                        f"id label {lab!r} is also {seen_labels[lab]!r}'s; set `label:` on one"))
         seen_labels[lab] = n
+    if problems:  # the product would be built on selectors or labels that are wrong
+        return [], problems
 
     cells: list[Cell] = []
     ids: dict[str, dict[str, str]] = {}
@@ -125,7 +144,9 @@ def expand_cells(matrix: Matrix, file: str = "<matrix>") -> list[Cell]:
             mounts += frag.mounts
         cell_id = "-".join(value_token(labels[n], assignment[n]) for n in names)
         if cell_id in ids:
-            raise ConfigError(file, "axes", f"two cells get the id {cell_id!r} ({ids[cell_id]} and {assignment}); rename a value or set `label:`")
+            problems.append(ConfigError(file, "axes", f"two cells get the id {cell_id!r} ({ids[cell_id]} and "
+                                                      f"{assignment}); rename a value or set `label:`"))
+            continue
         ids[cell_id] = assignment
         expected = _expectation(matrix.expect, assignment)
         for i, rule in enumerate(matrix.expect):
@@ -140,12 +161,30 @@ def expand_cells(matrix: Matrix, file: str = "<matrix>") -> list[Cell]:
             )
         )
     if not cells:
-        raise ConfigError(file, "exclude", "excludes every cell: the matrix would be empty")
+        problems.append(ConfigError(file, "exclude", "excludes every cell: the matrix would be empty"))
     for i, hits in enumerate(rule_hits):
-        if hits == 0:
+        if hits == 0 and cells:
             why = "every cell it names is excluded" if not rule_any[i] else "every cell it names is taken by an earlier rule"
-            raise ConfigError(file, f"expect[{i}]", f"rule can never match: {why}")
-    return cells
+            problems.append(ConfigError(file, f"expect[{i}]", f"rule can never match: {why}"))
+    return cells, problems
+
+
+def _near(word: str, choices) -> str:
+    hits = difflib.get_close_matches(word, list(choices), n=1)
+    return f"; did you mean {hits[0]!r}?" if hits else ""
+
+
+def explain_missing_id(matrix: Matrix, cell_id: str, cells: list[Cell]) -> str:
+    """Why no cell has this id: it is excluded (and by which rule), or it is not an id, with the nearest ones."""
+    names = list(matrix.axes)
+    labels = {n: axis_label(n, matrix.axes[n].label) for n in names}
+    for combo in itertools.product(*(matrix.axes[n].value_names() for n in names)):
+        assignment = dict(zip(names, combo))
+        if "-".join(value_token(labels[n], assignment[n]) for n in names) == cell_id:
+            rule = next(i for i, sel in enumerate(matrix.exclude) if selector_matches(sel, assignment))
+            return f"cell {cell_id!r} is excluded by exclude[{rule}] ({matrix.exclude[rule]})"
+    near = difflib.get_close_matches(cell_id, [c.id for c in cells], n=3, cutoff=0.5)
+    return f"no cell {cell_id!r}" + (f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else "")
 
 
 class SelectionError(ConfigError):
@@ -170,10 +209,12 @@ def select_cells(cells: list[Cell], exprs: list[str] | None, matrix: Matrix, sou
                 axis = axis.strip()
                 wanted = [v.strip() for v in names.split("|") if v.strip()]
                 if axis not in values:
-                    raise SelectionError(source, axis, f"unknown axis in {expr!r} (axes are: {', '.join(values)})")
+                    raise SelectionError(source, axis, f"unknown axis in {expr!r}{_near(axis, values)} (axes are: "
+                                                       f"{', '.join(values)})")
                 for v in wanted:
                     if v not in values[axis]:
-                        raise SelectionError(source, axis, f"unknown value {v!r} in {expr!r} (values are: {', '.join(values[axis])})")
+                        raise SelectionError(source, axis, f"unknown value {v!r} in {expr!r}{_near(v, values[axis])} "
+                                                           f"(values are: {', '.join(values[axis])})")
                 conds.setdefault(axis, []).extend(wanted)
             else:
                 globs.append(term)

@@ -1,7 +1,7 @@
 """The harness's exception hierarchy.
 
 Every error a user can cause by what they wrote or what their machine lacks is a ``UsageError``: the CLI prints its one
-line and exits 2, never a traceback. Everything else is a bug or an environment failure and is reported as such.
+line (for a matrix file, one line per mistake) and exits 2, never a traceback. Everything else is a bug or an environment failure and is reported as such.
 """
 
 from __future__ import annotations
@@ -24,6 +24,23 @@ class ConfigError(UsageError):
         self.file, self.key, self.message = file, key, message
         location = f"{file}:{key}" if key else file
         super().__init__(f"{location}: {message}")
+
+
+class ConfigErrors(ConfigError):
+    """Every mistake found in one matrix file, one `FILE:key.path: what is wrong` line each (still exit 2)."""
+
+    def __init__(self, problems: list[ConfigError]):
+        self.problems = problems
+        first = problems[0]
+        super().__init__(first.file, first.key, first.message)
+        self.args = ("\n".join(str(p) for p in problems),)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+    @classmethod
+    def of(cls, problems: list[ConfigError]) -> ConfigError:
+        return problems[0] if len(problems) == 1 else cls(problems)
 
 
 class RuntimeUnavailable(UsageError):

@@ -19,9 +19,10 @@ class Selected:
     total: int
 
 
-def selected(matrix: Path, select: list[str] | None, shard: str | None = None) -> Selected:
-    """The matrix's cells after `--select` and `--shard`."""
-    loaded = load_matrix(matrix)
+def selected(matrix: Path, select: list[str] | None, shard: str | None = None,
+             placeholders: bool = False) -> Selected:
+    """The matrix's cells after `--select` and `--shard` (with `placeholders`, unset variables read as `<NAME>`)."""
+    loaded = load_matrix(matrix, placeholders=placeholders)
     cells = select_cells(expand_cells(loaded.matrix, str(matrix)), select, loaded.matrix)
     if not shard:
         return Selected(loaded, cells, None, len(cells))

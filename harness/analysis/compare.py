@@ -20,10 +20,10 @@ from harness.analysis.kv import (
     axis_order,
     axis_values,
     cell_kv,
-    fmt_bytes,
     human_int,
     length_axis,
 )
+from harness.units import fmt_bytes
 from harness.errors import UsageError
 from harness.results.model import CellResult, RunResult
 

@@ -28,9 +28,9 @@ from harness.analysis.kv import (
     Quantity,
     axis_order,
     cell_kv,
-    fmt_bytes,
     length_axis,
 )
+from harness.units import fmt_bytes
 from harness.errors import UsageError
 from harness.results.model import RunResult
 
@@ -140,7 +140,8 @@ def crossover(cap: Line | None, need: Line | None, block: int = 1) -> Crossover:
         return Crossover("never", text="never: need ≥ cap at every length, and it grows faster")
     at_b = math.floor(at / block) * block
     return Crossover("below", at_b,
-                     f"never: need outgrows the cap at ≈{at_b:,.0f} tokens; lengths up to there fit", cap.at(at_b))
+                     f"cap ≥ need up to ≈{at_b:,.0f} tokens: lengths up to there fit, beyond it the need outgrows "
+                     "the cap", cap.at(at_b))
 
 
 @dataclass
@@ -158,11 +159,15 @@ class Floor:
     vllm_estimate: int | None
     fitted_max_len: int | None
     notes: list[str] = field(default_factory=list)
+    #: Whether the seed's patch was applied to the cell, so that its floor variable is read at all.
+    floor_env_applies: bool = False
 
     def paste(self) -> list[str]:
+        """What raises the KV pool for this cell: the flag always; the patch's variable only where the patch is."""
         if self.floor_bytes is None:
             return []
-        return [f"{FLOOR_ENV}={self.floor_gib}", f"{KV_BYTES_FLAG} {self.floor_bytes}"]
+        env = [f"{FLOOR_ENV}={self.floor_gib}"] if self.floor_env_applies else []
+        return [*env, f"{KV_BYTES_FLAG} {self.floor_bytes}"]
 
     def to_dict(self) -> dict:
         return {"cell_id": self.cell_id, "length": self.length,
@@ -261,7 +266,7 @@ def _cap_line(cells: list[CellKv], excluded: list[str]) -> tuple[Line | None, st
     return line, ("" if line else _why_no_line(pts, "cap", excluded))
 
 
-def _floor(c: CellKv, need_line: Line | None) -> Floor:
+def _floor(c: CellKv, need_line: Line | None, floor_env_applies: bool = False) -> Floor:
     r = c.cell.refusal
     notes: list[str] = []
     fitted = need_line.at(c.length) if need_line and c.length is not None else None
@@ -297,7 +302,7 @@ def _floor(c: CellKv, need_line: Line | None) -> Floor:
         if abs(off) > 0.10:
             notes.append(f"the fitted maximum length differs from vLLM's estimate by {off:+.0%}")
     return Floor(c.cell_id, c.length or 0, c.cap, c.need, fitted, floor_bytes, floor_gib, basis, estimate,
-                 fitted_max, notes)
+                 fitted_max, notes, floor_env_applies=floor_env_applies)
 
 
 def _findings(cells: list[CellKv], excluded: list[str]) -> list[Finding]:
@@ -328,6 +333,9 @@ def _findings(cells: list[CellKv], excluded: list[str]) -> list[Finding]:
 
 def analyze_run(run: RunResult, run_dir: Path | None = None, length_override: str | None = None,
                 block: int | None = None) -> Analysis:
+    # The floor variable is the seed's patch's: worth suggesting only for a run on the fork (its cap logged) or with
+    # the patch applied; a plain vLLM (the CPU example) is raised by --kv-cache-memory-bytes alone.
+    forked = any(c.patches or FLOOR_ENV in c.env or c.kv.offload_cap_gib is not None for c in run.cells)
     axis = length_axis(run, length_override)
     if axis is None:
         raise UsageError(f"run {run.run_id}: no max_model_len axis (axes are: {', '.join(axis_order(run)) or 'none'}); "
@@ -348,7 +356,7 @@ def analyze_run(run: RunResult, run_dir: Path | None = None, length_override: st
         blk = cells[0].block
         g = GroupAnalysis(dict(zip(others, key)), cells, blk, cells[0].block_source, need_line, need_why, cap_line,
                           cap_why, crossover(cap_line, need_line, blk), [], _findings(cells, excluded))
-        g.floors = [_floor(c, need_line) for c in cells if c.kv_refused]
+        g.floors = [_floor(c, need_line, forked) for c in cells if c.kv_refused]
         out.append(g)
     return Analysis(run.run_id, axis, out)
 

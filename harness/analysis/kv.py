@@ -88,25 +88,6 @@ def replace_flag(argv: list[str], flag: str, value: str) -> list[str]:
     return out
 
 
-def fmt_bytes(b: float | None, signed: bool = False) -> str:
-    """Bytes in the unit that keeps them readable: GiB from 0.1 GiB up, else MiB, else KiB."""
-    if b is None:
-        return "—"
-    sign = "+" if signed and b > 0 else ""
-    a = abs(b)
-    if a >= 0.1 * GIB:
-        return f"{sign}{b / GIB:.2f} GiB"
-    if a >= 0.1 * MIB:
-        return f"{sign}{b / MIB:.2f} MiB"
-    if a == 0:
-        return "0 B"
-    return f"{sign}{b / KIB:.1f} KiB"
-
-
-def fmt_tokens(n: float | None) -> str:
-    return "—" if n is None else f"{n:,.0f}"
-
-
 @dataclass(frozen=True)
 class Quantity:
     """Bytes read or derived from a log: the value used in fits, the range the log allows (`lo`..`hi`; a floor is

@@ -54,6 +54,9 @@ class RunOptions:
     echo: Callable[[str], None] | None = None
 
     def __post_init__(self) -> None:
+        from harness.gpu.inventory import parse_parallel
+
+        parse_parallel(self.parallel)  # `--parallel abc` is exit 2 even for a dry run
         t = self.timeout_s
         if t is not None and not (math.isfinite(t) and t > 0):
             raise UsageError(f"--timeout-s: must be a finite number of seconds greater than 0 (got {t:g})")

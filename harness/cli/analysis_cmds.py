@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.cli.common import say_to, stderr
+from harness.cli.common import USAGE_EXIT, add_command, say_to, stderr
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
 
@@ -26,30 +26,36 @@ def _positive_int(text: str) -> int:
 
 def register(sub: argparse._SubParsersAction) -> dict:
     """Add compare/analyze/frontier/report to `sub` (argparse subparsers); return name → handler."""
-    p = sub.add_parser("compare", help="cells that differ in one axis (one run), or the same cells across two runs",
-                       description="One run: pair the cells that differ only in --axis (default image), flipped "
-                                   "outcomes first. Two runs: regressions, fixes, cells in one run only, and KV numbers "
-                                   "that drifted beyond --tolerance; exit 1 when there is a regression.")
+    p = add_command(sub, "compare", "cells that differ in one axis within a run (patched vs unpatched), or the same "
+                    "cells across two runs (last night vs tonight)",
+                    ["boot-harness compare results/<run-id> --axis image",
+                     "boot-harness compare results/<last-night> results/<tonight>"],
+                    {0: "compared; no regression", 1: "two runs: a cell regressed", **USAGE_EXIT},
+                    "One run: pairs of cells equal on every axis but --axis, flipped outcomes first. Two runs: "
+                    "regressions, fixes, cells in one run only, KV numbers that drifted beyond --tolerance.")
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="one or two run directories (or results.json)")
     p.add_argument("--axis", help="one run: the axis the pairs differ in (default: image)")
     p.add_argument("--tolerance", default="2%", help="two runs: relative KV drift to report (default 2%%; 0.02 or 2)")
     p.add_argument("--length-axis", help="the max_model_len axis, if it cannot be told from the run")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
-    p = sub.add_parser("analyze", help="fit KV need and cap against max_model_len; crossover; floors that boot",
-                       description="Per group of cells sharing every axis but max_model_len: least-squares lines of "
-                                   "the KV need and the cap, their crossover, and for each KV refusal the smallest "
-                                   "floor that boots it. See docs/analysis.md.")
-    p.add_argument("run", type=Path, metavar="RUN")
+    p = add_command(sub, "analyze", "fit the KV need and the cap against max_model_len: their lines, where they "
+                    "cross, and the floor that boots each KV refusal", ["boot-harness analyze results/<run-id>"],
+                    {0: "analyzed", **USAGE_EXIT}, "Per group of cells sharing every axis but max_model_len. "
+                    "See docs/analysis.md.")
+    p.add_argument("run", type=Path, metavar="RUN", help="a run directory (or its results.json)")
     p.add_argument("--length-axis", help="the max_model_len axis (default: the one passing --max-model-len)")
     p.add_argument("--block-size", type=_positive_int, help="KV block in tokens (default: --block-size of the "
                    "cell, 128 on the CPU backend, else 16)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
-    p = sub.add_parser("frontier", help="boot until the largest max_model_len that boots is known, per group",
-                       description="For each group of the selected cells (all axes but the length equal): probe --hi, "
-                                   "jump to vLLM's estimated maximum, then bisect to one KV block. Every probe is a "
-                                   "recorded cell in a new run directory (plus frontier.json).")
+    p = add_command(sub, "frontier", "boot until the largest max_model_len that boots is known, per group, to one "
+                    "KV block", ["boot-harness frontier --matrix examples/cpu-tiny.yaml --select spec=draft,kv=tight "
+                                 "--hi 2048"],
+                    {0: "every frontier found", 1: "a group's search stopped (a crash, a timeout)", **USAGE_EXIT,
+                     130: "interrupted"},
+                    "Probe --hi, jump to vLLM's estimated maximum, then bisect. Every probe is a recorded cell in a "
+                    "new run directory (plus frontier.json).")
     p.add_argument("--matrix", "-m", required=True, help="the matrix file (YAML)")
     p.add_argument("--select", "-s", action="append", metavar="EXPR", help="cells to take (as `run`)")
     p.add_argument("--axis", help="the max_model_len axis (default: the axis whose flag is --max-model-len)")
@@ -63,22 +69,23 @@ def register(sub: argparse._SubParsersAction) -> dict:
     p.add_argument("--timeout-s", type=float, help="override the matrix's per-cell deadline")
     p.add_argument("--json", action="store_true", help="the frontiers as one JSON object on stdout")
 
-    p = sub.add_parser("report", help="the outcome grid and KV plot of a run: terminal, --html FILE, --markdown FILE",
-                       description="A grid per value of --axis (default image, when the run has one): rows "
-                                   "max_model_len, columns the other axes. --html writes one offline file with the "
-                                   "plot embedded; --markdown suits a CI job summary ('-' for stdout).")
-    p.add_argument("run", type=Path, metavar="RUN")
-    p.add_argument("--html", type=Path, metavar="FILE")
+    p = add_command(sub, "report", "the outcome grid and KV plot of a run: at the terminal, as one offline HTML "
+                    "file, or as markdown for a CI job summary",
+                    ["boot-harness report results/<run-id>",
+                     "boot-harness report results/<run-id> --html report.html --markdown -"],
+                    {0: "written", **USAGE_EXIT})
+    p.add_argument("run", type=Path, metavar="RUN", help="a run directory (or its results.json)")
+    p.add_argument("--html", type=Path, metavar="FILE", help="write one offline HTML file (plot embedded)")
     p.add_argument("--markdown", type=Path, metavar="FILE", help="'-' writes to stdout")
     p.add_argument("--plot", type=Path, metavar="FILE", help="also write the KV plot as a PNG (linked from markdown)")
     p.add_argument("--axis", help="split into one grid per value of this axis (default: image, if any)")
     p.add_argument("--length-axis", help="the max_model_len axis (the grid's rows)")
 
-    p = sub.add_parser("check", help="exit 0 when a run met every expectation; 1 lists what missed",
-                       description="The nightly gate on one run by itself: exit 1 when the run is not complete, a "
-                                   "cell errored, or a cell missed its expectation (one line each); cells without an "
-                                   "expectation pass. `compare LAST_NIGHT RUN` adds the regressions.")
-    p.add_argument("run", type=Path, metavar="RUN")
+    p = add_command(sub, "check", "the nightly gate on one run by itself: did every cell meet its expectation?",
+                    ["boot-harness check merged/nightly-<run>"],
+                    {0: "complete, and every cell met its expectation (or has none)",
+                     1: "not complete, or a cell errored or missed (one line each)", **USAGE_EXIT})
+    p.add_argument("run", type=Path, metavar="RUN", help="a run directory (or its results.json)")
     return {"compare": cmd_compare, "analyze": cmd_analyze, "frontier": cmd_frontier, "report": cmd_report,
             "check": cmd_check}
 
@@ -172,6 +179,9 @@ def cmd_report(args: argparse.Namespace, out: Console) -> int:
     from harness.report import build_report, grid_renderable
     from harness.report.html import write_text
 
+    for flag, path in (("--html", args.html), ("--markdown", args.markdown), ("--plot", args.plot)):
+        if path is not None and str(path) != "-" and path.is_dir():
+            raise UsageError(f"{flag} {path}: is a directory; give the file to write")
     run, run_dir = load_run(args.run)
     rep = build_report(run, run_dir, args.axis, args.length_axis, plot=bool(args.html or args.plot))
     if args.plot:

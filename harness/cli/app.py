@@ -4,7 +4,9 @@ pipe (`| head`) a quiet exit; one table of exit codes (harness.exitcodes)."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import faulthandler
+import re
 import signal
 import sys
 from collections.abc import Callable
@@ -12,10 +14,36 @@ from collections.abc import Callable
 from rich.console import Console
 
 from harness import __version__
-from harness.errors import UsageError
+from harness.errors import ConfigErrors, UsageError
 from harness.exitcodes import ExitCode
 
 Handler = Callable[[argparse.Namespace, Console], int]
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with what a user gets wrong answered in one line: no prefix matching (`--dry` is not `--dry-run`),
+    an error names the command and suggests the nearest flag or command, exit 2."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):  # type: ignore[override]
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if m:
+            choices = re.findall(r"'?([\w-]+)'?", m.group(2))
+            near = difflib.get_close_matches(m.group(1), choices, n=1)
+            if near:
+                message += f"; did you mean {near[0]!r}?"
+        raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+
+    def unknown(self, extras: list[str]) -> None:
+        flags = [o for a in self._actions for o in a.option_strings]
+        first = extras[0]
+        near = difflib.get_close_matches(first.split("=", 1)[0], flags, n=1) if first.startswith("-") else []
+        hint = f"; did you mean {near[0]}?" if near else ""
+        raise UsageError(f"{self.prog}: unrecognized argument{'s' if len(extras) > 1 else ''} {' '.join(extras)}"
+                         f"{hint} (see `{self.prog} --help`)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,15 +53,37 @@ def build_parser() -> argparse.ArgumentParser:
 def _build() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
     from harness.cli import analysis_cmds, maintenance, matrix_cmds, run_cmds
 
-    parser = argparse.ArgumentParser(
-        prog="boot-harness",
-        description="Boot every cell of a vLLM configuration matrix for real and record why it booted or refused.")
+    parser = Parser(
+        prog="boot-harness", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Boot every cell of a vLLM configuration matrix for real and record why it booted or refused.",
+        epilog="`boot-harness COMMAND --help` shows a command's examples and exit codes.\n\nexit codes: 0 ok, "
+               "1 an expectation missed / a regression / a cell errored, 2 bad input or a missing prerequisite "
+               "(one line on stderr), 130 interrupted")
     parser.add_argument("--version", action="version", version=f"boot-harness {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     handlers: dict[str, Handler] = {}
     for module in (matrix_cmds, run_cmds, maintenance, analysis_cmds):
         handlers.update(module.register(sub))
     return parser, handlers
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> Parser:
+    return parser._subparsers._group_actions[0].choices[name]  # type: ignore[union-attr]
+
+
+def _unknown_flags_first(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """A misspelt flag is named as such (with the nearest real one), not reported as the missing flag it meant."""
+    commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    name = next((a for a in argv if not a.startswith("-")), None)
+    if name not in commands:
+        return
+    sub = commands[name]
+    known = {o for a in sub._actions for o in a.option_strings}
+    rest = argv[argv.index(name) + 1:]
+    rest = rest[:rest.index("--")] if "--" in rest else rest
+    odd = [a for a in rest if a.startswith("--") and a.split("=", 1)[0] not in known]
+    if odd:
+        sub.unknown(odd)
 
 
 def _stacks_on_sigusr2() -> None:
@@ -50,15 +100,26 @@ def _stacks_on_sigusr2() -> None:
 def main(argv: list[str] | None = None) -> int:
     _stacks_on_sigusr2()
     parser, handlers = _build()
-    args = parser.parse_args(argv)
     out = Console()
     try:
+        _unknown_flags_first(parser, sys.argv[1:] if argv is None else argv)
+        args, extras = parser.parse_known_args(argv)
+        if extras:
+            _subparser(parser, args.command).unknown(extras)
         return int(handlers[args.command](args, out))
+    except ConfigErrors as exc:  # every mistake of a matrix file, one line each
+        print(str(exc), file=sys.stderr)
+        return ExitCode.USAGE
     except UsageError as exc:
         print(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, file=sys.stderr)
         return ExitCode.USAGE
-    except KeyboardInterrupt:
-        return ExitCode.INTERRUPTED
     except BrokenPipeError:  # `boot-harness cells ... | head`
         sys.stderr.close()
         return ExitCode.OK
+    except OSError as exc:  # a path the user gave that is a directory, a file, missing, not ours to write
+        if getattr(exc, "filename", None) is None:
+            raise
+        print(f"{exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED

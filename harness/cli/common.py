@@ -39,3 +39,16 @@ def stderr() -> Console:
 def say_to(console: Console):
     """A line printer for library messages: no markup, no emoji codes (`sha256:…:` is no emoji), no highlighting."""
     return lambda line: console.print(line, highlight=False, markup=False, emoji=False, soft_wrap=True)
+
+
+def add_command(sub: argparse._SubParsersAction, name: str, purpose: str, examples: list[str],
+                exits: dict[int, str], details: str = "") -> argparse.ArgumentParser:
+    """A subcommand whose --help says what it is for, shows how it is used and what its exit codes mean."""
+    lines = ["examples:", *(f"  {e}" for e in examples), "", "exit codes:",
+             *(f"  {code:<3} {meaning}" for code, meaning in sorted(exits.items()))]
+    return sub.add_parser(name, help=purpose, description=purpose + (f"\n\n{details}" if details else ""),
+                          epilog="\n".join(lines), formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+#: The exit code every command shares for bad input.
+USAGE_EXIT = {2: "bad input or a missing prerequisite (one line on stderr)"}

@@ -8,27 +8,34 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.cli.common import say_to, stderr
+from harness.cli.common import USAGE_EXIT, add_command, say_to, stderr
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
 
 
 def register(sub: argparse._SubParsersAction) -> dict:
-    p = sub.add_parser("gc", help="remove containers and server processes left by a harness that was killed")
-    p.add_argument("--results-dir", type=Path, default=Path("results"))
+    p = add_command(sub, "gc", "remove the containers, server processes and work dirs a killed harness left (every run "
+                    "does this first, too)", ["boot-harness gc", "boot-harness gc --engine podman"],
+                    {0: "swept (what was removed is listed)", **USAGE_EXIT})
+    p.add_argument("--results-dir", type=Path, default=Path("results"),
+                   help="the results directory whose killed runs' process groups and work dirs to remove")
     p.add_argument("--engine", action="append", choices=["docker", "podman"],
                    help="container engines to sweep (default: every one that answers)")
     p.add_argument("--all", action="store_true", help="also containers of harness runs that are still alive")
 
-    p = sub.add_parser("merge", help="merge the runs of a matrix's shards into one run directory")
+    p = add_command(sub, "merge", "merge the runs of a matrix's shards into one run directory",
+                    ["boot-harness merge boot-results/*/ --out merged/nightly --matrix matrix.yaml"],
+                    {0: "merged (an incomplete set of shards is merged as `interrupted`)", **USAGE_EXIT})
     p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories (one per shard)")
     p.add_argument("--out", type=Path, required=True, metavar="DIR",
                    help="the merged run directory to create (must not exist, or be empty)")
     p.add_argument("--matrix", "-m", type=Path, default=None,
                    help="the matrix file, for the cells' order (default: the path the runs recorded, if unchanged)")
 
-    p = sub.add_parser("facts", help="what the parser finds in a saved vLLM server log")
-    p.add_argument("logfile", type=Path)
+    p = add_command(sub, "facts", "what the parser finds in a saved vLLM server log: KV numbers and the refusal",
+                    ["boot-harness facts results/<run-id>/logs/<cell>.log", "boot-harness facts server.log --json"],
+                    {0: "read (also when the log holds nothing decisive)", **USAGE_EXIT})
+    p.add_argument("logfile", type=Path, help="a vLLM server log (a cell's logs/<cell>.log, or one saved by hand)")
     p.add_argument("--json", action="store_true", help="one JSON object (same keys as a cell record's kv/refusal)")
     return {"gc": cmd_gc, "merge": cmd_merge, "facts": cmd_facts}
 

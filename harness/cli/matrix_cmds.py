@@ -7,15 +7,20 @@ import json
 
 from rich.console import Console
 
-from harness.cli.common import add_matrix, add_selection, add_shard, say_to, stderr
+from harness.cli.common import USAGE_EXIT, add_command, add_matrix, add_selection, add_shard, say_to, stderr
 from harness.selection import selected
 from harness.exitcodes import ExitCode
 
 
 def register(sub: argparse._SubParsersAction) -> dict:
-    p = sub.add_parser("validate", help="check a matrix file and exit 0, or print what is wrong and exit 2")
+    p = add_command(sub, "validate", "check a matrix file: every mistake is one line `FILE:key.path: what is wrong`",
+                    ["boot-harness validate --matrix matrix.yaml"],
+                    {0: "the file is a valid matrix", 2: "it is not (every mistake listed, one line each)"})
     add_matrix(p)
-    p = sub.add_parser("cells", help="list cell ids, one a line")
+    p = add_command(sub, "cells", "list the matrix's cell ids, one a line (--json: argv, env, expectation too)",
+                    ["boot-harness cells --matrix matrix.yaml", "boot-harness cells --matrix matrix.yaml --select mtp=mtp4 --json"],
+                    {0: "listed (also for a shard that holds no cell)", **USAGE_EXIT},
+                    "Variables the environment does not set are shown as <NAME>, with the matrix's setup command.")
     add_matrix(p)
     add_selection(p)
     add_shard(p)
@@ -24,17 +29,28 @@ def register(sub: argparse._SubParsersAction) -> dict:
 
 
 def cmd_validate(args: argparse.Namespace, out: Console) -> int:
-    sel = selected(args.matrix, None)
+    sel = selected(args.matrix, None)  # an unset variable is an error here, naming the matrix's `setup:` command
     expected = sum(1 for c in sel.cells if c.expected)
-    out.print(f"{args.matrix}: ok — {len(sel.cells)} cells on {len(sel.loaded.matrix.axes)} axes, "
-              f"{expected} with an expectation", highlight=False)
+    say_to(out)(f"{args.matrix}: ok — {len(sel.cells)} cells on {len(sel.loaded.matrix.axes)} axes, "
+                f"{expected} with an expectation")
     return ExitCode.OK
+
+
+def _unset_note(sel) -> None:
+    """What a read-only command showed of an environment that is not set up, and how to set it up."""
+    if sel.loaded.unset:
+        names = ", ".join(sel.loaded.unset)
+        setup = sel.loaded.matrix.setup
+        say_to(stderr())(f"note: {names} {'is' if len(sel.loaded.unset) == 1 else 'are'} not set, shown as "
+                         f"<NAME>; `run` needs {'it' if len(sel.loaded.unset) == 1 else 'them'}"
+                         + (f": {setup}" if setup else ""))
 
 
 def cmd_cells(args: argparse.Namespace, out: Console) -> int:
     from harness.masking import Masker, secret_values
 
-    sel = selected(args.matrix, args.select, args.shard)
+    sel = selected(args.matrix, args.select, args.shard, placeholders=True)
+    _unset_note(sel)
     if not sel.cells:
         say_to(stderr())(f"shard {sel.shard}: none of the {sel.total} selected cells hashes into this shard")
     for c in sel.cells:

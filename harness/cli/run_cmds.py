@@ -9,14 +9,20 @@ from rich.console import Console
 
 from harness.boot.session import RunOptions, RunSession, planned_commands, repro_command
 from harness.boot.signals import Interrupted
-from harness.cli.common import add_matrix, add_parallel, add_selection, add_shard, say_to, stderr
+from harness.cli.common import USAGE_EXIT, add_command, add_matrix, add_parallel, add_selection, add_shard, say_to, stderr
 from harness.selection import selected
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
 
 
 def register(sub: argparse._SubParsersAction) -> dict:
-    p = sub.add_parser("run", help="boot every selected cell and record the results")
+    p = add_command(sub, "run", "boot every selected cell for real and record why it booted or refused",
+                    ["boot-harness run --matrix matrix.yaml", "boot-harness run --matrix matrix.yaml --select mtp=mtp4 --dry-run",
+                     "boot-harness run --matrix matrix.yaml --shard 1/2 --parallel auto --results-dir boot-results",
+                     "boot-harness run --matrix matrix.yaml --resume results/<run-id>"],
+                    {0: "every cell met its expectation", 1: "a cell missed its expectation or errored", **USAGE_EXIT,
+                     130: "interrupted: finished cells are kept (--resume goes on)"},
+                    "Results go to RESULTS_DIR/<run-id>/ (results.json, cells/, logs/), written as each cell ends.")
     add_matrix(p)
     add_selection(p)
     p.add_argument("--results-dir", type=Path, default=Path("results"), help="where run directories go (default: results)")
@@ -27,7 +33,11 @@ def register(sub: argparse._SubParsersAction) -> dict:
     add_shard(p)
     add_parallel(p)
 
-    p = sub.add_parser("repro", help="print (or run) exactly what the harness runs for one cell")
+    p = add_command(sub, "repro", "print (or, with --exec, run attached) exactly what the harness runs for one cell",
+                    ["boot-harness repro --matrix matrix.yaml mml131072-mtp4-floor_env-image_patched",
+                     "boot-harness repro --matrix examples/cpu-tiny.yaml mml2048-spec_draft-kv_tight --exec"],
+                    {0: "printed, or (--exec) the cell met its expectation", 1: "--exec: it did not, or errored",
+                     **USAGE_EXIT, 130: "interrupted"})
     add_matrix(p)
     p.add_argument("cell_id", help="a cell id (see `boot-harness cells`)")
     p.add_argument("--exec", action="store_true", help="run the cell attached, streaming its log, and record it")
@@ -78,7 +88,10 @@ def cmd_repro(args: argparse.Namespace, out: Console) -> int:
     sel = selected(args.matrix, None)
     cells = {c.id: c for c in sel.cells}
     if args.cell_id not in cells:
-        raise UsageError(f"{args.matrix}: no cell {args.cell_id!r} (see `boot-harness cells --matrix {args.matrix}`)")
+        from harness.cells import explain_missing_id
+
+        why = explain_missing_id(sel.loaded.matrix, args.cell_id, sel.cells)
+        raise UsageError(f"{args.matrix}: {why} (see `boot-harness cells --matrix {args.matrix}`)")
     cell = cells[args.cell_id]
     err = stderr()
     if not args.exec:
@@ -105,10 +118,10 @@ def _report_sweep(session: RunSession, say) -> None:
 
 
 def _finish(session: RunSession, out: Console) -> int:
-    from harness.report.live import summary_table
+    from harness.report.live import print_summary
 
     run = session.finish("complete")
     if session.cells:
-        out.print(summary_table(run))
-    out.print(f"results: {session.run_dir / 'results.json'}", highlight=False)
+        print_summary(run, out)
+    say_to(out)(f"results: {session.run_dir / 'results.json'}")
     return session.exit_code()

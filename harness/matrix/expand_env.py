@@ -14,8 +14,8 @@ _REF = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-((?:[^}$]|\$(?!\{))*
 
 
 class UnsetVariable(Exception):
-    def __init__(self, path: str, message: str):
-        self.path, self.message = path, message
+    def __init__(self, path: str, message: str, name: str | None = None):
+        self.path, self.message, self.name = path, message, name
         super().__init__(message)
 
 
@@ -29,19 +29,34 @@ def expand_string(text: str, environ: Mapping[str, str], path: str) -> str:
         value = environ.get(name)
         if value is None or (value == "" and default is not None):
             if default is None:
-                raise UnsetVariable(path, f"environment variable {name} is not set and has no default (write ${{{name}:-default}})")
+                raise UnsetVariable(path, f"environment variable {name} is not set and has no default", name)
             return default
         return value
 
     return _REF.sub(substitute, text)
 
 
-def expand_tree(node: Any, environ: Mapping[str, str], path: str = "") -> Any:
-    """Expand every string (values, not keys) in a parsed YAML tree."""
+def expand_tree(node: Any, environ: Mapping[str, str], path: str = "", problems: list[UnsetVariable] | None = None,
+                placeholders: bool = False) -> Any:
+    """Expand every string (values, not keys) in a parsed YAML tree. With `problems`, every unset variable is listed
+    there instead of raising at the first; with `placeholders` as well, it reads as `<NAME>` so the rest can still
+    be shown (the read-only commands on a matrix whose environment is not set up)."""
     if isinstance(node, str):
-        return expand_string(node, environ, path)
+        if problems is None:
+            return expand_string(node, environ, path)
+        env = dict(environ)
+        while True:  # every unset variable of the string, each once
+            try:
+                return expand_string(node, env, path)
+            except UnsetVariable as exc:
+                problems.append(exc)
+                if not exc.name:
+                    return node
+                env[exc.name] = f"<{exc.name}>" if placeholders else ""
     if isinstance(node, dict):
-        return {k: expand_tree(v, environ, f"{path}.{k}" if path else str(k)) for k, v in node.items()}
+        return {k: expand_tree(v, environ, f"{path}.{k}" if path else str(k), problems, placeholders)
+                for k, v in node.items()}
     if isinstance(node, list):
-        return [expand_tree(v, environ, f"{path}[{i}]") for i, v in enumerate(node)]
+        return [expand_tree(v, environ, f"{path}[{i}]", problems, placeholders) for i, v in enumerate(node)]
     return node
+

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import re
@@ -13,8 +14,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from harness.errors import ConfigError
-from harness.matrix.expand_env import UnsetVariable, expand_tree
+from harness.errors import ConfigError, ConfigErrors
+from harness.matrix.expand_env import expand_tree
 from harness.matrix.model import Matrix
 
 _AXIS_TAGS = {"flag", "named"}
@@ -27,6 +28,8 @@ class LoadedMatrix:
     matrix: Matrix
     path: Path
     sha256: str
+    #: Variables that were not set and read as `<NAME>` (only when loaded with placeholders, for read-only commands).
+    unset: tuple[str, ...] = ()
 
     @property
     def base_dir(self) -> Path:
@@ -97,20 +100,47 @@ def format_loc(loc: tuple[Any, ...]) -> str:
     return ".".join(parts)
 
 
-def _first_error(err: ValidationError) -> tuple[str, str]:
-    e = err.errors(include_url=False)[0]
-    loc = format_loc(tuple(e["loc"]))
-    msg = e["msg"]
-    if e["type"] == "extra_forbidden":
-        msg = "unknown key"
-    elif e["type"] == "missing":
-        msg = "required key is missing"
-    elif msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
-    inp = e.get("input")
-    if e["type"] not in ("extra_forbidden", "missing") and isinstance(inp, (str, int, float, bool)) and len(repr(inp)) < 80:
-        msg = f"{msg} (got {inp!r})"
-    return loc, msg
+def _errors(err: ValidationError) -> list[tuple[str, str]]:
+    """Every mistake pydantic found, as (key path, what is wrong), in the file's order, each location once."""
+    out: list[tuple[str, str]] = []
+    for e in err.errors(include_url=False):
+        loc = format_loc(tuple(e["loc"]))
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif e["type"] == "missing":
+            msg = "required key is missing"
+        elif msg.startswith("Value error, "):
+            msg = msg[len("Value error, "):]
+        inp = e.get("input")
+        if e["type"] not in ("extra_forbidden", "missing") and isinstance(inp, (str, int, float, bool)) \
+                and len(repr(inp)) < 80:
+            msg = f"{msg} (got {inp!r})"
+        if all(loc != seen for seen, _ in out):
+            out.append((loc, msg))
+    return _pair_misspelt_keys(out)
+
+
+def _pair_misspelt_keys(errors: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """`value:` written for `values:` is one mistake, not "values is missing" and "value is unknown": keep the
+    unknown key, say which missing sibling it must have meant, and drop that sibling's line."""
+    def split(loc: str) -> tuple[str, str]:
+        parent, _, key = loc.rpartition(".")
+        return parent, key
+
+    missing = {loc: msg for loc, msg in errors if msg == "required key is missing"}
+    dropped: set[str] = set()
+    out = []
+    for loc, msg in errors:
+        if msg == "unknown key":
+            parent, key = split(loc)
+            siblings = [split(m)[1] for m in missing if split(m)[0] == parent and m not in dropped]
+            near = difflib.get_close_matches(key, siblings, n=1)
+            if near:
+                dropped.add(f"{parent}.{near[0]}" if parent else near[0])
+                msg = f"unknown key (did you mean {near[0]!r}, which is required?)"
+        out.append((loc, msg))
+    return [(loc, msg) for loc, msg in out if loc not in dropped]
 
 
 def read_yaml(text: str) -> Any:
@@ -160,7 +190,13 @@ def _too_many_values(data: Any, limit: int = MAX_VALUES) -> bool:
     return False
 
 
-def parse_matrix(raw_text: str, file: str, environ: Mapping[str, str] | None = None) -> Matrix:
+def parse_matrix(raw_text: str, file: str, environ: Mapping[str, str] | None = None,
+                 placeholders: bool = False) -> Matrix:
+    return _parse(raw_text, file, environ, placeholders)[0]
+
+
+def _parse(raw_text: str, file: str, environ: Mapping[str, str] | None,
+           placeholders: bool) -> tuple[Matrix, tuple[str, ...]]:
     try:
         data = read_yaml(raw_text)
     except RecursionError:
@@ -178,22 +214,36 @@ def parse_matrix(raw_text: str, file: str, environ: Mapping[str, str] | None = N
         raise ConfigError(file, "", "a YAML alias refers to itself")
     if _too_many_values(data):
         raise ConfigError(file, "", f"the file holds more than {MAX_VALUES} values once its YAML aliases are expanded")
+    setup = data.get("setup") if isinstance(data.get("setup"), str) else None  # read as written, never expanded
+    unset: list = []
     try:
-        data = expand_tree(data, os.environ if environ is None else environ)
-    except UnsetVariable as exc:
-        raise ConfigError(file, exc.path, exc.message) from None
+        data = expand_tree(data, os.environ if environ is None else environ, problems=unset, placeholders=placeholders)
     except RecursionError:
         raise ConfigError(file, "", "the file nests too deep") from None
+    if setup is not None:
+        data["setup"] = setup
+    names = tuple(dict.fromkeys(u.name for u in unset if u.name))
+
+    def hint(name: str | None) -> str:
+        if not name:
+            return ""
+        return f"; set it up with: {setup}" if setup else f" (write ${{{name}:-default}})"
+
+    problems = [ConfigError(file, u.path, u.message + hint(u.name)) for u in unset if not (placeholders and u.name)]
+    if problems:
+        raise ConfigErrors.of(problems)
     try:
-        return Matrix.model_validate(data)
+        return Matrix.model_validate(data), names
     except ValidationError as exc:
-        loc, msg = _first_error(exc)
-        raise ConfigError(file, loc, msg) from None
+        raise ConfigErrors.of([ConfigError(file, loc, msg) for loc, msg in _errors(exc)]) from None
 
 
-def load_matrix(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> LoadedMatrix:
-    """Load and fully check a matrix file, cells included, so `validate` and `run` fail the same way."""
-    from harness.cells import expand_cells  # the cross-checks live with the cells they are about
+def load_matrix(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None,
+                placeholders: bool = False) -> LoadedMatrix:
+    """Load and fully check a matrix file, cells included, so `validate` and `run` fail the same way; every mistake
+    of a stage is reported at once, one line each. With `placeholders`, an unset variable reads as `<NAME>` (and is
+    listed in `unset`) instead of being an error: what the read-only commands show of an environment not set up."""
+    from harness.cells import cell_problems  # the cross-checks live with the cells they are about
 
     p = Path(path)
     shown = str(path)
@@ -201,24 +251,30 @@ def load_matrix(path: str | os.PathLike[str], environ: Mapping[str, str] | None 
         raw = p.read_bytes()
     except FileNotFoundError:
         raise ConfigError(shown, "", "no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(shown, "", "is a directory, not a matrix file") from None
     except OSError as exc:
         raise ConfigError(shown, "", f"cannot read: {exc.strerror}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(shown, "", "is not UTF-8 text") from None
-    matrix = parse_matrix(text, shown, environ)
-    loaded = LoadedMatrix(matrix=matrix, path=p.resolve(), sha256=hashlib.sha256(raw).hexdigest())
-    _check_files(loaded, shown)
-    expand_cells(loaded.matrix, file=shown)
+    matrix, unset = _parse(text, shown, environ, placeholders)
+    loaded = LoadedMatrix(matrix=matrix, path=p.resolve(), sha256=hashlib.sha256(raw).hexdigest(), unset=unset)
+    problems = _file_problems(loaded, shown) + cell_problems(loaded.matrix, shown)
+    if problems:
+        raise ConfigErrors.of(problems)
     return loaded
 
 
-def _check_files(loaded: LoadedMatrix, shown: str) -> None:
+def _file_problems(loaded: LoadedMatrix, shown: str) -> list[ConfigError]:
     """Patch files ship with the matrix, so a missing one is a mistake in the file, found before any cell runs."""
+    out = []
     for axis_name, axis in loaded.matrix.axes.items():
         for value in axis.value_names():
             for i, patch in enumerate(axis.fragment(value).patches):
                 f = (loaded.base_dir / patch.patch)
                 if not f.is_file():
-                    raise ConfigError(shown, f"axes.{axis_name}.{value}.patches[{i}].patch", f"patch file not found: {f}")
+                    out.append(ConfigError(shown, f"axes.{axis_name}.{value}.patches[{i}].patch",
+                                           f"patch file not found: {f}"))
+    return out

@@ -183,6 +183,8 @@ class Matrix(_Strict):
     """A matrix file: common settings plus axes whose product, less `exclude`, is the set of cells."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    setup: str | None = Field(None, description="the command that sets up what this matrix expands (its ${VARIABLES}); "
+                                                "shown, as written, when one of them is not set")
     runtime: Literal["process", "docker", "podman"] = "process"
     command: list[str] = Field(["vllm", "serve"], min_length=1, description="process runtime: argv prefix")
     model: str | None = Field(None, description="passed as `--model MODEL`")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harness.analysis.fit import Analysis, Line
-from harness.analysis.kv import fmt_bytes
+from harness.units import fmt_bytes
 
 def _line_text(line: Line | None, why: str) -> str:
     return line.describe() if line else f"— {why}"

@@ -13,9 +13,9 @@ from harness.analysis.kv import (
     axis_order,
     axis_values,
     cell_kv,
-    fmt_bytes,
     length_axis,
 )
+from harness.units import fmt_bytes
 from harness.errors import UsageError
 from harness.results.model import CellResult, RunResult
 from harness.results.store import load_run
@@ -38,6 +38,13 @@ def expectation_mark(c: CellResult) -> str:
 def inconsistent(k: CellKv) -> bool:
     """A boot whose need exceeds its cap beyond rounding: the numbers and the outcome contradict each other."""
     return k.cell.outcome == "booted" and k.need is not None and k.cap is not None and k.need.lo > k.cap.hi
+
+
+#: What the numbers in a grid cell mean: printed under every grid (terminal, markdown, HTML).
+NUMBERS_LEGEND = ("cap: the KV pool the engine may use; need: what one request of max_model_len needs; "
+                  "tok: the KV cache's size in tokens; 1.50x: vLLM's maximum concurrency, how many requests of "
+                  "max_model_len the KV cache holds at once; est. max: vLLM's estimated maximum model length "
+                  "for the memory it had; ⚠: the numbers contradict the outcome")
 
 
 def key_numbers(k: CellKv) -> list[str]:
@@ -154,7 +161,7 @@ def grid_renderable(run: RunResult, split: str | None = None, run_dir: Path | No
     foot = Text(f"{s.get('cells', len(run.cells))} cells: {s.get('booted', 0)} booted, {s.get('refused', 0)} refused, "
                 f"{s.get('crashed', 0)} crashed, {s.get('timeout', 0)} timeout, {s.get('error', 0)} error; "
                 f"{s.get('mismatched', 0)} mismatched")
-    return Group(*tables, foot)
+    return Group(*tables, foot, Text(NUMBERS_LEGEND, style="dim"))
 
 
 def grid_text(run: RunResult | Path | str, width: int = 120, color: bool = False, split: str | None = None) -> str:

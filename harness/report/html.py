@@ -13,8 +13,8 @@ from html import escape
 from pathlib import Path
 
 from harness.analysis.fit import Analysis
-from harness.analysis.kv import fmt_bytes
-from harness.report.grid import Grid, expectation_mark, inconsistent, key_numbers
+from harness.units import fmt_bytes
+from harness.report.grid import NUMBERS_LEGEND, Grid, expectation_mark, inconsistent, key_numbers
 from harness.report.style import SYMBOL
 from harness.results.model import RunResult
 
@@ -133,6 +133,8 @@ def render_html(run: RunResult, grids: list[Grid], analysis: Analysis | None, pn
             f'<p class="summary" id="summary">{escape(summary)}</p>',
             f'<p class="legend">{legend} <span>✓ met its expectation</span> <span>✗ did not</span></p>']
     body += [_grid_html(g) for g in grids]
+    if grids:
+        body.append(f'<p class="meta" id="numbers-legend">{escape(NUMBERS_LEGEND)}</p>')
     if png:
         b64 = base64.b64encode(png).decode("ascii")
         body.append(f'<figure><img id="kv-plot" alt="KV need and cap against max_model_len" '

@@ -1,36 +1,56 @@
-"""Live progress (cell, state, elapsed) while a run goes, and the summary table after it; rich does the drawing."""
+"""What a run shows while it goes and when it ends: at a terminal a live table and a summary table; through a pipe
+(CI logs, `| tee`, `| grep ID`) one whole line per event and per cell — never a cut id, never a verdict wrapped onto
+the next line. One time per cell: when the verdict came, seconds after the cell started; teardown is apart."""
 
 from __future__ import annotations
 
 import time
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.table import Table
 
+from harness.analysis.kv import cell_kv, length_axis
 from harness.cells import Cell
 from harness.report.style import STYLE
 from harness.results.model import CellResult, RunResult
+from harness.units import fmt_bytes, fmt_seconds, fmt_tokens
 
 
+def _verdict(r: CellResult) -> str:
+    return r.outcome + (f" ({r.reason})" if r.reason else "")
 
-def _gib(v: float | None) -> str:
-    return "" if v is None else f"{v:g}"
+
+def _expected(r: CellResult) -> str:
+    if r.expected is None:
+        return "no expectation"
+    want = r.expected.outcome + (f" ({r.expected.reason})" if r.expected.reason else "")
+    return {True: "matched", False: f"MISMATCH: expected {want}", None: "no expectation"}[r.matched]
 
 
-def _match(r: CellResult) -> str:
-    return {True: "[green]✓[/]", False: "[red]✗[/]", None: ""}[r.matched]
+def _times(r: CellResult) -> str:
+    t = r.timings
+    verdict = "verdict —" if t.verdict_s is None else f"verdict {fmt_seconds(t.verdict_s)} after start"
+    if t.total_s is not None and t.verdict_s is not None:
+        verdict += f", teardown {fmt_seconds(max(0.0, t.total_s - t.verdict_s))}"
+    return verdict
+
+
+def event_line(cell: Cell, r: CellResult) -> str:
+    """`<id> booted (ready) — verdict 27.1 s after start, teardown 0.5 s — matched`: everything on one line."""
+    retried = f" — {r.attempts} attempts" if r.attempts > 1 else ""
+    return f"{cell.id} {_verdict(r)} — {_times(r)}{retried} — {_expected(r)}"
 
 
 class LiveProgress:
-    """Implements the runner's Observer. On a terminal a live table; elsewhere (CI logs) one line per event."""
+    """Implements the executor's Observer. On a terminal a live table; elsewhere one line per event."""
 
     def __init__(self, cells: list[Cell], console: Console | None = None):
         self.console = console or Console(stderr=True)
         self.cells = cells
         self.state: dict[str, str] = {c.id: "pending" for c in cells}
         self.started: dict[str, float] = {}
-        self.elapsed: dict[str, float] = {}
+        self.results: dict[str, CellResult] = {}
         self._live: Live | None = None
 
     def __enter__(self) -> LiveProgress:
@@ -44,45 +64,73 @@ class LiveProgress:
             self._live.__exit__(None, None, None)
 
     def __rich__(self) -> Table:
-        table = Table(title=f"{sum(1 for s in self.state.values() if s not in ('pending', 'booting'))}/{len(self.cells)} cells")
-        for col in ("cell", "state", "elapsed"):
-            table.add_column(col)
+        done = sum(1 for s in self.state.values() if s not in ("pending", "booting"))
+        table = Table(title=f"{done}/{len(self.cells)} cells")
+        table.add_column("cell", overflow="fold")
+        table.add_column("state", overflow="fold")
+        table.add_column("verdict after start", justify="right")
         for c in self.cells:
             st = self.state[c.id]
+            r = self.results.get(c.id)
             if st == "booting":
-                el = time.monotonic() - self.started[c.id]
+                el = f"{time.monotonic() - self.started[c.id]:.1f} s …"
             else:
-                el = self.elapsed.get(c.id)
-            table.add_row(c.id, f"[{STYLE.get(st.split()[0], '')}]{st}[/]" if st in STYLE or " " in st else st,
-                          "" if el is None else f"{el:.1f}s")
+                el = fmt_seconds(r.timings.verdict_s) if r else ""
+            shown = f"[{STYLE[r.outcome]}]{_verdict(r)}[/]" if r else st
+            table.add_row(c.id, shown, el)
         return table
+
+    def _say(self, text: str) -> None:
+        self.console.print(text, highlight=False, markup=False, emoji=False, soft_wrap=True)
 
     def cell_started(self, cell: Cell) -> None:
         self.state[cell.id] = "booting"
         self.started[cell.id] = time.monotonic()
         if self._live is None:
-            self.console.print(f"[bold]{cell.id}[/] booting", highlight=False)
+            self._say(f"{cell.id} booting")
 
     def cell_finished(self, cell: Cell, result: CellResult) -> None:
-        self.elapsed[cell.id] = time.monotonic() - self.started.get(cell.id, time.monotonic())
         self.state[cell.id] = result.outcome
+        self.results[cell.id] = result
         if self._live is None:
-            mark = {True: "matched", False: "MISMATCH", None: "no expectation"}[result.matched]
-            self.console.print(
-                f"[bold]{cell.id}[/] [{STYLE[result.outcome]}]{result.outcome}[/] ({result.reason}) "
-                f"in {self.elapsed[cell.id]:.1f}s — {mark}", highlight=False)
+            self._say(event_line(cell, result))
 
 
-def summary_table(run: RunResult) -> Table:
+def _numbers(r: CellResult, axis: str | None) -> tuple[str, str, str]:
+    kv = cell_kv(r, axis)
+    need = kv.need.bytes if kv.need is not None else None
+    cap = kv.cap.bytes if kv.cap is not None else None
+    return fmt_bytes(need) if need is not None else "—", fmt_bytes(cap) if cap is not None else "—", \
+        fmt_tokens(r.kv.kv_tokens)
+
+
+def summary(run: RunResult, console: Console) -> RenderableType | str:
+    """At a terminal a table (ids wrap inside their column, never cut); through a pipe one line per cell."""
+    axis = length_axis(run)
+    if not console.is_terminal:
+        lines = [f"run {run.run_id} ({run.status}): {run.summary.get('cells', 0)} cells, "
+                 f"{run.summary.get('matched', 0)} matched, {run.summary.get('mismatched', 0)} mismatched, "
+                 f"{run.summary.get('error', 0)} errors"]
+        for r in run.cells:
+            need, cap, tokens = _numbers(r, axis)
+            lines.append(f"{r.cell_id}: {_verdict(r)} — {_expected(r)} — KV needed {need}, KV pool {cap}, "
+                         f"KV tokens {tokens} — {_times(r)}")
+        return "\n".join(lines)
     table = Table(title=f"run {run.run_id} ({run.status})")
-    for col in ("cell", "outcome", "reason", "expected", "ok", "needed GiB", "available GiB", "KV tokens", "verdict s"):
-        table.add_column(col, justify="right" if col.endswith(("GiB", "tokens", " s")) else "left")
+    for col in ("cell", "verdict", "expected", "KV needed", "KV pool", "KV tokens", "verdict after start"):
+        table.add_column(col, overflow="fold", justify="right" if col.startswith("KV") or col.startswith("verdict a")
+                         else "left")
     for r in run.cells:
-        exp = "" if r.expected is None else r.expected.outcome + (f" ({r.expected.reason})" if r.expected.reason else "")
-        needed = r.refusal.needed_gib if r.refusal else None
-        available = (r.refusal.available_gib if r.refusal and r.refusal.available_gib is not None
-                     else r.kv.available_gib if r.kv.available_gib is not None else r.kv.reserved_gib)
-        table.add_row(r.cell_id, f"[{STYLE[r.outcome]}]{r.outcome}[/]", r.reason or "", exp, _match(r), _gib(needed),
-                      _gib(available), "" if r.kv.kv_tokens is None else f"{r.kv.kv_tokens:,}",
-                      "" if r.timings.verdict_s is None else f"{r.timings.verdict_s:.1f}")
+        need, cap, tokens = _numbers(r, axis)
+        mark = {True: "[green]✓[/] ", False: "[red]✗[/] ", None: ""}[r.matched]
+        table.add_row(r.cell_id, f"[{STYLE[r.outcome]}]{_verdict(r)}[/]", mark + _expected(r), need, cap, tokens,
+                      fmt_seconds(r.timings.verdict_s))
     return table
+
+
+def print_summary(run: RunResult, console: Console) -> None:
+    shown = summary(run, console)
+    if isinstance(shown, str):
+        console.print(shown, highlight=False, markup=False, emoji=False, soft_wrap=True)
+    else:
+        console.print(shown)

@@ -4,8 +4,8 @@ then the KV analysis. Images are not inlined (job summaries do not show data: UR
 from __future__ import annotations
 
 from harness.analysis.fit import Analysis
-from harness.analysis.kv import fmt_bytes
-from harness.report.grid import Grid, expectation_mark, key_numbers
+from harness.units import fmt_bytes
+from harness.report.grid import NUMBERS_LEGEND, Grid, expectation_mark, key_numbers
 from harness.results.model import RunResult
 
 BADGE = {"booted": "🟢", "refused": "🟡", "crashed": "🔴", "timeout": "🟣", "error": "⛔"}
@@ -77,6 +77,8 @@ def render_markdown(run: RunResult, grids: list[Grid], analysis: Analysis | None
              f"**{s.get('mismatched', 0)} mismatched**", ""]
     for g in grids:
         lines += _grid_md(g)
+    if grids:
+        lines += [f"<sub>{_esc(NUMBERS_LEGEND)}</sub>", ""]
     if plot_link:
         lines += [f"![KV need and cap against max_model_len]({plot_link})", ""]
     if analysis is not None:

@@ -6,7 +6,18 @@ from harness.matrix.load import LoadedMatrix
 from harness.runtime.base import CellContext, LineSink, Runtime, Server
 
 
+#: Test hook: `fake` makes every run boot its cells on the in-process FakeRuntime (all boot): how the docs check runs
+#: the commands the docs show, as written, on a machine without the matrix's engine, image or GPU.
+RUNTIME_ENV = "BOOT_HARNESS_RUNTIME"
+
+
 def make_runtime(loaded: LoadedMatrix) -> Runtime:
+    import os
+
+    if os.environ.get(RUNTIME_ENV) == "fake":
+        from harness.runtime.fake import FakeRuntime
+
+        return FakeRuntime()
     m = loaded.matrix
     if m.runtime == "process":
         from harness.runtime.process import ProcessRuntime

@@ -99,11 +99,18 @@ def test_cells_lists_ids_and_works_in_a_pipe(tmp_path):
     assert proc.stdout == "scenario_boot\n" and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("argv", [["validate"], ["run", "--matrix"], ["nope"]])
-def test_argument_mistakes_exit_2(argv):
-    with pytest.raises(SystemExit) as err:
-        main(argv)
-    assert err.value.code == 2
+@pytest.mark.parametrize(("argv", "says"), [
+    (["validate"], "boot-harness validate: the following arguments are required: --matrix/-m"),
+    (["run", "--matrix"], "boot-harness run: argument --matrix/-m: expected one argument"),
+    (["nope"], "boot-harness: argument COMMAND: invalid choice: 'nope'"),
+    (["rnu"], "did you mean 'run'?"),
+    (["run", "--dry", "--matrix", "m.yaml"], "boot-harness run: unrecognized argument --dry; did you mean --dry-run?"),
+    (["cells", "--matrix", "m.yaml", "--jsn"], "did you mean --json?"),
+])
+def test_argument_mistakes_are_one_line_naming_the_command_and_exit_2(argv, says, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and says in err[0], err
 
 
 def test_a_dry_run_of_the_gpu_matrix_touches_nothing_not_even_the_engine(tmp_path):
