@@ -227,3 +227,17 @@ def test_no_argument_shape_ends_in_a_traceback(capsys, tmp_path_factory, monkeyp
     assert "Traceback" not in out.err, (argv, out.err)
     if code == 2:
         assert out.err.strip(), argv
+
+
+def test_at_a_terminal_the_summary_table_wraps_long_ids_inside_their_column_and_cuts_none(a_run):
+    from harness.report.live import summary
+    from harness.results.store import load_run
+
+    run, _ = load_run(a_run)
+    buf = io.StringIO()
+    console = Console(file=buf, width=120, force_terminal=True, color_system=None)
+    console.print(summary(run, console))
+    text = buf.getvalue()
+    assert "…" not in text
+    first_column = "".join(line.split("│")[1].strip() for line in text.splitlines() if line.startswith("│"))
+    assert all(c.cell_id in first_column for c in run.cells), first_column
