@@ -111,10 +111,12 @@ def test_runs_forced_onto_one_port_never_boot_on_each_others_server(tmp_path):
 
     procs = {}
     try:
-        procs["owner"] = start_pinned("owner", "boot", 1.0, probe_delay=6.0)  # binds at ~1 s, serves until ~7 s
+        # The owner binds ~3 s after its server starts: long enough for the blind run's harness to have started its
+        # own server on a loaded machine (a run starting after the bind is refused at start instead: `late`).
+        procs["owner"] = start_pinned("owner", "boot", 3.0, probe_delay=6.0)  # binds at ~3 s, serves until ~9 s
         time.sleep(0.3)
         procs["blind"] = start_pinned("blind", "never_bind", 0.1)  # never binds: sees the owner's 200
-        procs["loser"] = start_pinned("loser", "boot", 2.0)  # binds too late: EADDRINUSE
+        procs["loser"] = start_pinned("loser", "boot", 4.5)  # binds too late: EADDRINUSE
         wait_for("the owner to bind", lambda: marks(mark_root / "owner", "bound"), 20)
         procs["late"] = start_pinned("late", "boot", 0.1)  # the port answers before it starts
         codes = {name: p.wait(60) for name, p in procs.items()}
