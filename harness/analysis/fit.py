@@ -205,10 +205,18 @@ class GroupAnalysis:
     cross: Crossover
     floors: list[Floor]
     findings: list[Finding]
+    #: the predictor's need (config.json + flags, docs/kv-model.md) at each cell's length, as a line
+    predicted_line: Line | None = None
 
     @property
     def label(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.key.items()) or "all cells"
+
+    def lines(self) -> list[tuple[str, Line | None, str]]:
+        """(name, line, why there is none) for every line a report shows: measured need, predicted need, cap."""
+        return [("need", self.need_line, self.need_why),
+                ("predicted need", self.predicted_line, "no cell's model could be predicted at two lengths"),
+                ("cap", self.cap_line, self.cap_why)]
 
     def to_dict(self) -> dict:
         return {"group": self.key, "label": self.label, "block_tokens": self.block, "block_source": self.block_source,
@@ -217,6 +225,8 @@ class GroupAnalysis:
                            "need_bytes": None if c.need is None else round(c.need.bytes)} for c in self.cells],
                 "need": self.need_line.to_dict() if self.need_line else None, "need_why": self.need_why,
                 "cap": self.cap_line.to_dict() if self.cap_line else None, "cap_why": self.cap_why,
+                "predicted_need": self.predicted_line.to_dict() if self.predicted_line else None,
+                "predictions": [_prediction_row(c) for c in self.cells if c.cell.prediction is not None],
                 "crossover": self.cross.to_dict(), "floors": [f.to_dict() for f in self.floors],
                 "findings": [f.to_dict() for f in self.findings]}
 
@@ -233,6 +243,55 @@ class Analysis:
 
     def to_dict(self) -> dict:
         return {"run_id": self.run_id, "length_axis": self.length_axis, "groups": [g.to_dict() for g in self.groups]}
+
+
+def _prediction_row(c: CellKv) -> dict:
+    r = c.cell.prediction
+    p = r.prediction if r else None
+    return {"cell_id": c.cell_id, "predicted_need_bytes": p.need_bytes if p else None,
+            "bytes_per_token": p.bytes_per_token if p else None, "agrees": r.agrees if r else None,
+            "checks": [ch.model_dump() for ch in (r.checks if r else [])], "skipped": r.skipped if r else None}
+
+
+def _predicted_points(cells: list[CellKv]) -> list[Point]:
+    out = []
+    for c in cells:
+        r = c.cell.prediction
+        if c.length is not None and r is not None and r.prediction is not None:
+            out.append(Point(r.prediction.max_model_len, float(r.prediction.need_bytes), c.cell_id, "predicted"))
+    return out
+
+
+#: a measured line's term differs from the predicted one's by more than this fraction (or one KV block's bytes)
+TERM_TOLERANCE = 0.02
+
+
+def prediction_findings(measured: Line | None, predicted: Line | None, cells: list[CellKv]) -> list[Finding]:
+    """Which term a mismatch between the logged and the predicted need points at: the slope is the per-token KV
+    (under-modelled when the measured slope is steeper), the intercept the fixed per-sequence state (missing when the
+    measured line has a fixed term the prediction lacks — the seed's 0.52 GiB)."""
+    out: list[Finding] = []
+    for c in cells:
+        r = c.cell.prediction
+        if r is not None and r.agrees is False:
+            bad = ", ".join(f"{ch.fact} predicted {ch.predicted} logged {ch.logged}" for ch in r.checks if not ch.agrees)
+            out.append(Finding("warning", f"the boot disagrees with its prediction: {bad}", c.cell_id))
+    if measured is None or predicted is None:
+        return out
+    block = max((c.cell.prediction.prediction.bytes_per_block for c in cells
+                 if c.cell.prediction and c.cell.prediction.prediction), default=0)
+    slope_gap = measured.slope - predicted.slope
+    if abs(slope_gap) > TERM_TOLERANCE * max(predicted.slope, 1.0):
+        out.append(Finding("inconsistent", f"slope: the server needs {measured.slope:,.0f} B/token, the prediction "
+                           f"{predicted.slope:,.0f} ({slope_gap:+,.0f} B/token): per-token KV "
+                           f"{'under' if slope_gap > 0 else 'over'}-modelled (layers, heads, dtype, MTP/draft layers)"))
+    gap = measured.intercept - predicted.intercept
+    if abs(gap) > max(block, TERM_TOLERANCE * abs(predicted.at(max(p.length for p in predicted.points)))):
+        out.append(Finding("inconsistent", f"intercept: the server's need has a fixed {fmt_bytes(gap, signed=True)} "
+                           f"the prediction {'lacks' if gap > 0 else 'does not see'}: a per-sequence term "
+                           "(mamba / linear-attention state, speculative slots) "
+                           f"{'missing from' if gap > 0 else 'counted in'} the model"))
+    return out
 
 
 def _points(cells: list[CellKv], what: str, excluded: list[str]) -> list[Point]:
@@ -357,6 +416,8 @@ def analyze_run(run: RunResult, run_dir: Path | None = None, length_override: st
         g = GroupAnalysis(dict(zip(others, key)), cells, blk, cells[0].block_source, need_line, need_why, cap_line,
                           cap_why, crossover(cap_line, need_line, blk), [], _findings(cells, excluded))
         g.floors = [_floor(c, need_line, forked) for c in cells if c.kv_refused]
+        g.predicted_line = least_squares(_predicted_points(cells), "the predictor at each cell's length")
+        g.findings += prediction_findings(need_line, g.predicted_line, cells)
         out.append(g)
     return Analysis(run.run_id, axis, out)
 

@@ -20,13 +20,13 @@ left out of fits, said so, instead of being read as zero.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from harness.errors import UsageError
 from harness.results.model import CellResult, RunResult
+from harness.units import human_int
 
 GIB = float(1 << 30)
 MIB = float(1 << 20)
@@ -41,28 +41,6 @@ BLOCK_FLAG = "--block-size"
 #: vLLM's default attention block on GPU; the CPU backend uses 128 (docs/cpu-calibration.md).
 GPU_BLOCK, CPU_BLOCK = 16, 128
 FLOOR_ENV = "CLAV_KV_RESERVE_FLOOR_GIB"
-
-_HUMAN = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
-_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-_BINARY = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-
-def human_int(text: str) -> int | None:
-    """vLLM's human-readable integers: `131072`, `128k` (10**3), `128K` (2**10), `4G`, `25.6k`; None if not one."""
-    text = str(text).strip()
-    m = _HUMAN.match(text)
-    if m:
-        number, suffix = m.groups()
-        if suffix in _DECIMAL:
-            return int(float(number) * _DECIMAL[suffix])
-        if "." in number:
-            return None  # vLLM refuses decimals with binary suffixes
-        return int(number) * _BINARY[suffix]
-    try:
-        return int(text)
-    except ValueError:
-        return None
-
 
 def flag_value(argv: list[str], flag: str) -> str | None:
     """The last value given to `flag` (`--flag V` or `--flag=V`), as the server's argparse would take it."""

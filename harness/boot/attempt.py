@@ -16,6 +16,7 @@ from harness.cells import Cell
 from harness.errors import CellStartError
 from harness.logfacts import LogParser
 from harness.masking import Masker, secret_values
+from harness.predict.cell import predict_cell
 from harness.matrix.load import LoadedMatrix
 from harness.results.model import CellResult, Expected, GpuInfo, Timings
 from harness.results.store import RunStore, now
@@ -121,6 +122,9 @@ class CellRunner:
                 argv: list[str], masker: Masker, sink: LogSink, started_at, t0: float, attempt: Attempt) -> CellResult:
         facts = seen.facts if seen else LogParser().facts
         code = seen.exit_code if seen and seen.exit_code is not None else exit_code
+        read = getattr(self.runtime, "read_server_file", None)
+        prediction = predict_cell(cell.server_args, lambda path: read(cell, path), facts.kv, facts.refusal,
+                                  d.outcome.value, d.reason.value, facts.vllm_version) if argv and read else None
         return CellResult(
             cell_id=cell.id, axes=dict(cell.axes), runtime=self.runtime.name, argv=masker.argv(argv),
             env=masker.env(cell.env),
@@ -133,7 +137,7 @@ class CellRunner:
             else Timings(total_s=round(time.monotonic() - t0, 3)),
             kv=facts.kv, refusal=facts.refusal.model_copy(update={"message": masker(facts.refusal.message)})
             if facts.refusal else None,
-            vllm_version=facts.vllm_version, log_path=str(self.store.log_path(cell.id).relative_to(self.store.run_dir)),
+            prediction=prediction, vllm_version=facts.vllm_version, log_path=str(self.store.log_path(cell.id).relative_to(self.store.run_dir)),
             log_tail=sink.tail, started_at=started_at, finished_at=now(),
             port=getattr(server, "port", None), container=server.container_info() if server else None,
             patches=server.applied_patches() if server else [], gpus=list(attempt.gpus or []),

@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _build() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
-    from harness.cli import analysis_cmds, maintenance, matrix_cmds, run_cmds
+    from harness.cli import analysis_cmds, maintenance, matrix_cmds, predict_cmds, run_cmds
 
     parser = Parser(
         prog="boot-harness", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -62,7 +62,7 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
     parser.add_argument("--version", action="version", version=f"boot-harness {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     handlers: dict[str, Handler] = {}
-    for module in (matrix_cmds, run_cmds, maintenance, analysis_cmds):
+    for module in (matrix_cmds, run_cmds, maintenance, analysis_cmds, predict_cmds):
         handlers.update(module.register(sub))
     return parser, handlers
 
@@ -102,8 +102,18 @@ def main(argv: list[str] | None = None) -> int:
     parser, handlers = _build()
     out = Console()
     try:
-        _unknown_flags_first(parser, sys.argv[1:] if argv is None else argv)
+        argv = sys.argv[1:] if argv is None else list(argv)
+        _unknown_flags_first(parser, argv)
+        # Everything after the first `--` is the server's own flags (`kv MODEL -- --max-model-len 4096`), as written
+        tail: list[str] | None = None
+        if "--" in argv:
+            argv, tail = argv[:argv.index("--")], argv[argv.index("--") + 1:]
         args, extras = parser.parse_known_args(argv)
+        if tail is not None:
+            if not hasattr(args, "serve_flags"):
+                extras = ["--", *tail, *extras]
+            else:
+                args.serve_flags = tail
         if extras:
             _subparser(parser, args.command).unknown(extras)
         return int(handlers[args.command](args, out))

@@ -67,6 +67,11 @@ class KvFacts(BaseModel):
     autofit_max_model_len: int | None = None
     """The max_model_len auto-fit settled on: B of "reduced from A to B", or the full length when it fits."""
     engine_init_s: float | None = None
+    mla_backend: str | None = None
+    """The CPU platform's MLA kernel ("Using AMX_MLA backend."): AMX keeps the 128-token block, the reference
+    kernel forces 16."""
+    device: str | None = None
+    """The KV cache's device as the log names it: `gpu`, `cpu` (the CPU worker's "… set (X/Y) GiB for KV cache")."""
 
 
 class LogFacts(BaseModel):

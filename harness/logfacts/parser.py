@@ -121,14 +121,24 @@ class LogParser:
             old = self._kv.get("available_gib")
             if value is not None and (old is None or value < old):
                 self._kv["available_gib"] = value
+            self._first("device", "gpu")
         if m := p.CPU_KV_SET.search(msg):
             self._first("reserved_gib", p.to_float(m.group(1)))
+            self._kv["device"] = "cpu"  # the CPU worker's own line beats the shared "Available KV cache memory"
         if m := p.KV_TOKENS.search(msg):
             self._first("kv_tokens", p.to_int(m.group(1)))
+            word = msg[:m.start()].split()[-1:]
+            if word and word[0] in ("GPU", "CPU", "XPU", "TPU", "NPU", "HPU"):
+                self._kv["device"] = word[0].lower()  # the device word of the capacity line is the last say
+
+    def _mla_backend(self, msg: str) -> None:
+        if m := p.MLA_BACKEND.search(msg):
+            self._first("mla_backend", m.group(1))
 
     def _reserved(self, msg: str) -> None:
         if m := p.RESERVED_KV.search(msg):
             self._first("reserved_gib", p.to_float(m.group(1)))
+            self._first("device", "gpu")
 
     def _concurrency(self, msg: str) -> None:
         if m := p.CONCURRENCY.search(msg):
@@ -180,6 +190,7 @@ _EXTRACTORS: tuple[tuple[str, Callable[[LogParser, str], None]], ...] = (
     ("KV floor", LogParser._floor),
     ("Auto-fit", LogParser._autofit),
     ("init engine", LogParser._engine_init),
+    ("MLA backend", LogParser._mla_backend),
 )
 
 

@@ -46,6 +46,7 @@ KEYWORDS: tuple[str, ...] = (
     "Engine core initialization failed",
     "Error: ",
     "Exception: ",
+    "MLA backend",
 )
 
 # The root-cause line of a traceback: "RuntimeError: Insufficient space in /dev/shm ...".
@@ -106,6 +107,8 @@ ENGINE_INIT = _c(r"init engine \([^)]{0,200}\) took\s*" + NUM + r"\s*(?:s|sec|se
 VERSION = _c(r"\bvLLM (?:API )?server version\s+v?([0-9][\w.+\-]{0,60}?)(?=,|\s|\Z)")
 # The ASCII logo's row (≥0.15): " ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.15.0"
 VERSION_LOGO = _c(r"[█▀▄]\s+version\s+v?([0-9][\w.+\-]{0,60}?)(?=\s|\Z)")
+# CPU platform (0.32): "Using AMX_MLA backend." / "Using CPU_MLA backend." — the AMX kernel keeps the 128-token block
+MLA_BACKEND = _c(r"\AUsing ([A-Z0-9_]{0,40}MLA) backend\.?\Z")
 # "Starting vLLM server on http://..." (≥0.19), "Starting vLLM API server 0 on ..." (0.9–0.15),
 # "Starting vLLM API server on http://..." (0.8.5), then uvicorn's "Application startup complete."
 READY = _c(r"\A(?:Starting vLLM (?:API )?server\b.{0,40}? on \S|Application startup complete\.?)")

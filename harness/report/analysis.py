@@ -23,7 +23,7 @@ def render(analysis: Analysis):
         t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         for col in ("line", "fit", "how", "max |residual|"):
             t.add_column(col)
-        for name, line, why in (("need", g.need_line, g.need_why), ("cap", g.cap_line, g.cap_why)):
+        for name, line, why in g.lines():
             t.add_row(name, _line_text(line, why), line.method if line else "",
                       fmt_bytes(line.max_residual) if line and line.points else "")
         blocks.append(t)

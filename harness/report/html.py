@@ -90,7 +90,7 @@ def _analysis_html(a: Analysis) -> str:
     for g in a.groups:
         parts.append(f'<section class="group" data-group="{escape(g.label, quote=True)}"><h3>{escape(g.label)}</h3>')
         parts.append('<table class="fit"><tr><th></th><th>fit</th><th>how</th><th>max |residual|</th></tr>')
-        for name, line, why in (("need", g.need_line, g.need_why), ("cap", g.cap_line, g.cap_why)):
+        for name, line, why in g.lines():
             parts.append(f"<tr><th>{name}</th><td>{escape(line.describe() if line else '— ' + why)}</td>"
                          f"<td>{escape(line.method) if line else ''}</td>"
                          f"<td>{escape(fmt_bytes(line.max_residual)) if line else ''}</td></tr>")

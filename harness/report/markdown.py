@@ -44,7 +44,7 @@ def _analysis_md(a: Analysis) -> list[str]:
     for g in a.groups:
         lines.append(f"**{_esc(g.label)}**")
         lines.append("")
-        for name, line, why in (("need", g.need_line, g.need_why), ("cap", g.cap_line, g.cap_why)):
+        for name, line, why in g.lines():
             if line:
                 lines.append(f"- {name}: {line.describe()} — {line.method}, max residual "
                              f"{fmt_bytes(line.max_residual)}")

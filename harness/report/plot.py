@@ -66,13 +66,16 @@ def plot_png(analysis: Analysis, dpi: int = 100) -> bytes | None:
             if line is not None:
                 ax.plot(xs, [line.at(x) / scale for x in xs], color=colour, linestyle="--", linewidth=1.2,
                         label=f"{what} fit: {line.describe()}")
+        if g.predicted_line is not None:
+            ax.plot(xs, [g.predicted_line.at(x) / scale for x in xs], color="#2ca02c", linestyle=":", linewidth=1.5,
+                    label=f"predicted need: {g.predicted_line.describe()}")
         if g.cross.length is not None and g.cross.length <= x_max:
             ax.axvline(g.cross.length, color="#555555", linestyle=":", linewidth=1)
             ax.annotate(f"crossover ≈{g.cross.length:,.0f}", (g.cross.length, 0), xytext=(4, 6),
                         textcoords="offset points", fontsize=8, color="#333333", rotation=90, va="bottom")
         ax.set_xlim(0, x_max)
         tops = [q.bytes / scale for c in g.cells for q in (c.cap, c.need) if q is not None]
-        tops += [line.at(x_max) / scale for line in (g.need_line, g.cap_line) if line is not None]
+        tops += [line.at(x_max) / scale for line in (g.need_line, g.cap_line, g.predicted_line) if line is not None]
         ax.set_ylim(0, max(tops, default=1.0) * 1.15 or 1.0)
         ax.set_title(g.label, fontsize=10)
         ax.set_xlabel(f"{analysis.length_axis} (tokens)")

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.logfacts import KvFacts, Refusal
 from harness.matrix.model import Outcome
+from harness.predict.prediction import PredictionRecord
 from harness.verdict.catalogue import OUTCOME_MEANINGS, REASONS, ReasonName
 
 #: The catalogue, as the schema's descriptions say it.
@@ -85,6 +86,9 @@ class CellResult(_Record):
     timings: Timings = Timings()
     kv: KvFacts = KvFacts()
     refusal: Refusal | None = None
+    prediction: PredictionRecord | None = Field(
+        None, description="the KV sizing predicted from the model's config.json and the cell's flags, and each logged "
+                          "KV number held against it (docs/kv-model.md)")
     vllm_version: str | None = None
     log_path: str | None = Field(None, description="the full server log, relative to the run directory")
     log_tail: list[str] = []

@@ -73,3 +73,15 @@ class Runtime(Protocol):
     def planned_command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> tuple[list[str], list[str]]:
         """What `command_line` would print, and one line per step it would take first (pull, copy, patch), touching
         nothing: no engine asked, no file written (`run --dry-run`)."""
+
+    def read_server_file(self, cell: Cell, path: str) -> bytes | None:
+        """A file as the cell's server sees it at `path` (a model's config.json, for the KV prediction): the host's
+        file for a process, a bind mount's source or the image's own file for a container; None when unreadable."""
+
+
+def read_host_file(path: Path) -> bytes | None:
+    """`path` on this host (a directory means its config.json), or None: what a process server would read."""
+    try:
+        return path.read_bytes() if path.is_file() else None
+    except OSError:
+        return None

@@ -26,7 +26,7 @@ from harness.matrix.load import LoadedMatrix
 from harness.matrix.model import Mount, PatchSpec
 from harness.results.model import AppliedPatch, ContainerInfo
 from harness.runtime import engine as eng
-from harness.runtime.base import CellContext, LineSink
+from harness.runtime.base import CellContext, LineSink, read_host_file
 from harness.runtime.patching import PATCH_ARGS, PatchError, PreparedPatch, patch_file
 from harness.runtime.pull import PullObserver, pull
 from harness.runtime.process import SERVER_ENV
@@ -174,6 +174,7 @@ class ContainerRuntime:
         self._images: dict[str, tuple[str, str | None]] = {}
         self._prepared: dict[tuple[str, str, str], PreparedPatch] = {}
         self._patch_dir: Path | None = None
+        self._image_files: dict[tuple[str, str], bytes | None] = {}
         #: Told about image pulls (the CLI's live display); the default shows nothing.
         self.pull_observer: PullObserver | None = None
         #: One line per fact preflight established that a person should see (GPU probe, patch fuzz).
@@ -258,6 +259,23 @@ class ContainerRuntime:
     def mount_source(self, mount: Mount) -> Path:
         p = Path(mount.source)
         return p if p.is_absolute() else (self.loaded.base_dir / p).resolve()
+
+    def read_server_file(self, cell: Cell, path: str) -> bytes | None:
+        """Through the cell's bind mounts (the longest target that holds `path`), else the image's own file, copied
+        out without running it (once per image and path)."""
+        for m in sorted(cell.mounts, key=lambda m: len(m.target), reverse=True):
+            target = m.target.rstrip("/")
+            if path == target or path.startswith(target + "/"):
+                return read_host_file(self.mount_source(m) / path[len(target):].lstrip("/"))
+        if not cell.image:
+            return None
+        key = (cell.image, path)
+        if key not in self._image_files:
+            try:
+                self._image_files[key] = self.copy_out(self.resolve_image(cell.image)[0], path)
+            except Exception:  # noqa: BLE001 - no such file, an engine error: nothing to predict from, never a failure
+                self._image_files[key] = None
+        return self._image_files[key]
 
     def copy_out(self, image: str, path: str) -> bytes:
         """The file as the image has it, without running the image (create, read the archive, remove)."""

@@ -18,12 +18,13 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from harness.cells import Cell
 from harness.errors import CellStartError
 from harness.results.model import AppliedPatch, ContainerInfo
-from harness.runtime.base import CellContext, LineSink
+from harness.runtime.base import CellContext, LineSink, read_host_file
 
 HOST = "127.0.0.1"
 _HEADER = "(EngineCore pid=1) {level} 12-01 10:00:{sec:02d} [fake.py:1] "
@@ -207,3 +208,6 @@ class FakeRuntime:
 
     def planned_command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> tuple[list[str], list[str]]:
         return self.command_line(cell, ctx, host_port), []
+
+    def read_server_file(self, cell: Cell, path: str) -> bytes | None:
+        return read_host_file(Path(path))

@@ -24,7 +24,7 @@ from harness.cells import Cell
 from harness.errors import CellStartError, RuntimeUnavailable
 from harness.results.model import AppliedPatch, ContainerInfo
 from harness.runtime import scratch
-from harness.runtime.base import CellContext, LineSink
+from harness.runtime.base import CellContext, LineSink, read_host_file
 from harness.runtime.ports import free_port, listener_pids, pid_in_group, port_answers
 from harness.runtime.reader import pump_lines
 from harness.masking import is_secret_key
@@ -230,6 +230,9 @@ class ProcessRuntime:
         env = {**SERVER_ENV, **cell.env, **gpu_env(ctx.gpu_ids)}
         return [*(env_token(k, v, is_secret_key(k)) for k, v in env.items()),
                 *secret_safe_argv(self.argv(cell, host_port), {**self.base_env, **cell.env})]
+
+    def read_server_file(self, cell: Cell, path: str) -> bytes | None:
+        return read_host_file(Path(path))
 
     def planned_command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> tuple[list[str], list[str]]:
         """A local process needs nothing prepared: the plan is the command itself."""

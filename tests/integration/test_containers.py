@@ -75,6 +75,13 @@ def test_refusal_numbers_come_from_the_container_log(container_run):
     assert (r["kind"], r["max_seq_len"], r["estimated_max_model_len"]) == ("kv_insufficient", 2048, 1408)
 
 
+def test_container_cells_are_predicted_through_their_mounts_and_agree(container_run):
+    """The model lives in a bind mount: the prediction reads its config.json on the host side of the mount."""
+    for cid, cell in container_run[2].items():
+        record = cell["prediction"]
+        assert record["prediction"] and record["agrees"] is True, (cid, record)
+
+
 def test_a_patched_cell_records_the_patch_and_keeps_the_file_it_mounted(container_run):
     _, run_dir, cells = container_run
     cell = cells["image_patched-spec_draft-floor_env"]

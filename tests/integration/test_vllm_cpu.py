@@ -75,6 +75,33 @@ def test_raising_the_kv_boots_the_draft_model_again(example_run):
         assert cell["outcome"] == "booted", cell["detail"]
 
 
+def test_every_cell_carries_its_prediction_and_the_boot_agrees_exactly(example_run):
+    """The predictor (config.json + flags, no boot) against what real vLLM logged, number for number: tokens,
+    concurrency, need, available and estimated maximum for the refusals, and the outcome."""
+    for cid, cell in example_run[2].items():
+        record = cell["prediction"]
+        assert record and record["prediction"], (cid, record)
+        facts = {c["fact"]: c for c in record["checks"]}
+        assert record["agrees"] is True, (cid, record["checks"])
+        assert "outcome" in facts, cid
+        p = record["prediction"]
+        assert p["available_source"] in ("--kv-cache-memory-bytes", "the KV floor's raised size (logged in bytes)")
+        if cell["outcome"] == "booted":
+            assert facts["kv_tokens"]["predicted"] == cell["kv"]["kv_tokens"], cid
+        else:
+            assert facts["estimated_max_model_len"]["predicted"] == cell["refusal"]["estimated_max_model_len"], cid
+        assert p["bytes_per_token"] == (2048 if cell["axes"]["spec"] == "draft" else 1024), cid
+
+
+def test_plan_predicts_the_six_outcomes_without_booting_and_the_run_agrees(example_run, vllm_cpu):
+    cells = example_run[2]
+    for extra in (["--platform", "cpu"], ["--from", str(example_run[1])]):
+        proc = harness_cli("plan", "--matrix", str(CPU_EXAMPLE), "--json", *extra, env=vllm_cpu)
+        assert proc.returncode == 0, proc.stderr
+        planned = {c["cell_id"]: c["predicted_outcome"] for c in json.loads(proc.stdout)["cells"]}
+        assert planned == {cid: c["outcome"] for cid, c in cells.items()}, extra
+
+
 def test_the_facts_command_reads_a_saved_log_like_the_run_did(example_run, vllm_cpu):
     _, run_dir, cells = example_run
     proc = harness_cli("facts", str(run_dir / "logs" / "mml2048-spec_draft-kv_tight.log"), "--json")

@@ -18,26 +18,26 @@ SYNTHETIC = LOGS / "synthetic"
 
 # file -> (version, refusal kind or None, the kv facts the log states, ready)
 EXPECTED = {
-    "v0.8.5-ok.log": ("0.8.5", None, dict(model_load_gib=14.9889, kv_tokens=437744, max_concurrency=13.36,
+    "v0.8.5-ok.log": ("0.8.5", None, dict(device="gpu", model_load_gib=14.9889, kv_tokens=437744, max_concurrency=13.36,
                                           concurrency_tokens=32768, cuda_graph_gib=0.52, engine_init_s=39.47), True),
     "v0.10.1-gpu-busy.log": ("0.10.1", "gpu_memory_busy", {}, False),
-    "v0.11-kv-bytes-ok.log": ("0.11.0", None, dict(model_load_gib=7.1216, reserved_gib=4.0, kv_tokens=74880,
+    "v0.11-kv-bytes-ok.log": ("0.11.0", None, dict(device="gpu", model_load_gib=7.1216, reserved_gib=4.0, kv_tokens=74880,
                                                    max_concurrency=9.14, concurrency_tokens=8192,
                                                    cuda_graph_gib=0.31, engine_init_s=20.08), True),
-    "v0.12-kv-insufficient.log": ("0.12.0", "kv_insufficient", dict(model_load_gib=60.1523, available_gib=2.12), False),
+    "v0.12-kv-insufficient.log": ("0.12.0", "kv_insufficient", dict(device="gpu", model_load_gib=60.1523, available_gib=2.12), False),
     "v0.19-max-len-exceeds.log": ("0.19.0", "max_len_exceeds_model", {}, False),
-    "v0.22-autofit-ok.log": ("0.22.0", None, dict(model_load_gib=14.99, available_gib=3.5, kv_tokens=28672,
+    "v0.22-autofit-ok.log": ("0.22.0", None, dict(device="gpu", model_load_gib=14.99, available_gib=3.5, kv_tokens=28672,
                                                   max_concurrency=1.0, concurrency_tokens=28672,
                                                   autofit_max_model_len=28672, cuda_graph_gib=0.58,
                                                   engine_init_s=33.1), True),
     "v0.30-weights-dont-fit.log": ("0.30.0", "weights_dont_fit", {}, False),
-    "v0.33-color-logo-kv-insufficient.log": ("0.33.0", "kv_insufficient", dict(model_load_gib=0.0, reserved_gib=0.0),
+    "v0.33-color-logo-kv-insufficient.log": ("0.33.0", "kv_insufficient", dict(device="gpu", model_load_gib=0.0, reserved_gib=0.0),
                                              False),
-    "cpu-0.32-ok.log": ("0.32.0", None, dict(reserved_gib=1.0, kv_tokens=1048576, max_concurrency=512.0,
+    "cpu-0.32-ok.log": ("0.32.0", None, dict(device="cpu", reserved_gib=1.0, kv_tokens=1048576, max_concurrency=512.0,
                                              concurrency_tokens=2048, engine_init_s=11.32), True),
-    "cpu-0.32-kv-insufficient-doubled.log": ("0.32.0", "kv_insufficient", dict(reserved_gib=0.0), False),
+    "cpu-0.32-kv-insufficient-doubled.log": ("0.32.0", "kv_insufficient", dict(device="cpu", reserved_gib=0.0), False),
     "fork-offload-capped-refusal.log": ("0.30.1.dev7+gclav", "kv_insufficient",
-                                        dict(available_gib=9.47, offload_cap_gib=1.74, offload_uncapped_gib=9.47), False),
+                                        dict(device="gpu", available_gib=9.47, offload_cap_gib=1.74, offload_uncapped_gib=9.47), False),
 }
 
 

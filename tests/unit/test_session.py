@@ -107,3 +107,28 @@ def test_a_bad_timeout_is_refused_before_anything_runs():
     for bad in (0, -1, float("inf"), float("nan")):
         with pytest.raises(UsageError, match="--timeout-s"):
             RunOptions(timeout_s=bad)
+
+
+def test_every_cell_is_held_against_its_prediction_and_a_disagreement_is_flagged(tmp_path):
+    """A model the harness can read (tests/data/kv/models): the record carries the prediction; a boot whose logged
+    capacity is not the predicted one is flagged with the term it points at, and the verdict is untouched."""
+    from tests.conftest import ROOT
+
+    model = str(ROOT / "tests" / "data" / "kv" / "models" / "tiny-llama")
+    loaded, cells = matrix(tmp_path, values=("right", "wrong"), model=model,
+                           args=["--dtype", "float32", "--max-model-len", "2048", "--kv-cache-memory-bytes", "3M"])
+    # 3 MiB at 1,024 B/token in 16-token GPU blocks = 192 blocks → 1.50x → 3,072 tokens; 4,096 is not it
+    runtime = FakeRuntime({"c_right": Script.booted(kv_tokens=3072), "c_wrong": Script.booted(kv_tokens=4096)})
+    results = {r.cell_id: r for r in RunSession.open(loaded, cells, RunOptions(results_dir=tmp_path / "r"),
+                                                     runtime=runtime).run()}
+    right, wrong = results["c_right"].prediction, results["c_wrong"].prediction
+    assert right.prediction.kv_tokens == 3072 and right.agrees is True and right.hint is None
+    assert wrong.agrees is False and "needs less KV than predicted" in wrong.hint
+    assert [c.fact for c in wrong.checks if not c.agrees] == ["kv_tokens"]
+    assert results["c_wrong"].outcome == "booted", "a prediction never changes the verdict"
+
+
+def test_a_model_the_harness_cannot_read_is_said_not_guessed(tmp_path):
+    loaded, cells = matrix(tmp_path, values=("a",), model="org/some-hub-model")
+    result = RunSession.open(loaded, cells, RunOptions(results_dir=tmp_path / "r"), runtime=FakeRuntime()).run()[0]
+    assert result.prediction.prediction is None and "org/some-hub-model" in result.prediction.skipped

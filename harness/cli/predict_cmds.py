@@ -1,0 +1,125 @@
+"""The prediction commands: `kv` sizes one configuration from config.json and the serve flags, without booting."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from rich.console import Console
+
+from harness.cli.common import USAGE_EXIT, add_command
+from harness.errors import UsageError
+from harness.exitcodes import ExitCode
+
+GIB = 1 << 30
+
+
+def register(sub: argparse._SubParsersAction) -> dict:
+    p = add_command(sub, "kv", "predict a configuration's KV cache from the model's config.json and the vLLM serve "
+                    "flags, the way that vLLM version sizes it, without booting",
+                    ["boot-harness kv ~/models/tiny-llama --available-bytes 3145728 -- --max-model-len 4096",
+                     "boot-harness kv config.json --available-gib 40 --json -- --max-model-len 131072 "
+                     "--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":4}'"],
+                    {0: "predicted; with an available size: it fits", 1: "predicted: it does not fit",
+                     **USAGE_EXIT},
+                    "After `--` come vLLM's own flags as you pass them to `vllm serve`; those that size the KV cache "
+                    "are read (--max-model-len, --tensor-parallel-size, --dtype, --kv-cache-dtype, --block-size, "
+                    "--speculative-config, --max-num-batched-tokens, --kv-cache-memory-bytes, ...), the rest "
+                    "ignored. Formulas and their vLLM sources: docs/kv-model.md.")
+    p.add_argument("model", metavar="MODEL", help="a model directory with config.json, or the config file")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--available-bytes", metavar="N", help="KV memory per rank in bytes (4294967296, 4G)")
+    size.add_argument("--available-gib", metavar="G", type=float, help="KV memory per rank in GiB (as vLLM logs "
+                      "'Available KV cache memory')")
+    p.add_argument("--vllm-version", default=None, metavar="X.Y.Z",
+                   help="the release whose rules apply (default 0.32.0)")
+    p.add_argument("--platform", choices=["gpu", "cpu", "cpu-amx"], default="gpu",
+                   help="gpu (default); cpu: the CPU backend's block size and scheduling defaults; cpu-amx: an x86 "
+                        "CPU with AMX, whose MLA kernel keeps the 128-token block")
+    p.add_argument("--draft", metavar="DIR", help="the draft model's directory when --speculative-config names a "
+                   "path that is not readable here")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.add_argument("serve_flags", nargs="*", metavar="-- FLAGS", help="vLLM serve flags, after `--`")
+
+    p = add_command(sub, "plan", "predict every cell's outcome before booting: each model's config.json and flags, "
+                    "the KV pool from --kv-cache-memory-bytes or from what an earlier run logged",
+                    ["boot-harness plan --matrix examples/cpu-tiny.yaml --platform cpu",
+                     "boot-harness plan --matrix matrix.yaml --from results/<last-night>"],
+                    {0: "every predicted outcome is the expected one", 1: "a prediction differs from an "
+                     "expectation", **USAGE_EXIT},
+                    "Nothing is started. A container cell's model is read through its bind mounts or copied out of "
+                    "its image. See docs/kv-model.md.")
+    p.add_argument("--matrix", "-m", required=True, help="the matrix file (YAML)")
+    p.add_argument("--select", "-s", action="append", metavar="EXPR", help="cells to take (as `run`)")
+    p.add_argument("--from", dest="prior", metavar="RUN", help="an earlier run of this matrix: each cell's logged "
+                   "KV pool, device and vLLM version")
+    p.add_argument("--platform", choices=["gpu", "cpu", "cpu-amx"], help="gpu, cpu or cpu-amx (default: what "
+                   "--from logged, else gpu)")
+    p.add_argument("--vllm-version", metavar="X.Y.Z", help="the release whose rules apply (default: what --from "
+                   "logged, else 0.32.0)")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    return {"kv": cmd_kv, "plan": cmd_plan}
+
+
+def cmd_plan(args: argparse.Namespace, out: Console) -> int:
+    from harness.cells import expand_cells, select_cells
+    from harness.matrix.load import load_matrix
+    from harness.predict.plan import plan_cells
+    from harness.report.kv import render_plan
+    from harness.results.store import load_run
+    from harness.runtime import make_runtime
+
+    loaded = load_matrix(args.matrix)
+    cells = select_cells(expand_cells(loaded.matrix, str(args.matrix)), args.select, loaded.matrix)
+    prior = None
+    if args.prior:
+        run, _ = load_run(args.prior)
+        prior = {c.cell_id: c for c in run.cells}
+    runtime = make_runtime(loaded)
+    read = getattr(runtime, "read_server_file", None) or (lambda cell, path: None)
+    planned = plan_cells(cells, read, prior, args.platform, args.vllm_version)
+    if args.json:
+        print(json.dumps({"matrix": str(args.matrix), "cells": [p.to_dict() for p in planned]}, indent=2))
+    else:
+        out.print(render_plan(planned), soft_wrap=True)
+    return ExitCode.FAILED if any(p.agrees is False for p in planned) else ExitCode.OK
+
+
+def cmd_kv(args: argparse.Namespace, out: Console) -> int:
+    from harness.predict import draft_model_path, parse_serve_flags, predict, read_model
+    from harness.predict.versions import DEFAULT_VERSION, parse_version
+    from harness.report.kv import render_prediction
+    from harness.units import human_int
+
+    version = args.vllm_version or DEFAULT_VERSION
+    try:
+        parse_version(version)
+    except ValueError as exc:
+        raise UsageError(f"--vllm-version: {exc}") from None
+    flags = parse_serve_flags(args.serve_flags)
+    shape = read_model(args.model)
+    draft = None
+    if dp := (args.draft or draft_model_path(flags)):
+        try:
+            draft = read_model(dp)
+        except UsageError:
+            if args.draft:
+                raise
+    available, source = flags.kv_cache_memory_bytes, "--kv-cache-memory-bytes" if flags.kv_cache_memory_bytes else None
+    if args.available_bytes is not None:
+        available = human_int(args.available_bytes)
+        if available is None or available < 0:
+            raise UsageError(f"--available-bytes {args.available_bytes!r}: not a byte count (4294967296, 4G)")
+        source = "--available-bytes"
+    elif args.available_gib is not None:
+        if not math.isfinite(args.available_gib) or args.available_gib < 0:
+            raise UsageError(f"--available-gib {args.available_gib}: must be a size in GiB, 0 or more")
+        available, source = int(args.available_gib * GIB), "--available-gib"
+    p = predict(shape, flags, version=version, platform=args.platform, available_bytes=available,
+                available_source=source, draft=draft)
+    if args.json:
+        print(json.dumps(p.model_dump(mode="json"), indent=2))
+    else:
+        out.print(render_prediction(p), soft_wrap=True)
+    return ExitCode.OK if p.fits is not False else ExitCode.FAILED

@@ -1,0 +1,164 @@
+"""Every boot held against its prediction: a cell's model and flags → the prediction → each logged KV number next
+to it, with the rounding vLLM printed it with.
+
+The KV memory the prediction is sized against is the best the cell offers: a KV floor's raised size (logged in
+bytes), then `--kv-cache-memory-bytes` (exact), then the fork's offload cap, then the log's "Available KV cache
+memory" or the CPU worker's "set (X/Y) GiB" — those are printed to two decimals, so the predicted numbers become a
+range (lowest to highest possible pool) and a logged number agrees when it falls inside.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from harness.errors import UsageError
+from harness.logfacts import KvFacts, Refusal
+from harness.predict.model import ModelShape, shape_from_config
+from harness.predict.prediction import FactCheck, KvPrediction, PredictionRecord
+from harness.predict.predictor import draft_model_path, predict
+from harness.predict.serve_flags import parse_serve_flags
+from harness.predict.versions import DEFAULT_VERSION, rules_for
+
+#: reads a file as the server sees it; None when it cannot
+Reader = Callable[[str], "bytes | None"]
+
+GIB = 1 << 30
+HALF_CENT_GIB = GIB // 200  # ±0.005 GiB: half the unit vLLM prints GiB in
+
+
+def config_of(path: str, read: Reader) -> ModelShape | None:
+    """The model the server loads from `path` (its config.json, read the way the server would see it)."""
+    file = path if path.endswith(".json") else path.rstrip("/") + "/config.json"
+    data = read(file)
+    if data is None:
+        return None
+    try:
+        raw = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{file}: not JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise UsageError(f"{file}: not a JSON object")
+    return shape_from_config(raw, file)
+
+
+def _available(kv: KvFacts, flag_bytes: int | None, refusal: Refusal | None,
+               null_block: int) -> tuple[int, int, str] | None:
+    """(low, high, source) of the KV pool: equal ends when exact. `null_block`: what the refusal's "available" is
+    short of the pool (one block from 0.29 on, else 0)."""
+    if kv.floor_raised_bytes:
+        return kv.floor_raised_bytes, kv.floor_raised_bytes, "the KV floor's raised size (logged in bytes)"
+    if flag_bytes:
+        return flag_bytes, flag_bytes, "--kv-cache-memory-bytes"
+    for value, what in ((kv.offload_cap_gib, "the fork's offload cap"), (kv.available_gib, "Available KV cache "
+                        "memory"), (kv.reserved_gib, "the CPU worker's KV size")):
+        if value is not None and value > 0:
+            mid = int(value * GIB)
+            return max(1, mid - HALF_CENT_GIB), mid + HALF_CENT_GIB, f"{what} ({value} GiB, ±0.005)"
+    if refusal is not None and refusal.kind == "kv_insufficient" and refusal.available_gib:
+        mid = int(refusal.available_gib * GIB) + null_block
+        return (max(1, mid - HALF_CENT_GIB), mid + HALF_CENT_GIB,
+                f"the refusal's available ({refusal.available_gib} GiB, ±0.005)")
+    return None
+
+
+def _check(fact: str, lo, hi, logged, rounder=lambda v: v) -> FactCheck:
+    """`logged` against a predicted value that may be a range [lo, hi] (equal ends when exact)."""
+    a, b = rounder(lo), rounder(hi)
+    agrees = a <= logged <= b if a != b else a == logged
+    pred = a if a == b else None
+    rel = None if pred is None or not logged else round((pred - logged) / logged, 6)
+    if pred is None and logged and not agrees:
+        nearest = a if abs(a - logged) < abs(b - logged) else b
+        rel = round((nearest - logged) / logged, 6)
+    return FactCheck(fact=fact, predicted=pred if pred is not None else f"{a}..{b}", logged=logged,
+                     rel_error=0.0 if agrees else rel, agrees=agrees)
+
+
+def _gib2(b: int) -> float:
+    return round(b / GIB, 2)  # vLLM's format_gib
+
+
+def checks(low: KvPrediction, high: KvPrediction, kv: KvFacts, refusal: Refusal | None,
+           outcome: str, reason: str | None) -> list[FactCheck]:
+    out: list[FactCheck] = []
+    if kv.kv_tokens is not None and low.kv_tokens is not None:
+        out.append(_check("kv_tokens", low.kv_tokens, high.kv_tokens, kv.kv_tokens))
+    if kv.max_concurrency is not None and low.max_concurrency is not None:
+        out.append(_check("max_concurrency", low.max_concurrency, high.max_concurrency, kv.max_concurrency,
+                          lambda v: round(v, 2)))
+    if refusal is not None and refusal.kind == "kv_insufficient":
+        if refusal.needed_gib is not None:
+            out.append(_check("need_gib", low.need_bytes, low.need_bytes, refusal.needed_gib, _gib2))
+        if refusal.available_gib is not None and low.available_bytes is not None:
+            out.append(_check("available_gib", low.available_bytes - low.bytes_per_block,
+                              high.available_bytes - high.bytes_per_block, refusal.available_gib, _gib2))
+        if refusal.estimated_max_model_len is not None and low.fits is not None:
+            # a prediction that fits says the whole max_model_len can be served
+            lo = low.max_model_len if low.fits else low.estimated_max_model_len
+            hi = high.max_model_len if high.fits else high.estimated_max_model_len
+            out.append(_check("estimated_max_model_len", lo, hi, refusal.estimated_max_model_len))
+    decided = outcome == "booted" or (outcome == "refused" and reason == "kv_insufficient")
+    if decided and low.fits is not None:
+        want = "booted" if outcome == "booted" else "refused"
+        if low.fits == high.fits:
+            got = "booted" if low.fits else "refused"
+            out.append(FactCheck(fact="outcome", predicted=got, logged=want, agrees=got == want))
+        else:
+            out.append(FactCheck(fact="outcome", predicted="either (the pool's rounding decides)", logged=want,
+                                 agrees=True))
+    return out
+
+
+def hint(record: PredictionRecord) -> str | None:
+    """Which term a mismatch points at, from the one cell (across cells `analyze` fits slope and intercept)."""
+    bad = {c.fact: c for c in record.checks if not c.agrees}
+    if not bad:
+        return None
+    if "need_gib" in bad or "kv_tokens" in bad or "estimated_max_model_len" in bad or "max_concurrency" in bad:
+        c = bad.get("need_gib") or bad.get("kv_tokens") or bad.get("estimated_max_model_len") or bad["max_concurrency"]
+        under = c.fact == "need_gib" and isinstance(c.predicted, (int, float)) and c.predicted < (c.logged or 0)
+        over_capacity = c.fact != "need_gib" and (c.rel_error or 0) > 0
+        if under or over_capacity:
+            return ("the server needs more KV than predicted: a per-token term under-modelled if the gap grows with "
+                    "max_model_len (slope), a per-sequence state missing if it does not (intercept); `boot-harness "
+                    "analyze` fits both across cells")
+        return "the server needs less KV than predicted: a layer or term counted that vLLM does not allocate"
+    return "the predicted outcome differs from the boot's"
+
+
+def predict_cell(server_args: list[str], read: Reader, kv: KvFacts, refusal: Refusal | None, outcome: str,
+                 reason: str | None, vllm_version: str | None) -> PredictionRecord:
+    """The cell's prediction and its checks; a record that says why when no prediction can be made. `read` reads a
+    file as the server sees it (the runtime's `read_server_file`)."""
+    try:
+        flags = parse_serve_flags(server_args)
+        if not flags.model:
+            return PredictionRecord(skipped="no --model in the server's arguments")
+        shape = config_of(flags.model, read)
+        if shape is None:
+            return PredictionRecord(skipped=f"{flags.model}: no config.json the harness can read (a hub id, or a "
+                                            "path the runtime cannot reach)")
+        dp = draft_model_path(flags)
+        draft = config_of(dp, read) if dp else None
+        platform = kv.device if kv.device in ("cpu", "gpu") else "gpu"
+        if platform == "cpu" and kv.mla_backend == "AMX_MLA":
+            platform = "cpu-amx"
+        version = vllm_version or DEFAULT_VERSION
+        bare = predict(shape, flags, version=version, platform=platform, draft=draft)
+        null_block = bare.bytes_per_block if rules_for(version).null_block_in_check else 0
+        pool = _available(kv, flags.kv_cache_memory_bytes, refusal, null_block)
+        if pool is None:
+            found = checks(bare, bare, kv, refusal, outcome, reason)
+            return PredictionRecord(prediction=bare, checks=found,
+                                    agrees=all(c.agrees for c in found) if found else None)
+        lo_b, hi_b, source = pool
+        low = predict(shape, flags, version=version, platform=platform, draft=draft, available_bytes=lo_b,
+                      available_source=source)
+        high = low if hi_b == lo_b else predict(shape, flags, version=version, platform=platform, draft=draft,
+                                                available_bytes=hi_b, available_source=source)
+    except (UsageError, ValueError, OSError) as exc:
+        return PredictionRecord(skipped=f"not predicted: {exc}")
+    found = checks(low, high, kv, refusal, outcome, reason)
+    record = PredictionRecord(prediction=low, checks=found, agrees=all(c.agrees for c in found) if found else None)
+    return record.model_copy(update={"hint": hint(record)})

@@ -1,0 +1,79 @@
+"""Per-rank KV pages: what one block of one layer costs on one GPU rank, as vLLM's KV cache specs compute it
+(vllm/v1/kv_cache_interface.py: `AttentionSpec.page_size_bytes`, `FullAttentionSpec`, `MLAAttentionSpec`,
+`SlidingWindowSpec.max_admission_blocks_per_request`; docs/kv-model.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.errors import UsageError
+from harness.predict.model import DTYPE_BYTES, Layer, ModelShape
+
+#: --kv-cache-dtype values that store one byte per element (the fp8 family and int8 without per-head scales)
+_ONE_BYTE = {"fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "int8"}
+#: fp8_ds_mla (DeepSeek-V3.2): 656 bytes per token per MLA layer (512 fp8 latent + 4 fp32 scales + 64 bf16 rope)
+DS_MLA_TOKEN_BYTES = 656
+
+
+def model_dtype(shape: ModelShape, dtype_flag: str, platform: str) -> tuple[str, list[str]]:
+    """The dtype the server runs the model in: `--dtype`, or for `auto` the config's dtype with float32 downcast to
+    bfloat16 (vllm/config/model.py `_resolve_auto_dtype`; bfloat16 is the first supported dtype on CUDA ≥ 8.0 and on
+    x86 CPUs with AVX-512 BF16)."""
+    notes: list[str] = []
+    d = (dtype_flag or "auto").lower()
+    if d != "auto":
+        if d not in DTYPE_BYTES:
+            raise UsageError(f"--dtype {dtype_flag!r}: not one of auto, {', '.join(sorted(DTYPE_BYTES))}")
+        return d, notes
+    config = (shape.config_dtype or "float32").lower()
+    if config in ("float32", "float"):
+        notes.append(f"--dtype auto: the config's {config} runs as bfloat16 (vLLM downcasts float32 models)")
+        return "bfloat16", notes
+    return config, notes
+
+
+def kv_element_bytes(kv_dtype_flag: str, dtype: str) -> int:
+    k = (kv_dtype_flag or "auto").lower()
+    if k == "auto":
+        return DTYPE_BYTES[dtype]
+    if k in DTYPE_BYTES:
+        return DTYPE_BYTES[k]
+    if k in _ONE_BYTE or k == "fp8_ds_mla":
+        return 1
+    raise UsageError(f"--kv-cache-dtype {kv_dtype_flag!r}: not modelled (auto, bfloat16, float16, float32, fp8, "
+                     "fp8_e4m3, fp8_e5m2, fp8_inc, int8, fp8_ds_mla are)")
+
+
+@dataclass(frozen=True)
+class Page:
+    """One layer's cache on one rank, in vLLM's terms: its kind, block size and the bytes of one block."""
+
+    layer: Layer
+    block_size: int
+    heads_per_rank: int
+    token_bytes: int
+
+    @property
+    def page_bytes(self) -> int:
+        return self.block_size * self.token_bytes
+
+    @property
+    def key(self) -> tuple:
+        """What makes two layers' specs equal in vLLM (same type, shape, window): layers with one key share buckets."""
+        return (self.layer.kind, self.block_size, self.page_bytes, self.layer.sliding_window)
+
+    def blocks_per_request(self, max_model_len: int, in_flight_tokens: int, extra_retained: int = 0) -> int:
+        """`cdiv(max_memory_usage_bytes, page_size_bytes)` for this layer."""
+        if self.layer.kind == "sliding" and self.layer.sliding_window:
+            tokens = min(self.layer.sliding_window - 1 + extra_retained + in_flight_tokens, max_model_len)
+            return -(-tokens // self.block_size) + 1
+        return -(-max_model_len // self.block_size)
+
+
+def page_for(layer: Layer, block_size: int, tp: int, kv_bytes: int, kv_dtype_flag: str) -> Page:
+    if layer.kind == "mla":
+        # MLA's latent is replicated on every rank, not split by TP (get_num_kv_heads returns 1 under MLA)
+        per_token = DS_MLA_TOKEN_BYTES if (kv_dtype_flag or "").lower() == "fp8_ds_mla" else layer.head_size * kv_bytes
+        return Page(layer, block_size, 1, per_token)
+    heads = max(1, layer.kv_heads // tp)  # replicated once TP exceeds the KV heads
+    return Page(layer, block_size, heads, heads * (layer.head_size + layer.head_size_v) * kv_bytes)

@@ -1,0 +1,76 @@
+"""The prediction as data: what `boot-harness kv --json` prints and what every cell record carries next to what the
+server logged. One schema (results/model.py embeds these)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LayerGroup(_Record):
+    """One KV cache group: layers sharing a block table."""
+
+    kind: Literal["full", "mla", "sliding", "state"]
+    origins: list[str] = Field(description="where the group's layers come from: decoder, mtp, draft")
+    layers: int
+    padding_layers: int = 0
+    block_size: int = Field(description="tokens per block for this group's layers")
+    page_bytes: int = Field(description="one block of one layer, on one rank")
+    bytes_per_block: int = Field(description="one block id of this group: its layers' pages together")
+    blocks_per_request: int = Field(description="blocks one request of max_model_len takes from this group")
+    sliding_window: int | None = None
+
+
+class KvPrediction(_Record):
+    """vLLM's KV sizing for one configuration, per GPU rank, from config.json and the serve flags."""
+
+    vllm_version: str = Field(description="the release whose rules were applied")
+    model: str
+    max_model_len: int
+    tensor_parallel_size: int = 1
+    dtype: str
+    kv_cache_dtype: str
+    block_size: int = Field(description="the attention block size (after hybrid alignment)")
+    bytes_per_token: int = Field(description="KV bytes per token of context per rank: every attention layer, MTP and "
+                                             "draft layers included (a sliding layer only within its window)")
+    state_bytes_per_seq: int = Field(0, description="fixed per-sequence bytes: mamba / linear-attention state")
+    bytes_per_block: int = Field(description="what one block id costs in the pool; num_blocks = available // this")
+    blocks_per_request: int
+    need_bytes: int = Field(description="what one request of max_model_len needs: the refusal's 'X GiB KV cache is "
+                                        "needed'")
+    groups: list[LayerGroup]
+    available_bytes: int | None = Field(None, description="the KV memory the prediction was sized against")
+    available_source: str | None = Field(None, description="where available_bytes came from, and how exact it is")
+    num_blocks: int | None = None
+    kv_tokens: int | None = Field(None, description="the 'KV cache size: N tokens' line")
+    max_concurrency: float | None = Field(None, description="the 'Maximum concurrency ... Nx' line, unrounded")
+    fits: bool | None = None
+    estimated_max_model_len: int | None = Field(None, description="the refusal's estimate, when it does not fit")
+    notes: list[str] = Field([], description="assumptions made (defaults, dtype resolution)")
+    unmodelled: list[str] = Field([], description="what this configuration has that the predictor does not model: "
+                                                  "its numbers are then a lower bound")
+
+
+class FactCheck(_Record):
+    """One logged number next to its prediction."""
+
+    fact: Literal["kv_tokens", "max_concurrency", "need_gib", "available_gib", "estimated_max_model_len", "outcome"]
+    predicted: float | int | str | None
+    logged: float | int | str | None
+    rel_error: float | None = Field(None, description="(predicted - logged) / logged; 0 when equal")
+    agrees: bool = Field(description="equal, or equal once rounded the way vLLM prints it")
+
+
+class PredictionRecord(_Record):
+    """A cell's prediction and how it held against the boot."""
+
+    prediction: KvPrediction | None = None
+    skipped: str | None = Field(None, description="why no prediction was made (no local config.json, an auto length)")
+    checks: list[FactCheck] = []
+    agrees: bool | None = Field(None, description="every check agrees; null without checks")
+    hint: str | None = Field(None, description="which term a mismatch points at: per-token slope or fixed state")

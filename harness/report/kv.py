@@ -1,0 +1,52 @@
+"""A prediction in words: each layer group, what its blocks cost, and where the need comes from."""
+
+from __future__ import annotations
+
+from harness.predict.prediction import KvPrediction
+from harness.units import fmt_bytes, fmt_tokens
+
+_KIND = {"full": "full attention", "mla": "MLA (one latent per token)", "sliding": "sliding window", "state": "state"}
+
+
+def render_prediction(p: KvPrediction) -> str:
+    lines = [f"{p.model}: vLLM {p.vllm_version} rules, max_model_len {fmt_tokens(p.max_model_len)}, "
+             f"tp {p.tensor_parallel_size}, {p.dtype}, KV {p.kv_cache_dtype}, block {p.block_size} tokens"]
+    for i, g in enumerate(p.groups):
+        window = f", window {fmt_tokens(g.sliding_window)}" if g.sliding_window else ""
+        pad = f" + {g.padding_layers} padding" if g.padding_layers else ""
+        lines.append(f"  group {i}: {g.layers} {_KIND[g.kind]} layer{'s' if g.layers != 1 else ''}{pad} "
+                     f"({', '.join(g.origins)}{window}) — {fmt_bytes(g.bytes_per_block)} per block, "
+                     f"{fmt_tokens(g.blocks_per_request)} blocks per request")
+    lines.append(f"  per token {fmt_bytes(p.bytes_per_token)} ({p.bytes_per_token:,} B) per rank; fixed state per "
+                 f"sequence {fmt_bytes(p.state_bytes_per_seq)}")
+    lines.append(f"  need: {fmt_bytes(p.bytes_per_block)} per block × {fmt_tokens(p.blocks_per_request)} blocks = "
+                 f"{fmt_bytes(p.need_bytes)} ({p.need_bytes:,} B) for one request of {fmt_tokens(p.max_model_len)} "
+                 "tokens")
+    if p.available_bytes is not None:
+        lines.append(f"  available {fmt_bytes(p.available_bytes)} ({p.available_source}): {fmt_tokens(p.num_blocks)} "
+                     f"blocks (one held back as the null block) → KV cache size {fmt_tokens(p.kv_tokens)} tokens, "
+                     f"maximum concurrency {p.max_concurrency:.2f}x")
+        if p.fits:
+            lines.append("  fits: one request of max_model_len can be served")
+        else:
+            est = (f"; vLLM's estimated maximum model length: {fmt_tokens(p.estimated_max_model_len)}"
+                   if p.estimated_max_model_len else "")
+            lines.append(f"  does NOT fit: vLLM refuses ('To serve at least one request …'){est}")
+    for note in p.notes:
+        lines.append(f"  note: {note}")
+    for gap in p.unmodelled:
+        lines.append(f"  not modelled: {gap}")
+    return "\n".join(lines)
+
+
+def render_plan(planned) -> str:
+    """One line per cell, whole ids (pipes and CI logs): predicted outcome, the expectation, why."""
+    lines = []
+    for p in planned:
+        mark = {True: "=", False: "≠", None: " "}[p.agrees]
+        expected = f" {mark} expected {p.expected}" if p.expected else ""
+        lines.append(f"{p.cell.id}: predicted {p.outcome or 'unknown'}{expected} — {p.why}")
+    known = [p for p in planned if p.agrees is not None]
+    lines.append(f"{len(planned)} cells: {sum(p.outcome is not None for p in planned)} predicted, "
+                 f"{sum(bool(p.agrees) for p in known)} of {len(known)} as the matrix expects")
+    return "\n".join(lines)

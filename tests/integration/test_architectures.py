@@ -1,0 +1,67 @@
+"""The KV predictor against real vLLM on the CPU, on the architectures whose KV is not layers x heads x tokens:
+MLA (DeepSeek-V2), a sliding window on every layer (Mistral), sliding and full layers in two groups (Gemma 2).
+examples/cpu-architectures.yaml boots them once; every number vLLM logged must be the predicted one, and `plan`,
+which boots nothing, must have said each outcome before."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import ROOT, require
+from tests.integration.conftest import harness_cli, only_run_dir, read_run
+
+pytestmark = pytest.mark.vllm
+MATRIX = ROOT / "examples" / "cpu-architectures.yaml"
+
+
+@pytest.fixture(scope="module")
+def arch_run(vllm_cpu, tmp_path_factory):
+    require("the tiny architecture models (ARCH_MODELS)", "ARCH_MODELS" in vllm_cpu,
+            "run `. \"$(bash scripts/setup-cpu-example.sh | tail -1)\"` first")
+    results = tmp_path_factory.mktemp("architectures")
+    plan = harness_cli("plan", "--matrix", str(MATRIX), "--platform", "cpu-amx", "--json", env=vllm_cpu)
+    proc = harness_cli("run", "--matrix", str(MATRIX), "--results-dir", str(results), env=vllm_cpu)
+    run_dir = only_run_dir(results)
+    return plan, proc, {c["cell_id"]: c for c in read_run(run_dir)["cells"]}
+
+
+def test_each_architecture_boots_or_refuses_as_expected(arch_run):
+    _, proc, cells = arch_run
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert sorted(cells) == ["arch_gemma2", "arch_mistral_swa", "arch_mla"]
+
+
+@pytest.mark.parametrize("cell_id,bytes_per_token", [
+    ("arch_mla", 2 * 576 * 2),           # one latent of kv_lora_rank 512 + rope 64 per layer, bf16
+    ("arch_mistral_swa", 2 * 2 * 2 * 32 * 2),
+    ("arch_gemma2", 4 * 2 * 2 * 32 * 2),
+])
+def test_the_boot_logged_exactly_the_predicted_numbers(arch_run, cell_id, bytes_per_token):
+    cell = arch_run[2][cell_id]
+    record = cell["prediction"]
+    assert record["agrees"] is True, record
+    facts = {c["fact"]: c for c in record["checks"]}
+    assert record["prediction"]["bytes_per_token"] == bytes_per_token
+    if cell["outcome"] == "booted":
+        assert facts["kv_tokens"]["predicted"] == cell["kv"]["kv_tokens"]
+        assert round(facts["max_concurrency"]["predicted"], 2) == cell["kv"]["max_concurrency"]
+    else:
+        assert facts["estimated_max_model_len"]["predicted"] == cell["refusal"]["estimated_max_model_len"]
+
+
+def test_the_sliding_window_and_the_layer_groups_are_what_vllm_allocated(arch_run):
+    cells = arch_run[2]
+    swa = cells["arch_mistral_swa"]["prediction"]["prediction"]
+    # min(1024 - 1 + 2048 in flight, 4096) = 3071 tokens → 24 + 1 blocks per request, not cdiv(4096, 128) = 32
+    assert swa["blocks_per_request"] == 25 and cells["arch_mistral_swa"]["kv"]["kv_tokens"] == 20971
+    gemma = cells["arch_gemma2"]["prediction"]["prediction"]
+    assert sorted((g["kind"], g["blocks_per_request"]) for g in gemma["groups"]) == [("full", 32), ("sliding", 21)]
+
+
+def test_plan_said_every_outcome_before_anything_booted(arch_run):
+    plan, _, cells = arch_run
+    assert plan.returncode == 0, plan.stderr
+    planned = {c["cell_id"]: c["predicted_outcome"] for c in json.loads(plan.stdout)["cells"]}
+    assert planned == {cid: c["outcome"] for cid, c in cells.items()}
