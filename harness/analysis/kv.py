@@ -175,7 +175,7 @@ def block_size(cell: CellResult, run_dir: Path | None = None, override: int | No
     explicit = flag_value(cell.argv, BLOCK_FLAG)
     if explicit and human_int(explicit):
         return human_int(explicit) or GPU_BLOCK, BLOCK_FLAG
-    if _log_says_cpu("\n".join(cell.log_tail)) or (
+    if cell.kv.device == "cpu" or _log_says_cpu("\n".join(cell.log_tail)) or (
         run_dir is not None and cell.log_path and _log_file_says_cpu(str(Path(run_dir) / cell.log_path))
     ):
         return CPU_BLOCK, "CPU backend"

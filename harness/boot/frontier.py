@@ -18,15 +18,34 @@ from harness.analysis.frontier import (
 )
 from harness.analysis.kv import BLOCK_FLAG, GPU_BLOCK, block_size, flag_value, human_int
 from harness.boot.session import RunOptions, RunSession, frontier_run_id
+from harness.predict.plan import plan_cells
 from harness.boot.signals import Interrupted
 from harness.errors import UsageError
 from harness.results.store import atomic_write_text, dump_json
 
 
+def predicted_frontier(session: RunSession, cell, axis: str, from_run, platform: str | None) -> int | None:
+    """The longest length the predictor says boots, for `cell` at the search's upper bound: the bound itself when it
+    fits, else vLLM's estimate as predicted; None when the model or the KV pool is unknown before booting."""
+    read = getattr(session.runtime, "read_server_file", None)
+    if read is None:
+        return None
+    # an earlier run's cell of the same group tells the pool, the device and the version
+    before = next((c for c in from_run.cells if all(c.axes.get(k) == v for k, v in cell.axes.items() if k != axis)),
+                  None) if from_run is not None else None
+    planned = plan_cells([cell], read, {cell.id: before} if before else None, platform)[0]
+    p = planned.record.prediction
+    if p is None or p.fits is None or p.unmodelled:
+        return None
+    return p.max_model_len if p.fits else (p.estimated_max_model_len or None)
+
+
 def run_frontier(loaded, cells: list, *, lo: int | None, hi: int | None, axis: str | None = None,
                  results_dir: Path, block: int | None = None, selection: list[str] | None = None,
-                 timeout_s: float | None = None, from_run=None, say: Callable[[str], None] = print):
-    """Boot probes for each group of `cells` until its frontier is found. Returns (run dir, [GroupFrontier])."""
+                 timeout_s: float | None = None, from_run=None, say: Callable[[str], None] = print,
+                 predict: bool = True, platform: str | None = None, runtime=None):
+    """Boot probes for each group of `cells` until its frontier is found, starting from the predicted frontier
+    (`predict`; harness.predict). Returns (run dir, [GroupFrontier])."""
     matrix = loaded.matrix
     axis, flag = matrix_length_axis(matrix, axis)
     groups = groups_of(cells, axis)
@@ -35,7 +54,7 @@ def run_frontier(loaded, cells: list, *, lo: int | None, hi: int | None, axis: s
             raise UsageError(f"cell {members[0].id} passes no {flag}: the frontier needs the length on the command line")
     session = RunSession.open(loaded, [m[0] for _, m in groups],
                               RunOptions(results_dir=results_dir, selection=selection, timeout_s=timeout_s,
-                                         run_id=frontier_run_id(loaded)), say=say)
+                                         run_id=frontier_run_id(loaded)), runtime=runtime, say=say)
     say(f"run directory: {session.run_dir}")
     found: list[GroupFrontier] = []
     for key, members in groups:
@@ -62,7 +81,12 @@ def run_frontier(loaded, cells: list, *, lo: int | None, hi: int | None, axis: s
             return obs
 
         known = known_from_run(from_run, axis, key) if from_run is not None else []
-        search = find_frontier(oracle, lo, g_hi, lambda state=state: state["block"], known=known)
+        start = predicted_frontier(session, probe_cell(template, matrix, axis, flag, g_hi), axis, from_run,
+                                   platform) \
+            if predict else None
+        if start is not None:
+            say(f"[{label}] predicted frontier {start:,} (config.json + flags): probing it first")
+        search = find_frontier(oracle, lo, g_hi, lambda state=state: state["block"], known=known, predicted=start)
         found.append(GroupFrontier(key, template.id, search))
         say(f"[{label}] {search.text} — {search.boots} boot(s)")
     atomic_write_text(session.run_dir / "frontier.json", dump_json(

@@ -65,6 +65,9 @@ def register(sub: argparse._SubParsersAction) -> dict:
                    "boot: 128 on the CPU backend, else 16)")
     p.add_argument("--from", dest="from_run", type=Path, metavar="RUN_DIR",
                    help="reuse the outcomes a run already recorded for these groups (no boot for those lengths)")
+    p.add_argument("--platform", choices=["gpu", "cpu", "cpu-amx"], help="where the server runs, for the KV "
+                   "prediction the search starts from (default: what --from logged, else gpu)")
+    p.add_argument("--no-prediction", action="store_true", help="start from --hi, not from the predicted frontier")
     p.add_argument("--results-dir", type=Path, default=Path("results"), help="where the run directory goes")
     p.add_argument("--timeout-s", type=float, help="override the matrix's per-cell deadline")
     p.add_argument("--json", action="store_true", help="the frontiers as one JSON object on stdout")
@@ -161,7 +164,8 @@ def cmd_frontier(args: argparse.Namespace, out: Console) -> int:
     try:
         run_dir, found = run_frontier(loaded, cells, lo=args.lo, hi=args.hi, axis=args.axis,
                                       results_dir=args.results_dir, block=args.block_size, selection=args.select,
-                                      timeout_s=args.timeout_s, from_run=from_run, say=say_to(stderr()))
+                                      timeout_s=args.timeout_s, from_run=from_run, say=say_to(stderr()),
+                                      predict=not args.no_prediction, platform=args.platform)
     except (Interrupted, KeyboardInterrupt):
         say_to(stderr())("interrupted: the probes booted so far are kept in the run directory")
         return ExitCode.INTERRUPTED

@@ -34,6 +34,13 @@ def cpu_example_shards(vllm_cpu, tmp_path_factory):
     return base, procs, merge
 
 
+def run_matrix(matrix: Path, results: Path, env: dict | None = None, *args: str):
+    """`boot-harness run` of a whole matrix into `results`: (the process, its one run dir, cell id → cell record)."""
+    proc = harness_cli("run", "--matrix", str(matrix), "--results-dir", str(results), *args, env=env)
+    run_dir = only_run_dir(results)
+    return proc, run_dir, {c["cell_id"]: c for c in read_run(run_dir)["cells"]}
+
+
 def read_run(run_dir: Path) -> dict:
     return json.loads((run_dir / "results.json").read_text())
 

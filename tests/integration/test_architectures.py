@@ -10,7 +10,7 @@ import json
 import pytest
 
 from tests.conftest import ROOT, require
-from tests.integration.conftest import harness_cli, only_run_dir, read_run
+from tests.integration.conftest import harness_cli, run_matrix
 
 pytestmark = pytest.mark.vllm
 MATRIX = ROOT / "examples" / "cpu-architectures.yaml"
@@ -20,11 +20,9 @@ MATRIX = ROOT / "examples" / "cpu-architectures.yaml"
 def arch_run(vllm_cpu, tmp_path_factory):
     require("the tiny architecture models (ARCH_MODELS)", "ARCH_MODELS" in vllm_cpu,
             "run `. \"$(bash scripts/setup-cpu-example.sh | tail -1)\"` first")
-    results = tmp_path_factory.mktemp("architectures")
     plan = harness_cli("plan", "--matrix", str(MATRIX), "--platform", "cpu-amx", "--json", env=vllm_cpu)
-    proc = harness_cli("run", "--matrix", str(MATRIX), "--results-dir", str(results), env=vllm_cpu)
-    run_dir = only_run_dir(results)
-    return plan, proc, {c["cell_id"]: c for c in read_run(run_dir)["cells"]}
+    proc, _, cells = run_matrix(MATRIX, tmp_path_factory.mktemp("architectures"), vllm_cpu)
+    return plan, proc, cells
 
 
 def test_each_architecture_boots_or_refuses_as_expected(arch_run):

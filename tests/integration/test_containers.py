@@ -13,7 +13,8 @@ import yaml
 from harness.matrix.load import read_yaml
 from harness.runtime.ports import free_port
 from tests.conftest import ROOT
-from tests.integration.conftest import boots_in_a_shell, harness_cli, interrupt_when_started, only_run_dir, read_run
+from tests.integration.conftest import (boots_in_a_shell, harness_cli, interrupt_when_started, only_run_dir, read_run,
+                                       run_matrix)
 
 pytestmark = pytest.mark.docker
 EXAMPLE = ROOT / "examples" / "cpu-container.yaml"
@@ -48,10 +49,7 @@ def variant(tmp_path: Path, name: str = "variant.yaml", **changes) -> Path:
 
 @pytest.fixture(scope="module")
 def container_run(docker_image, tmp_path_factory):
-    results = tmp_path_factory.mktemp("container-example")
-    proc = harness_cli("run", "--matrix", str(EXAMPLE), "--results-dir", str(results), env=docker_image)
-    run_dir = only_run_dir(results)
-    return proc, run_dir, {c["cell_id"]: c for c in read_run(run_dir)["cells"]}
+    return run_matrix(EXAMPLE, tmp_path_factory.mktemp("container-example"), docker_image)
 
 
 def test_the_container_example_exits_0_with_every_expectation_matched(container_run):

@@ -33,8 +33,10 @@ def boot_harness(*args: str, env: dict) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def frontier(vllm_cpu, tmp_path_factory):
     results = tmp_path_factory.mktemp("frontier")
+    # --no-prediction: the search from the upper bound, vLLM's estimate and bisection alone (what `frontier` does when
+    # the model cannot be predicted); starting from the prediction is tests/unit/test_frontier_prediction.py
     proc = boot_harness("frontier", "--matrix", str(CPU_EXAMPLE), "--select", "spec=draft,kv=tight", "--hi", "2048",
-                        "--results-dir", str(results), "--json", env=vllm_cpu)
+                        "--no-prediction", "--results-dir", str(results), "--json", env=vllm_cpu)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(proc.stdout), only_run_dir(results), vllm_cpu
 

@@ -154,3 +154,42 @@ def test_a_logged_kv_floor_is_the_cap_not_the_flag_it_overrode():
     assert (cap_of(c).bytes, cap_of(c).source) == (5368709, "KV floor (log)")
     unpatched = c.model_copy(update={"kv": c.kv.model_copy(update={"floor_raised_bytes": None})})
     assert (cap_of(unpatched).bytes, cap_of(unpatched).source) == (3145728, "--kv-cache-memory-bytes")
+
+
+def _with_prediction(cell, bytes_per_token: int):
+    """The cell as if the predictor had modelled `bytes_per_token` and no per-sequence state (the fork's plan)."""
+    from harness.predict.prediction import KvPrediction, PredictionRecord
+
+    length = int(cell.axes["max_model_len"])
+    need = bytes_per_token * length
+    p = KvPrediction(vllm_version="0.30.1", model="/models/glm", max_model_len=length, dtype="bfloat16",
+                     kv_cache_dtype="bfloat16", block_size=16, bytes_per_token=bytes_per_token, bytes_per_block=16 *
+                     bytes_per_token, blocks_per_request=length // 16, need_bytes=need, groups=[])
+    return cell.model_copy(update={"prediction": PredictionRecord(prediction=p)})
+
+
+def test_a_prediction_without_the_state_term_is_told_apart_from_a_per_token_error():
+    """The seed's case: the plan modelled ~13,600 B/token and nothing per sequence; the boots say 12,698 B/token and a
+    0.52 GiB fixed term. analyze names both terms: the slope and the missing intercept."""
+    run = seed_run()
+    run = run.model_copy(update={"cells": [_with_prediction(c, 13_600) for c in run.cells]})
+    g = next(g for g in analyze_run(run).groups if g.key.get("mtp") == "mtp4")
+    assert g.predicted_line is not None and round(g.predicted_line.slope) == 13_600
+    texts = [f.text for f in g.findings if f.severity == "inconsistent"]
+    assert any(t.startswith("slope:") and "over-modelled" in t for t in texts), texts
+    assert any(t.startswith("intercept:") and "+0.52 GiB" in t and "lacks" in t for t in texts), texts
+    assert analyze_run(run).to_dict()["groups"][1]["predicted_need"]["bytes_per_token"] == 13_600
+
+
+def test_a_prediction_that_matches_the_boots_raises_no_finding():
+    run = seed_run()
+    line = next(g for g in analyze_run(run).groups if g.need_line).need_line
+    cells = []
+    for c in run.cells:
+        c = _with_prediction(c, 1)
+        p = c.prediction.prediction
+        need = round(line.at(p.max_model_len))
+        cells.append(c.model_copy(update={"prediction": c.prediction.model_copy(update={
+            "prediction": p.model_copy(update={"need_bytes": need})})}))
+    g = next(g for g in analyze_run(run.model_copy(update={"cells": cells})).groups if g.need_line)
+    assert not [f for f in g.findings if f.text.startswith(("slope:", "intercept:"))]
