@@ -24,7 +24,7 @@ from tests.conftest import ROOT
 GOOD = sorted((ROOT / "tests" / "data" / "good_matrices").glob("*.yaml")) + sorted((ROOT / "examples").glob("*.yaml"))
 FUZZ = settings(max_examples=200, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-ENV = {"VLLM_CPU_VENV": "/opt/vllm", "TINY_MODELS": "/models", "GLM_MODEL_DIR": "/models/glm"}
+ENV = {"VLLM_CPU_VENV": "/opt/vllm", "TINY_MODELS": "/models", "ARCH_MODELS": "/models", "GLM_MODEL_DIR": "/models/glm"}
 
 # ---------------------------------------------------------------------------------------------------- strategies
 
