@@ -57,7 +57,8 @@ if pid=$(cat /var/run/docker.pid 2>/dev/null) && kill -0 "$pid" 2>/dev/null; the
   started="found dockerd (pid $pid) starting"
 else
   # setsid + nohup: the engine outlives this script and the terminal or CI step that ran it.
-  PATH="$stubs:$PATH" setsid nohup dockerd >>"$log" 2>&1 </dev/null &
+  # from /: the engine must not hold on to (or depend on) the directory this script ran in
+  (cd / && PATH="$stubs:$PATH" exec setsid nohup dockerd >>"$log" 2>&1 </dev/null) &
   pid=$!
   started="started dockerd (pid $pid, log $log)"
 fi

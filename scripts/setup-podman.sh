@@ -56,11 +56,18 @@ export CONTAINERS_CONF="$conf"
 if ping_api && [ "$changed" = 1 ] && pid=$(pgrep -f "podman system service --time=0 unix://$sock"); then
   kill $pid; sleep 1; say "restarting the podman service: its settings changed"
 fi
+# A service started from a directory that is gone since (a CI checkout, removed and cloned again) answers pings but
+# cannot start a container: conmon fails on "Failed to get working directory" ("write child: broken pipe").
+if pid=$(pgrep -f "podman system service --time=0 unix://$sock" | head -1) \
+    && [[ "$(readlink "/proc/$pid/cwd" 2>/dev/null)" == *" (deleted)" ]]; then
+  kill "$pid"; sleep 1; say "restarting the podman service: the directory it was started from is gone"
+fi
 if ping_api; then
   say "the podman API already answers on $sock"
 else
   rm -f "$sock"
-  setsid nohup podman system service --time=0 "unix://$sock" >>"$log" 2>&1 </dev/null &
+  # from /: the service (and every conmon it forks) must not depend on the directory this script ran in
+  (cd / && exec setsid nohup podman system service --time=0 "unix://$sock" >>"$log" 2>&1 </dev/null) &
   pid=$!
   deadline=$((SECONDS + wait_s))
   until ping_api; do
