@@ -35,18 +35,12 @@ class Group:
 @dataclass(frozen=True)
 class Grouping:
     groups: tuple[Group, ...]
-    #: pages were made equal by raising block sizes (the smaller pages' layers now hold more tokens per block)
-    unified: bool = False
     #: the mixed-type grouping does not divide evenly the way vLLM needs: the numbers are approximate
     approximate: str | None = None
 
     @property
     def bytes_per_block(self) -> int:
         return max(g.bytes_per_block for g in self.groups)
-
-    @property
-    def padding_layers(self) -> int:
-        return sum(g.padding_layers for g in self.groups)
 
 
 def _uniform_type(pages: list[Page]) -> bool:
@@ -88,4 +82,4 @@ def group_layers(pages: list[Page]) -> Grouping:
         for i in range(n_groups):
             members = tuple(bucket[i::n_groups])
             groups.append(Group(members, group_size - len(members)))
-    return Grouping(tuple(groups), unified=len({p.page_bytes for p in pages}) > 1, approximate=approximate)
+    return Grouping(tuple(groups), approximate=approximate)

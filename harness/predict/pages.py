@@ -15,7 +15,7 @@ _ONE_BYTE = {"fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "int8"}
 DS_MLA_TOKEN_BYTES = 656
 
 
-def model_dtype(shape: ModelShape, dtype_flag: str, platform: str) -> tuple[str, list[str]]:
+def model_dtype(shape: ModelShape, dtype_flag: str) -> tuple[str, list[str]]:
     """The dtype the server runs the model in: `--dtype`, or for `auto` the config's dtype with float32 downcast to
     bfloat16 (vllm/config/model.py `_resolve_auto_dtype`; bfloat16 is the first supported dtype on CUDA ≥ 8.0 and on
     x86 CPUs with AVX-512 BF16)."""

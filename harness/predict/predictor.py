@@ -128,7 +128,7 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
         raise UsageError("--max-model-len: not given, and the config names no max_position_embeddings")
     if flags.max_model_len is None:
         notes.append(f"--max-model-len not given: the model's {mml} is used")
-    dtype, dtype_notes = model_dtype(shape, flags.dtype, platform)
+    dtype, dtype_notes = model_dtype(shape, flags.dtype)
     notes += dtype_notes
     kv_bytes = kv_element_bytes(flags.kv_cache_dtype, dtype)
     kv_dtype = dtype if (flags.kv_cache_dtype or "auto") == "auto" else flags.kv_cache_dtype
