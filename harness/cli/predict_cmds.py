@@ -11,6 +11,7 @@ from rich.console import Console
 from harness.cli.common import USAGE_EXIT, add_command
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
+from harness.predict.platforms import HELP, PLATFORMS
 
 GIB = 1 << 30
 
@@ -34,9 +35,7 @@ def register(sub: argparse._SubParsersAction) -> dict:
                       "'Available KV cache memory')")
     p.add_argument("--vllm-version", default=None, metavar="X.Y.Z",
                    help="the release whose rules apply (default 0.32.0)")
-    p.add_argument("--platform", choices=["gpu", "cpu", "cpu-amx"], default="gpu",
-                   help="gpu (default); cpu: the CPU backend's block size and scheduling defaults; cpu-amx: an x86 "
-                        "CPU with AMX, whose MLA kernel keeps the 128-token block")
+    p.add_argument("--platform", choices=PLATFORMS, default="gpu", help=HELP + " (default gpu)")
     p.add_argument("--draft", metavar="DIR", help="the draft model's directory when --speculative-config names a "
                    "path that is not readable here")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -54,8 +53,7 @@ def register(sub: argparse._SubParsersAction) -> dict:
     p.add_argument("--select", "-s", action="append", metavar="EXPR", help="cells to take (as `run`)")
     p.add_argument("--from", dest="prior", metavar="RUN", help="an earlier run of this matrix: each cell's logged "
                    "KV pool, device and vLLM version")
-    p.add_argument("--platform", choices=["gpu", "cpu", "cpu-amx"], help="gpu, cpu or cpu-amx (default: what "
-                   "--from logged, else gpu)")
+    p.add_argument("--platform", choices=PLATFORMS, help=HELP + " (default: what --from logged, else gpu)")
     p.add_argument("--vllm-version", metavar="X.Y.Z", help="the release whose rules apply (default: what --from "
                    "logged, else 0.32.0)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")

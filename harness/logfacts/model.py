@@ -72,6 +72,17 @@ class KvFacts(BaseModel):
     kernel forces 16."""
     device: str | None = None
     """The KV cache's device as the log names it: `gpu`, `cpu` (the CPU worker's "… set (X/Y) GiB for KV cache")."""
+    block_size: int | None = None
+    """The block size vLLM chose: a hybrid's raised attention block ("Setting attention block size to N tokens"),
+    else the backend's preferred one ("Setting kv cache block size to N"); None when it kept the default."""
+    mamba_padding_pct: float | None = None
+    """How much a hybrid's state page was padded to the attention page ("Padding mamba page size by X%")."""
+    padding_layers: int | None = None
+    """Layers vLLM added to even out its layer groups ("Add N padding layers"; the first such line)."""
+    mamba_cache_mode: str | None = None
+    """"align" when prefix caching turned the state's prefix cache on ("Mamba cache mode is set to 'align'")."""
+    cpu_ssm_dtype: str | None = None
+    """The CPU platform's reset of the SSM state ("Reset SSM cache type to float32"): an AVX-512 BF16 CPU."""
 
 
 class LogFacts(BaseModel):

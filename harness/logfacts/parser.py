@@ -91,9 +91,12 @@ class LogParser:
             return Signal.REFUSAL
         if p.ERROR_LINE.match(msg):
             self._error_line = msg[:MAX_ERROR_CHARS]
-        for needle, extract in _EXTRACTORS:
-            if needle in msg:
-                extract(self, msg)
+        # vLLM logs every KV figure while the engine starts, before the server listens; after that, a line that looks
+        # like one is a request log echoing a prompt ("Received request …: prompt: 'GPU KV cache size: …'")
+        if not self._ready:
+            for needle, extract in _EXTRACTORS:
+                if needle in msg:
+                    extract(self, msg)
         if ("Starting vLLM" in msg or "Application startup complete" in msg) and p.READY.search(msg):
             if len(self._ready) < MAX_READY_LINES:
                 self._ready.append(msg[:MAX_LINE_CHARS])
@@ -134,6 +137,22 @@ class LogParser:
     def _mla_backend(self, msg: str) -> None:
         if m := p.MLA_BACKEND.search(msg):
             self._first("mla_backend", m.group(1))
+
+    def _block_size(self, msg: str) -> None:
+        if m := p.ATTENTION_BLOCK.search(msg):
+            self._kv["block_size"] = p.to_int(m.group(1))  # the hybrid's raise is the last word on the block size
+        elif m := p.KV_BLOCK.search(msg):
+            self._first("block_size", p.to_int(m.group(1)))
+
+    def _hybrid(self, msg: str) -> None:
+        if m := p.MAMBA_PADDING.search(msg):
+            self._first("mamba_padding_pct", p.to_float(m.group(1)))
+        elif m := p.PADDING_LAYERS.search(msg):
+            self._first("padding_layers", p.to_int(m.group(1)))
+        elif m := p.CPU_SSM_RESET.search(msg):
+            self._first("cpu_ssm_dtype", m.group(1))
+        elif m := p.MAMBA_MODE.search(msg):
+            self._first("mamba_cache_mode", m.group(1))
 
     def _reserved(self, msg: str) -> None:
         if m := p.RESERVED_KV.search(msg):
@@ -191,6 +210,11 @@ _EXTRACTORS: tuple[tuple[str, Callable[[LogParser, str], None]], ...] = (
     ("Auto-fit", LogParser._autofit),
     ("init engine", LogParser._engine_init),
     ("MLA backend", LogParser._mla_backend),
+    ("block size to", LogParser._block_size),
+    ("Padding mamba page size", LogParser._hybrid),
+    ("padding layers", LogParser._hybrid),
+    ("SSM cache type", LogParser._hybrid),
+    ("Mamba cache mode", LogParser._hybrid),
 )
 
 

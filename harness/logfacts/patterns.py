@@ -47,6 +47,11 @@ KEYWORDS: tuple[str, ...] = (
     "Error: ",
     "Exception: ",
     "MLA backend",
+    "block size to",
+    "Padding mamba page size",
+    "padding layers",
+    "SSM cache type",
+    "Mamba cache mode",
 )
 
 # The root-cause line of a traceback: "RuntimeError: Insufficient space in /dev/shm ...".
@@ -109,6 +114,19 @@ VERSION = _c(r"\bvLLM (?:API )?server version\s+v?([0-9][\w.+\-]{0,60}?)(?=,|\s|
 VERSION_LOGO = _c(r"[█▀▄]\s+version\s+v?([0-9][\w.+\-]{0,60}?)(?=\s|\Z)")
 # CPU platform (0.32): "Using AMX_MLA backend." / "Using CPU_MLA backend." — the AMX kernel keeps the 128-token block
 MLA_BACKEND = _c(r"\AUsing ([A-Z0-9_]{0,40}MLA) backend\.?\Z")
+# Hybrid models (platforms/interface.py `_align_hybrid_block_size`): "Setting attention block size to 256 tokens to
+# ensure that attention page size is >= mamba page size." (the quantized-pool and XPU variants say the same first words)
+ATTENTION_BLOCK = _c(r"\A(?:\[XPU\])?Setting attention block size to\s*" + INT + r"\s*tokens")
+# "Setting kv cache block size to 64 for FLASHMLA backend(s)." (the backend's preferred block, ≥0.30)
+KV_BLOCK = _c(r"\ASetting kv cache block size to\s*" + INT + r"\s*for\b")
+# "Padding mamba page size by 91.04% to ensure that mamba page size and attention page size are exactly equal."
+MAMBA_PADDING = _c(r"\APadding mamba page size by\s*" + NUM + r"\s*%")
+# kv_cache_utils `_get_kv_cache_groups_uniform_page_size`: "Add 1 padding layers, may waste at most 50.00% KV cache memory"
+PADDING_LAYERS = _c(r"\AAdd\s*" + INT + r"\s*padding layers?, may waste at most")
+# platforms/cpu.py (AVX-512 BF16 CPUs): "Reset SSM cache type to float32 for accelerated GDN mamba backend 'qwen3_next'."
+CPU_SSM_RESET = _c(r"\AReset SSM cache type to (\w{1,20}) for accelerated GDN mamba backend")
+# models/config.py `MambaModelConfig`: "Mamba cache mode is set to 'align' for X by default when prefix caching ..."
+MAMBA_MODE = _c(r"\AMamba cache mode is set to '(\w{1,20})'")
 # "Starting vLLM server on http://..." (≥0.19), "Starting vLLM API server 0 on ..." (0.9–0.15),
 # "Starting vLLM API server on http://..." (0.8.5), then uvicorn's "Application startup complete."
 READY = _c(r"\A(?:Starting vLLM (?:API )?server\b.{0,40}? on \S|Application startup complete\.?)")

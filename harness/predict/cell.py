@@ -98,6 +98,17 @@ def checks(low: KvPrediction, high: KvPrediction, kv: KvFacts, refusal: Refusal 
             lo = low.max_model_len if low.fits else low.estimated_max_model_len
             hi = high.max_model_len if high.fits else high.estimated_max_model_len
             out.append(_check("estimated_max_model_len", lo, hi, refusal.estimated_max_model_len))
+    if kv.block_size is not None:
+        out.append(_check("block_size", low.block_size, low.block_size, kv.block_size))
+    if kv.mamba_padding_pct is not None and low.state_page_padding_pct is not None:
+        out.append(_check("mamba_padding_pct", low.state_page_padding_pct, low.state_page_padding_pct,
+                          kv.mamba_padding_pct))
+    if kv.padding_layers is not None:
+        # vLLM logs one line per padded bucket: the padding of all that bucket's groups together
+        first = next((g for g in low.groups if g.padding_layers), None)
+        padded = sum(g.padding_layers for g in low.groups if first and (g.kind, g.page_bytes, g.sliding_window) ==
+                     (first.kind, first.page_bytes, first.sliding_window))
+        out.append(_check("padding_layers", padded, padded, kv.padding_layers))
     decided = outcome == "booted" or (outcome == "refused" and reason == "kv_insufficient")
     if decided and low.fits is not None:
         want = "booted" if outcome == "booted" else "refused"
@@ -127,6 +138,16 @@ def hint(record: PredictionRecord) -> str | None:
     return "the predicted outcome differs from the boot's"
 
 
+def platform_of(kv: KvFacts) -> str:
+    """The platform a boot ran on, as far as its log tells: the KV device; on a CPU, AMX from the MLA kernel it
+    chose, AVX-512 BF16 from the SSM state reset."""
+    if kv.device != "cpu":
+        return "gpu"
+    if kv.mla_backend == "AMX_MLA":
+        return "cpu-amx"
+    return "cpu-bf16" if kv.cpu_ssm_dtype else "cpu"
+
+
 def predict_cell(server_args: list[str], read: Reader, kv: KvFacts, refusal: Refusal | None, outcome: str,
                  reason: str | None, vllm_version: str | None) -> PredictionRecord:
     """The cell's prediction and its checks; a record that says why when no prediction can be made. `read` reads a
@@ -141,9 +162,7 @@ def predict_cell(server_args: list[str], read: Reader, kv: KvFacts, refusal: Ref
                                             "path the runtime cannot reach)")
         dp = draft_model_path(flags)
         draft = config_of(dp, read) if dp else None
-        platform = kv.device if kv.device in ("cpu", "gpu") else "gpu"
-        if platform == "cpu" and kv.mla_backend == "AMX_MLA":
-            platform = "cpu-amx"
+        platform = platform_of(kv)
         version = vllm_version or DEFAULT_VERSION
         bare = predict(shape, flags, version=version, platform=platform, draft=draft)
         null_block = bare.bytes_per_block if rules_for(version).null_block_in_check else 0

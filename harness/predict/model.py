@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from harness.errors import UsageError
+from harness.predict.states import StateSpec, state_layer_kinds, state_spec
 
 LayerKind = Literal["full", "mla", "sliding", "state"]
 Origin = Literal["decoder", "mtp", "draft"]
 
-#: config.json dtype names → bytes (`torch_dtype`, or `dtype` in newer transformers).
-DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float64": 8}
 
 
 @dataclass(frozen=True)
@@ -32,8 +31,8 @@ class Layer:
     head_size: int = 0
     head_size_v: int = 0
     sliding_window: int | None = None
-    #: state layers: (shape, dtype name) per state tensor, per rank already resolved by the reader for tp=1
-    state: tuple[tuple[tuple[int, ...], str], ...] = ()
+    #: a state layer's dimensions (mamba / GDN / KDA / linear attention), None for attention layers
+    state: StateSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -102,7 +101,8 @@ def shape_from_config(raw: dict[str, Any], where: str) -> ModelShape:
 
 def _read(where: str, raw: dict[str, Any]) -> ModelShape:
     cfg = _text_config(raw)
-    n_layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    pattern = cfg.get("hybrid_override_pattern") or cfg.get("layers_block_type")
+    n_layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers") or (len(pattern) if pattern else None)
     heads = _int(cfg, "num_attention_heads", "n_head")
     if not n_layers or not heads:
         raise UsageError(f"{where}: num_hidden_layers and num_attention_heads: both are needed to size the KV cache")
@@ -123,22 +123,30 @@ def _read(where: str, raw: dict[str, Any]) -> ModelShape:
         # MLA caches one latent per token: kv_lora_rank + the decoupled rope dims, shared by all heads (vLLM's
         # MLAAttentionSpec: num_kv_heads 1, head_size kv_lora_rank + qk_rope_head_dim, no separate V).
         attn = Layer("mla", kv_heads=1, head_size=int(cfg["kv_lora_rank"]) + int(cfg["qk_rope_head_dim"]))
+        if cfg.get("index_topk") is not None:
+            # DSA (DeepSeek-V3.2, GLM-5): each MLA layer also caches the indexer's keys, pooled per index_kpool tokens,
+            # and GLM-5-next a ring of the open pool; their specs differ from the latent's and group apart
+            unmodelled.append("the DSA indexer's key cache and its pooling tail (index_topk): a few per cent of the "
+                              "per-token bytes, not modelled")
     else:
         attn = Layer("full", kv_heads=kv_heads, head_size=head, head_size_v=head_v or head)
 
     kinds = _layer_kinds(cfg, n_layers, unmodelled)
     window = _int(cfg, "sliding_window")
+    spec = state_spec(cfg) if "state" in kinds else None
+    if "state" in kinds and spec is None:
+        unmodelled.append(f"state layers of model type {cfg.get('model_type')!r}: their per-sequence state is not "
+                          "modelled (mamba1, mamba2, GDN, KDA, short conv families are)")
     layers: list[Layer] = []
     for kind in kinds:
         if kind == "sliding" and window:
             layers.append(Layer("sliding", kv_heads=attn.kv_heads, head_size=attn.head_size,
                                 head_size_v=attn.head_size_v, sliding_window=window))
         elif kind == "state":
-            layers.append(Layer("state"))
-        else:
+            if spec is not None:
+                layers.append(Layer("state", state=spec))
+        elif kind != "none":
             layers.append(attn)
-    if any(layer.kind == "state" for layer in layers):
-        unmodelled.append("state layers (mamba / linear attention): their per-sequence state is not modelled yet")
 
     mtp = _int(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers") or 0
     dtype = cfg.get("torch_dtype") or cfg.get("dtype")
@@ -151,14 +159,19 @@ def _read(where: str, raw: dict[str, Any]) -> ModelShape:
     )
 
 
-_STATE_TYPES = {"linear_attention", "mamba", "mamba2", "conv", "gdn", "kda", "hybrid"}
+_STATE_TYPES = {"linear_attention", "mamba", "mamba2", "conv", "gdn", "kda"}
+#: layers with no cache at all (NemotronH's MLP and MoE blocks)
+_NO_CACHE_TYPES = {"mlp", "moe"}
 _SLIDING_TYPES = {"sliding_attention", "sliding_window", "local_attention", "chunked_attention"}
 
 
 def _layer_kinds(cfg: dict[str, Any], n_layers: int, unmodelled: list[str]) -> list[str]:
     """Each decoder layer's cache type, from the config's own description where it has one (`layer_types`), else from
     the model family's rule as vLLM's model file applies it."""
-    types = cfg.get("layer_types")
+    hybrid = state_layer_kinds(cfg, n_layers)
+    if hybrid is not None:
+        return hybrid
+    types = cfg.get("layer_types") or cfg.get("layers_block_type")
     if isinstance(types, list) and len(types) >= n_layers:
         kinds = []
         for t in types[:n_layers]:
@@ -167,8 +180,10 @@ def _layer_kinds(cfg: dict[str, Any], n_layers: int, unmodelled: list[str]) -> l
                 kinds.append("sliding")
             elif t in _STATE_TYPES:
                 kinds.append("state")
+            elif t in _NO_CACHE_TYPES:
+                kinds.append("none")
             else:
-                if t not in ("full_attention", "attention", "global", "full"):
+                if t not in ("full_attention", "attention", "global", "full", "indexed_attention"):
                     unmodelled.append(f"layer type {t!r} is taken as full attention")
                 kinds.append("full")
         return kinds

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.errors import UsageError
-from harness.predict.model import DTYPE_BYTES, Layer, ModelShape
+from harness.predict.dtypes import DTYPE_BYTES
+from harness.predict.model import Layer, ModelShape
 
 #: --kv-cache-dtype values that store one byte per element (the fp8 family and int8 without per-head scales)
 _ONE_BYTE = {"fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "int8"}
@@ -52,10 +53,14 @@ class Page:
     block_size: int
     heads_per_rank: int
     token_bytes: int
+    #: a state layer's page: one request's whole state, padded to the attention page (MambaSpec.page_size_padded)
+    state_page: int | None = None
+    #: a state layer's blocks per request: 1 + draft tokens ("none" mode), 2 + draft tokens + checkpoint ("align")
+    state_blocks: int = 0
 
     @property
     def page_bytes(self) -> int:
-        return self.block_size * self.token_bytes
+        return self.state_page if self.state_page is not None else self.block_size * self.token_bytes
 
     @property
     def key(self) -> tuple:
@@ -64,6 +69,8 @@ class Page:
 
     def blocks_per_request(self, max_model_len: int, in_flight_tokens: int, extra_retained: int = 0) -> int:
         """`cdiv(max_memory_usage_bytes, page_size_bytes)` for this layer."""
+        if self.state_page is not None:
+            return self.state_blocks
         if self.layer.kind == "sliding" and self.layer.sliding_window:
             tokens = min(self.layer.sliding_window - 1 + extra_retained + in_flight_tokens, max_model_len)
             return -(-tokens // self.block_size) + 1

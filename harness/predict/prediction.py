@@ -38,7 +38,14 @@ class KvPrediction(_Record):
     block_size: int = Field(description="the attention block size (after hybrid alignment)")
     bytes_per_token: int = Field(description="KV bytes per token of context per rank: every attention layer, MTP and "
                                              "draft layers included (a sliding layer only within its window)")
-    state_bytes_per_seq: int = Field(0, description="fixed per-sequence bytes: mamba / linear-attention state")
+    state_bytes_per_seq: int = Field(0, description="fixed per-sequence bytes: what the mamba / linear-attention "
+                                                    "state takes from the pool per request (padded pages, every "
+                                                    "state block incl. the speculative and align-mode ones)")
+    state_content_bytes: int | None = Field(None, description="one state layer's state per sequence before padding "
+                                                              "(conv + recurrent), per rank")
+    state_page_padding_pct: float | None = Field(None, description="the state page padded to the attention page, "
+                                                                   "as 'Padding mamba page size by X%' prints it")
+    mamba_cache_mode: str | None = Field(None, description="align (prefix caching on) or none")
     bytes_per_block: int = Field(description="what one block id costs in the pool; num_blocks = available // this")
     blocks_per_request: int
     need_bytes: int = Field(description="what one request of max_model_len needs: the refusal's 'X GiB KV cache is "
@@ -59,7 +66,8 @@ class KvPrediction(_Record):
 class FactCheck(_Record):
     """One logged number next to its prediction."""
 
-    fact: Literal["kv_tokens", "max_concurrency", "need_gib", "available_gib", "estimated_max_model_len", "outcome"]
+    fact: Literal["kv_tokens", "max_concurrency", "need_gib", "available_gib", "estimated_max_model_len", "outcome",
+                  "block_size", "mamba_padding_pct", "padding_layers"]
     predicted: float | int | str | None
     logged: float | int | str | None
     rel_error: float | None = Field(None, description="(predicted - logged) / logged; 0 when equal")

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 
 from harness.errors import UsageError
 from harness.predict.groups import Grouping, group_layers
+from harness.predict.hybrid import plan_states
 from harness.predict.model import Layer, ModelShape
 from harness.predict.pages import Page, kv_element_bytes, model_dtype, page_for
+from harness.predict.platforms import is_cpu, resolve
 from harness.predict.prediction import KvPrediction, LayerGroup
 from harness.predict.serve_flags import ServeFlags
 from harness.predict.versions import DEFAULT_VERSION, Rules, rules_for
@@ -84,8 +86,8 @@ def _speculative_layers(shape: ModelShape, flags: ServeFlags, draft: ModelShape 
                               "(num_nextn_predict_layers / mtp_num_hidden_layers)")
             return []
         n = shape.mtp_layers
-        notes.append(f"MTP: {n} layer{'s' if n > 1 else ''} of the decoder's shape join the KV cache "
-                     f"(num_speculative_tokens does not add layers)")
+        layers = f"{n} layers of the decoder's shape join" if n > 1 else "1 layer of the decoder's shape joins"
+        notes.append(f"MTP: {layers} the KV cache (num_speculative_tokens does not add layers)")
         return [Layer(shape.mtp_layer.kind, "mtp", shape.mtp_layer.kv_heads, shape.mtp_layer.head_size,
                       shape.mtp_layer.head_size_v) for _ in range(n)]
     if draft_model_path(flags) is None:
@@ -117,9 +119,10 @@ def _in_flight(flags: ServeFlags, cpu: bool, rules: Rules, notes: list[str], win
 def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERSION, platform: str = "gpu",
             available_bytes: int | None = None, available_source: str | None = None,
             draft: ModelShape | None = None) -> KvPrediction:
-    """The KV sizing of `shape` served with `flags` by vLLM `version` on `platform`: "gpu", "cpu", or "cpu-amx" (an
-    x86 CPU with AMX, whose MLA kernel keeps the CPU's 128-token block)."""
-    cpu = platform in ("cpu", "cpu-amx")
+    """The KV sizing of `shape` served with `flags` by vLLM `version` on `platform` (platforms.py: gpu, cpu,
+    cpu-bf16, cpu-amx, cpu-local)."""
+    platform = resolve(platform)
+    cpu = is_cpu(platform)
     rules = rules_for(version)
     notes: list[str] = []
     unmodelled = list(shape.unmodelled)
@@ -134,23 +137,33 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
     kv_dtype = dtype if (flags.kv_cache_dtype or "auto") == "auto" else flags.kv_cache_dtype
     # The CPU's reference MLA kernel only runs 16-token blocks and overrides the user's; the AMX kernel (x86 with
     # AMX tiles, "Using AMX_MLA backend.") does not (vllm/platforms/cpu.py l.235-293).
-    reference_mla = platform == "cpu" and shape.uses_mla
+    reference_mla = cpu and platform != "cpu-amx" and shape.uses_mla
     if flags.block_size:
         block = flags.block_size
         if reference_mla and block != CPU_MLA_BLOCK:
             notes.append(f"--block-size {block}: the CPU MLA backend overrides it to {CPU_MLA_BLOCK}")
             block = CPU_MLA_BLOCK
-    elif platform in ("cpu", "cpu-amx"):
+    elif cpu:
         block = CPU_MLA_BLOCK if reference_mla else CPU_BLOCK
     else:
         block = GPU_BLOCK
     layers = [layer for layer in shape.layers if layer.kind != "state"]
     layers += _speculative_layers(shape, flags, draft, notes, unmodelled)
+    state_layers = [layer for layer in shape.layers if layer.kind == "state"]
     tp = flags.tensor_parallel_size
+    state_pages: list[Page] = []
+    states = None
+    if state_layers:
+        attn = next((layer for layer in shape.layers if layer.kind in ("full", "mla", "sliding")), None)
+        attn_token = page_for(attn, 1, tp, kv_bytes, flags.kv_cache_dtype).token_bytes if attn else None
+        states = plan_states(state_layers, attn_token, block, flags=flags, platform=platform, model_dtype=dtype,
+                             uses_mla=shape.uses_mla, notes=notes)
+        block, state_pages = states.block_size, states.pages
     pages: list[Page] = [page_for(layer, block, tp, kv_bytes, flags.kv_cache_dtype) for layer in layers]
-    if not pages:
-        raise UsageError(f"{shape.path}: no attention layer to size (an attention-free model has no KV cache)")
-    if any(p.layer.kind != "mla" and tp > p.layer.kv_heads for p in pages):
+    if not pages and not state_pages:
+        raise UsageError(f"{shape.path}: no attention or state layer to size (this model keeps no KV cache)")
+    pages += state_pages
+    if any(p.layer.kind in ("full", "sliding") and tp > p.layer.kv_heads for p in pages):
         notes.append(f"tensor_parallel_size {tp} exceeds the KV heads: each rank keeps one head (replicated)")
     grouping = group_layers(pages)
     if grouping.approximate:
@@ -167,7 +180,12 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
     result = dict(
         vllm_version=version, model=shape.path, max_model_len=mml, tensor_parallel_size=tp, dtype=dtype,
         kv_cache_dtype=kv_dtype, block_size=block,
-        bytes_per_token=sum(p.token_bytes for p in pages), state_bytes_per_seq=0, bytes_per_block=bpb,
+        bytes_per_token=sum(p.token_bytes for p in pages),
+        state_bytes_per_seq=bpb * sum(g.page.state_blocks for g in grouping.groups if g.page.layer.kind == "state"),
+        bytes_per_block=bpb,
+        state_content_bytes=states.content_bytes if states else None,
+        state_page_padding_pct=states.padding_pct if states else None,
+        mamba_cache_mode=states.mode if states else None,
         blocks_per_request=per_request, need_bytes=need,
         groups=[LayerGroup(kind=g.page.layer.kind, origins=sorted({p.layer.origin for p in g.pages}),
                            layers=len(g.pages), padding_layers=g.padding_layers, block_size=g.page.block_size,

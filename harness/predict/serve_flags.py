@@ -35,6 +35,8 @@ class ServeFlags:
     max_num_seqs: int | None = None
     kv_cache_memory_bytes: int | None = None
     mamba_cache_mode: str | None = None
+    mamba_cache_dtype: str | None = None
+    mamba_ssm_cache_dtype: str | None = None
     #: --async-scheduling / --no-async-scheduling; None: vLLM's default (on, unless a draft model is used)
     async_scheduling: bool | None = None
 
@@ -46,6 +48,7 @@ _VALUED = {
     "--speculative-config": "speculative", "--max-num-batched-tokens": "max_num_batched_tokens",
     "--max-num-seqs": "max_num_seqs", "--kv-cache-memory-bytes": "kv_cache_memory_bytes",
     "--kv-cache-memory": "kv_cache_memory_bytes", "--mamba-cache-mode": "mamba_cache_mode",
+    "--mamba-cache-dtype": "mamba_cache_dtype", "--mamba-ssm-cache-dtype": "mamba_ssm_cache_dtype",
 }
 _SWITCHES = {
     "--enable-prefix-caching": ("enable_prefix_caching", True),

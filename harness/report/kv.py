@@ -21,7 +21,9 @@ def render_prediction(p: KvPrediction) -> str:
                  f"sequence {fmt_bytes(p.state_bytes_per_seq)}")
     lines.append(f"  need: {fmt_bytes(p.bytes_per_block)} per block × {fmt_tokens(p.blocks_per_request)} blocks = "
                  f"{fmt_bytes(p.need_bytes)} ({p.need_bytes:,} B) for one request of {fmt_tokens(p.max_model_len)} "
-                 "tokens")
+                 "tokens" + (f": {fmt_bytes(p.need_bytes - p.state_bytes_per_seq)} grows with the length, "
+                             f"{fmt_bytes(p.state_bytes_per_seq)} is the state, whatever the length"
+                             if p.state_bytes_per_seq else ""))
     if p.available_bytes is not None:
         lines.append(f"  available {fmt_bytes(p.available_bytes)} ({p.available_source}): {fmt_tokens(p.num_blocks)} "
                      f"blocks (one held back as the null block) → KV cache size {fmt_tokens(p.kv_tokens)} tokens, "

@@ -1,0 +1,100 @@
+"""Hybrid models: state layers next to attention, in one pool whose pages must all be the same size.
+
+vLLM raises the attention block size until one attention page holds a state page, then pads the state page to exactly
+that size (vllm/platforms/interface.py `_align_hybrid_block_size`: "Setting attention block size to N tokens", "Padding
+mamba page size by X%"). With prefix caching (on by default for hybrid models) the state runs in "align" mode: two
+blocks per request, plus one per draft token, plus mamba2's checkpoint block (vllm/v1/kv_cache_interface.py
+`MambaSpec.max_memory_usage_bytes`; vllm/model_executor/models/config.py `MambaModelConfig`). docs/kv-model.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.predict.model import Layer
+from harness.predict.pages import Page
+from harness.predict.serve_flags import ServeFlags
+
+#: smallest kernel block of the attention backend vLLM picks: FlashAttention MultipleOf(16) on GPUs, the CPU
+#: backend MultipleOf(32)
+_KERNEL_BLOCK = {"gpu": 16, "cpu": 32, "cpu-bf16": 32, "cpu-amx": 32}
+#: GPU MLA decode kernels (TRT-LLM / FlashInfer) want 128-token manager blocks next to mamba state
+_MLA_HYBRID_BLOCK = 128
+
+
+@dataclass(frozen=True)
+class StatePlan:
+    block_size: int  #: the attention block size after alignment
+    pages: list[Page]
+    mode: str  #: "align" or "none"
+    content_bytes: int  #: one state layer's page before padding
+    dtypes: dict[str, str]
+    padding_pct: float | None  #: as vLLM logs it, two decimals; None when the pages were already equal
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def mamba_mode(flags: ServeFlags, notes: list[str]) -> str:
+    """`align` when prefix caching is on (the default for generative hybrid models), else `none`; vLLM overrides a
+    --mamba-cache-mode that disagrees with prefix caching."""
+    prefix = flags.enable_prefix_caching is not False
+    mode = "align" if prefix else "none"
+    if flags.mamba_cache_mode and flags.mamba_cache_mode != mode:
+        notes.append(f"--mamba-cache-mode {flags.mamba_cache_mode}: vLLM sets {mode!r} since prefix caching is "
+                     + ("on" if prefix else "off"))
+    return mode
+
+
+def num_speculative_tokens(flags: ServeFlags) -> int:
+    """`vllm_config.num_speculative_tokens`: each draft token keeps one more state block (and conv rows)."""
+    return int(flags.speculative.get("num_speculative_tokens") or 0) if flags.speculative else 0
+
+
+def plan_states(state_layers: list[Layer], attn_token_bytes: int | None, block: int, *, flags: ServeFlags,
+                platform: str, model_dtype: str, uses_mla: bool, notes: list[str]) -> StatePlan:
+    """The state layers' pages and the attention block size they force. `attn_token_bytes` is one token of the
+    model's attention layer on one rank (None for a model without attention: no alignment, no padding)."""
+    spec = state_layers[0].state
+    assert spec is not None
+    tp = flags.tensor_parallel_size
+    n_spec = num_speculative_tokens(flags)
+    ssm_flag = flags.mamba_ssm_cache_dtype or "auto"
+    if platform in ("cpu-bf16", "cpu-amx") and ssm_flag in ("auto", "float32"):
+        # vllm/platforms/cpu.py l.300-316: a CPU with AVX-512 BF16 resets the SSM state to float32 (its accelerated
+        # GDN kernels keep an explicit float16/bfloat16 only for GDN)
+        notes.append("CPU with AVX-512 BF16: the SSM state is kept in float32 (\"Reset SSM cache type to float32\")")
+        ssm_flag = "float32"
+    dtypes = spec.dtypes(model_dtype, flags.mamba_cache_dtype or "auto", ssm_flag)
+    content = spec.page_bytes(tp, n_spec, dtypes)
+    mode = mamba_mode(flags, notes)
+    page = content
+    padding = None
+    if attn_token_bytes:
+        kernel = _KERNEL_BLOCK.get(platform, 16)
+        align = max(kernel, block)
+        if uses_mla and platform == "gpu":
+            align = max(align, _MLA_HYBRID_BLOCK)
+        needed = align * cdiv(content, align * attn_token_bytes)
+        needed = kernel * cdiv(needed, kernel)
+        if block < needed:
+            notes.append(f"attention block size raised from {block} to {needed} tokens so one attention page "
+                         f"({needed} × {attn_token_bytes} B) holds a state page ({content:,} B)")
+            block = needed
+        page = block * attn_token_bytes
+        if page > content:
+            padding = round(100 * (page - content) / content, 2)
+            notes.append(f"state page padded by {padding:.2f}% to the attention page")
+    checkpoint = spec.checkpoint_blocks
+    if spec.flashkda and platform == "gpu" and model_dtype == "bfloat16":
+        checkpoint = 1
+        notes.append("KDA with head_dim 128 and a bounded gate runs FlashKDA on SM90/SM10x/SM12x GPUs: one more state "
+                     "block per request in align mode (its prefill checkpoint); older GPUs run Triton, without it")
+    blocks = (2 + n_spec + checkpoint) if mode == "align" else (1 + n_spec)
+    mamba_block = block if mode == "align" else (flags.max_model_len or 0)
+    pages = [Page(layer, mamba_block, 0, 0, state_page=page, state_blocks=blocks) for layer in state_layers]
+    notes.append(f"state ({spec.family}, mamba cache mode {mode!r}): {len(state_layers)} layers × {content:,} B per "
+                 f"sequence ({', '.join(f'{r} {d}' for r, d in dtypes.items())}), {blocks} block"
+                 f"{'s' if blocks > 1 else ''} per request per layer")
+    return StatePlan(block, pages, mode, content, dtypes, padding)
