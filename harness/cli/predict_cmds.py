@@ -26,8 +26,9 @@ def register(sub: argparse._SubParsersAction) -> dict:
                      **USAGE_EXIT},
                     "After `--` come vLLM's own flags as you pass them to `vllm serve`; those that size the KV cache "
                     "are read (--max-model-len, --tensor-parallel-size, --dtype, --kv-cache-dtype, --block-size, "
-                    "--speculative-config, --max-num-batched-tokens, --kv-cache-memory-bytes, ...), the rest "
-                    "ignored. Formulas and their vLLM sources: docs/kv-model.md.")
+                    "--speculative-config, --max-num-batched-tokens, --kv-cache-memory-bytes, "
+                    "--[no-]enable-prefix-caching, --mamba-cache-mode, --mamba-cache-dtype, --mamba-ssm-cache-dtype, "
+                    "...), the rest ignored. Formulas and their vLLM sources: docs/kv-model.md.")
     p.add_argument("model", metavar="MODEL", help="a model directory with config.json, or the config file")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--available-bytes", metavar="N", help="KV memory per rank in bytes (4294967296, 4G)")

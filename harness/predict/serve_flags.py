@@ -55,6 +55,10 @@ _SWITCHES = {
     "--no-enable-prefix-caching": ("enable_prefix_caching", False),
     "--async-scheduling": ("async_scheduling", True), "--no-async-scheduling": ("async_scheduling", False),
 }
+#: vLLM's own choices (config/cache.py MambaDType, MambaCacheMode)
+_CHOICES = {"mamba_cache_dtype": ("auto", "float32", "float16", "bfloat16"),
+            "mamba_ssm_cache_dtype": ("auto", "float32", "float16", "bfloat16"),
+            "mamba_cache_mode": ("align", "none")}
 _INTS = {"max_model_len", "tensor_parallel_size", "block_size", "max_num_batched_tokens", "max_num_seqs",
          "kv_cache_memory_bytes"}
 
@@ -89,6 +93,9 @@ def parse_serve_flags(argv: list[str]) -> ServeFlags:
                     raise UsageError("--max-model-len auto: auto-fit is not predicted; give a length")
                 values[key] = human_int(raw, name)
             else:
+                allowed = _CHOICES.get(key)
+                if allowed and raw not in allowed:
+                    raise UsageError(f"{name} {raw!r}: not one of {', '.join(allowed)}")
                 values[key] = raw
         i += 1
     return ServeFlags(**values)

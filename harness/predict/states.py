@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any, Literal
 
+from harness.errors import UsageError
 from harness.predict.dtypes import DTYPE_BYTES
 
 Family = Literal["mamba1", "mamba2", "gdn", "kda", "linear", "short_conv"]
@@ -78,7 +79,8 @@ class StateSpec:
 
 def _div(n: int, tp: int) -> int:
     if n % tp:
-        raise ValueError(f"{n} is not divisible by tensor_parallel_size {tp} (vLLM's divide() refuses it)")
+        raise UsageError(f"--tensor-parallel-size {tp}: a state dimension ({n}) does not divide by it, and vLLM "
+                         "refuses such a split")
     return n // tp
 
 

@@ -222,6 +222,9 @@ def test_kv_explains_each_group_in_words():
     (["tests/data/kv/models/tiny-llama", "--vllm-version", "new", "--"], "--vllm-version"),
     (["tests/data/kv/models/tiny-llama", "--available-bytes", "lots", "--"], "--available-bytes"),
     (["tests/data/kv/models/tiny-llama", "--", "--kv-cache-dtype", "weird"], "--kv-cache-dtype 'weird'"),
+    (["tests/data/kv/models/tiny-qwen3next", "--", "--mamba-ssm-cache-dtype", "fp8"], "--mamba-ssm-cache-dtype 'fp8'"),
+    (["tests/data/kv/models/tiny-qwen3next", "--", "--mamba-cache-mode", "all"], "--mamba-cache-mode 'all'"),
+    (["tests/data/kv/models/tiny-qwen3next", "--", "--max-model-len", "64", "-tp", "3"], "--tensor-parallel-size 3"),
 ])
 def test_kv_bad_input_is_one_line_and_exit_2(args, words):
     proc = _kv(*args)
