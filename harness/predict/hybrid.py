@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from harness.predict.model import Layer
 from harness.predict.pages import Page
 from harness.predict.serve_flags import ServeFlags
+from harness.predict.versions import HybridRules, hybrid_rules_for
 
 #: smallest kernel block of the attention backend vLLM picks: FlashAttention MultipleOf(16) on GPUs, the CPU
 #: backend MultipleOf(32)
@@ -36,11 +37,23 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def mamba_mode(flags: ServeFlags, notes: list[str]) -> str:
-    """`align` when prefix caching is on (the default for generative hybrid models), else `none`; vLLM overrides a
+def mamba_mode(flags: ServeFlags, rules: HybridRules, family: str, notes: list[str]) -> str:
+    """The state's cache mode: "align" when prefix caching is on (by default for generative hybrids from 0.26),
+    "all" where that release kept one state per block for mamba families, else "none"; vLLM overrides a
     --mamba-cache-mode that disagrees with prefix caching."""
-    prefix = flags.enable_prefix_caching is not False
-    mode = "align" if prefix else "none"
+    asked = flags.enable_prefix_caching
+    if rules.prefix_caching == "off":
+        if asked:
+            notes.append("--enable-prefix-caching: this vLLM release turns it off for hybrid models")
+        prefix = False
+    else:
+        prefix = asked is True or (asked is None and rules.prefix_caching == "on")
+    if not prefix:
+        mode = "none"
+    elif rules.all_mode and family in ("mamba1", "mamba2"):
+        mode = "all"
+    else:
+        mode = "align"
     if flags.mamba_cache_mode and flags.mamba_cache_mode != mode:
         notes.append(f"--mamba-cache-mode {flags.mamba_cache_mode}: vLLM sets {mode!r} since prefix caching is "
                      + ("on" if prefix else "off"))
@@ -53,29 +66,33 @@ def num_speculative_tokens(flags: ServeFlags) -> int:
 
 
 def plan_states(state_layers: list[Layer], attn_token_bytes: int | None, block: int, *, flags: ServeFlags,
-                platform: str, model_dtype: str, uses_mla: bool, notes: list[str]) -> StatePlan:
+                platform: str, model_dtype: str, uses_mla: bool, version: str, notes: list[str],
+                unmodelled: list[str]) -> StatePlan:
     """The state layers' pages and the attention block size they force. `attn_token_bytes` is one token of the
     model's attention layer on one rank (None for a model without attention: no alignment, no padding)."""
     spec = state_layers[0].state
     assert spec is not None
+    rules = hybrid_rules_for(version)
     tp = flags.tensor_parallel_size
     n_spec = num_speculative_tokens(flags)
     ssm_flag = flags.mamba_ssm_cache_dtype or "auto"
-    if platform in ("cpu-bf16", "cpu-amx") and ssm_flag in ("auto", "float32"):
-        # vllm/platforms/cpu.py l.300-316: a CPU with AVX-512 BF16 resets the SSM state to float32 (its accelerated
-        # GDN kernels keep an explicit float16/bfloat16 only for GDN)
-        notes.append("CPU with AVX-512 BF16: the SSM state is kept in float32 (\"Reset SSM cache type to float32\")")
+    resets = {"none": (), "amx": ("cpu-amx",), "bf16": ("cpu-bf16", "cpu-amx")}[rules.cpu_ssm_reset]
+    if platform in resets and ssm_flag in ("auto", "float32"):
+        # vllm/platforms/cpu.py l.300-316: a CPU with AVX-512 BF16 (0.26-0.28: with AMX) resets the SSM state to
+        # float32 (its accelerated GDN kernels keep an explicit float16/bfloat16 only for GDN)
+        notes.append("this CPU keeps the SSM state in float32 (\"Reset SSM cache type to float32\")")
         ssm_flag = "float32"
-    dtypes = spec.dtypes(model_dtype, flags.mamba_cache_dtype or "auto", ssm_flag)
-    content = spec.page_bytes(tp, n_spec, dtypes)
-    mode = mamba_mode(flags, notes)
+    dtypes = spec.dtypes(model_dtype, flags.mamba_cache_dtype or "auto", ssm_flag, rules.nemotron_ssm)
+    conv_spec = n_spec if spec.family in rules.conv_spec else 0
+    content = spec.page_bytes(tp, conv_spec, dtypes)
+    mode = mamba_mode(flags, rules, spec.family, notes)
     page = content
     padding = None
     if attn_token_bytes:
         kernel = _KERNEL_BLOCK.get(platform, 16)
-        align = max(kernel, block)
+        align = max(kernel, block) if rules.align_with_block_size else kernel
         if uses_mla and platform == "gpu":
-            align = max(align, _MLA_HYBRID_BLOCK)
+            align = max(align, rules.mla_align)
         needed = align * cdiv(content, align * attn_token_bytes)
         needed = kernel * cdiv(needed, kernel)
         if block < needed:
@@ -86,15 +103,26 @@ def plan_states(state_layers: list[Layer], attn_token_bytes: int | None, block: 
         if page > content:
             padding = round(100 * (page - content) / content, 2)
             notes.append(f"state page padded by {padding:.2f}% to the attention page")
-    checkpoint = spec.checkpoint_blocks
-    if spec.flashkda and platform == "gpu" and model_dtype == "bfloat16":
+    checkpoint = spec.checkpoint_blocks if rules.checkpoint_blocks else 0
+    if rules.checkpoint_blocks and spec.flashkda and platform == "gpu" and model_dtype == "bfloat16":
         checkpoint = 1
         notes.append("KDA with head_dim 128 and a bounded gate runs FlashKDA on SM90/SM10x/SM12x GPUs: one more state "
                      "block per request in align mode (its prefill checkpoint); older GPUs run Triton, without it")
-    blocks = (2 + n_spec + checkpoint) if mode == "align" else (1 + n_spec)
-    mamba_block = block if mode == "align" else (flags.max_model_len or 0)
-    pages = [Page(layer, mamba_block, 0, 0, state_page=page, state_blocks=blocks) for layer in state_layers]
+    if rules.blocks == "one":
+        blocks = 1  # one page per request; the draft tokens' blocks were allocated but not counted in the need
+    elif mode == "align":
+        blocks = 2 + n_spec + checkpoint
+    else:
+        blocks = 1 + n_spec if mode == "none" else n_spec
+    if mode == "all":
+        unmodelled.append("mamba cache mode 'all' (one state per block of the sequence): its alignment to the mamba "
+                          "chunk size is approximated by the attention block")
+    mamba_block = block if mode in ("align", "all") else (flags.max_model_len or 0)
+    pages = [Page(layer, mamba_block, 0, 0, state_page=page, state_blocks=blocks, state_per_block=mode == "all")
+             for layer in state_layers]
+    per_request = f"{blocks} block{'s' if blocks != 1 else ''}" + (" + one per block of the sequence"
+                                                                   if mode == "all" else "")
     notes.append(f"state ({spec.family}, mamba cache mode {mode!r}): {len(state_layers)} layers × {content:,} B per "
-                 f"sequence ({', '.join(f'{r} {d}' for r, d in dtypes.items())}), {blocks} block"
-                 f"{'s' if blocks > 1 else ''} per request per layer")
+                 f"sequence ({', '.join(f'{r} {d}' for r, d in dtypes.items())}), {per_request} per request per "
+                 "layer")
     return StatePlan(block, pages, mode, content, dtypes, padding)

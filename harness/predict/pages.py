@@ -57,6 +57,8 @@ class Page:
     state_page: int | None = None
     #: a state layer's blocks per request: 1 + draft tokens ("none" mode), 2 + draft tokens + checkpoint ("align")
     state_blocks: int = 0
+    #: "all" mode (0.15-0.27, mamba families with prefix caching): one state per block of the sequence besides
+    state_per_block: bool = False
 
     @property
     def page_bytes(self) -> int:
@@ -70,7 +72,7 @@ class Page:
     def blocks_per_request(self, max_model_len: int, in_flight_tokens: int, extra_retained: int = 0) -> int:
         """`cdiv(max_memory_usage_bytes, page_size_bytes)` for this layer."""
         if self.state_page is not None:
-            return self.state_blocks
+            return self.state_blocks + (-(-max_model_len // self.block_size) if self.state_per_block else 0)
         if self.layer.kind == "sliding" and self.layer.sliding_window:
             tokens = min(self.layer.sliding_window - 1 + extra_retained + in_flight_tokens, max_model_len)
             return -(-tokens // self.block_size) + 1

@@ -157,7 +157,7 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
         attn = next((layer for layer in shape.layers if layer.kind in ("full", "mla", "sliding")), None)
         attn_token = page_for(attn, 1, tp, kv_bytes, flags.kv_cache_dtype).token_bytes if attn else None
         states = plan_states(state_layers, attn_token, block, flags=flags, platform=platform, model_dtype=dtype,
-                             uses_mla=shape.uses_mla, notes=notes)
+                             uses_mla=shape.uses_mla, version=version, notes=notes, unmodelled=unmodelled)
         block, state_pages = states.block_size, states.pages
     pages: list[Page] = [page_for(layer, block, tp, kv_bytes, flags.kv_cache_dtype) for layer in layers]
     if not pages and not state_pages:
@@ -181,7 +181,8 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
         vllm_version=version, model=shape.path, max_model_len=mml, tensor_parallel_size=tp, dtype=dtype,
         kv_cache_dtype=kv_dtype, block_size=block,
         bytes_per_token=sum(p.token_bytes for p in pages),
-        state_bytes_per_seq=bpb * sum(g.page.state_blocks for g in grouping.groups if g.page.layer.kind == "state"),
+        state_bytes_per_seq=bpb * sum(g.page.state_blocks for g in grouping.groups if g.page.layer.kind == "state"
+                                      and not g.page.state_per_block),
         bytes_per_block=bpb,
         state_content_bytes=states.content_bytes if states else None,
         state_page_padding_pct=states.padding_pct if states else None,

@@ -31,8 +31,9 @@ class StateSpec:
     #: mamba2's mixer exports a block-boundary checkpoint: one more block in "align" mode
     #: (mamba_mixer2.py `get_kv_cache_spec`: num_prefill_checkpoint_blocks=1)
     checkpoint_blocks: int = 0
-    #: the model's own default for the SSM state dtype when the flag is auto (NemotronH: float32)
-    ssm_default: str | None = None
+    #: NemotronH: vLLM overrides an auto SSM dtype with the config's `mamba_ssm_cache_dtype` or its own default
+    nemotron: bool = False
+    ssm_config: str | None = None
     #: KDA that can run the FlashKDA prefill kernel (head_dim 128, a bounded gate): on SM90/SM10x/SM12x GPUs in
     #: bfloat16 it checkpoints every 16 tokens and keeps one more block (glm5next/common/kda.py, kda_checkpoint.py)
     flashkda: bool = False
@@ -62,14 +63,18 @@ class StateSpec:
             return [((d["conv_kernel"] - 1 + num_spec, _div(d["intermediate"], tp)), "conv")]
         return [((d["heads"] // tp, d["head_dim"], d["head_dim"]), "conv")]  # linear attention: one state
 
-    def dtypes(self, model_dtype: str, cache_dtype: str, ssm_dtype: str) -> dict[Role, str]:
+    def dtypes(self, model_dtype: str, cache_dtype: str, ssm_dtype: str,
+               nemotron_default: str | None = "float32") -> dict[Role, str]:
+        """`nemotron_default`: what that vLLM release puts in for NemotronH's auto SSM dtype (None: no override)."""
         conv = model_dtype if cache_dtype == "auto" else cache_dtype
         if ssm_dtype != "auto":
             ssm = ssm_dtype
         elif self.family == "kda":
             ssm = "float32"  # kda_state_dtype: the recurrent state is float32 unless asked otherwise
+        elif self.nemotron and nemotron_default:
+            ssm = self.ssm_config or nemotron_default
         else:
-            ssm = self.ssm_default or conv
+            ssm = conv
         return {"conv": conv, "ssm": ssm}
 
     def page_bytes(self, tp: int, num_spec: int, dtypes: dict[Role, str]) -> int:
@@ -117,7 +122,8 @@ def state_spec(cfg: dict[str, Any]) -> StateSpec | None:
                                     ("n_groups", _i(cfg, "n_groups")), ("heads", _i(cfg, "mamba_num_heads")),
                                     ("head_dim", _i(cfg, "mamba_head_dim")), ("state", _i(cfg, "ssm_state_size")),
                                     ("conv_kernel", _i(cfg, "conv_kernel"))),
-                         checkpoint_blocks=1, ssm_default=str(cfg.get("mamba_ssm_cache_dtype") or "float32"))
+                         checkpoint_blocks=1, nemotron=True,
+                         ssm_config=str(cfg["mamba_ssm_cache_dtype"]) if cfg.get("mamba_ssm_cache_dtype") else None)
     if model_type == "granitemoehybrid":
         return StateSpec("mamba2", (("intermediate", _i(cfg, "mamba_expand") * _i(cfg, "hidden_size")),
                                     ("n_groups", _i(cfg, "mamba_n_groups")), ("heads", _i(cfg, "mamba_n_heads")),

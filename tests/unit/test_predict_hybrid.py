@@ -207,3 +207,63 @@ def test_plan_reads_the_shipped_gpu_matrix_with_the_example_config():
             assert c["prediction"]["state_bytes_per_seq"] == 3 * 7 * 12 * 4480 * 1024
         else:
             assert c["predicted_outcome"] is None
+
+
+# --- the releases that changed it (harness/predict/versions.py HYBRID_RULES) -----------------------------------------
+
+def _at(model, version: str, *flags: str, platform: str = "gpu", path=None):
+    shape = read_model(path or MODELS / model)
+    return predict(shape, parse_serve_flags(["--max-model-len", "4096", *flags]), version=version, platform=platform)
+
+
+NGRAM2 = '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":3}'
+
+
+@pytest.mark.parametrize("version,flags,mode,blocks", [
+    ("0.11.0", ["--enable-prefix-caching"], "none", 1),  # forced off for hybrids; drafts' blocks not counted
+    ("0.14.0", ["--speculative-config", NGRAM2], "none", 1),
+    ("0.20.0", ["--speculative-config", NGRAM2], "none", 3),  # off by default: 1 + 2 drafts
+    ("0.20.0", ["--enable-prefix-caching"], "align", 2),
+    ("0.26.0", [], "align", 2),  # on by default from 0.26
+    ("0.32.0", ["--speculative-config", NGRAM2], "align", 4),
+])
+def test_the_state_blocks_per_request_follow_the_release(version, flags, mode, blocks):
+    p = _at("tiny-qwen3next", version, *flags)
+    assert p.mamba_cache_mode == mode
+    assert {g.blocks_per_request for g in p.groups if g.kind == "state"} == {blocks}
+
+
+def test_mamba_families_ran_all_mode_with_prefix_caching_until_0_28():
+    all_mode = _at("tiny-nemotronh", "0.26.0")
+    assert all_mode.mamba_cache_mode == "all" and any("'all'" in gap for gap in all_mode.unmodelled)
+    assert _at("tiny-nemotronh", "0.28.0").mamba_cache_mode == "align"
+
+
+def test_nemotronh_ssm_dtype_defaults_moved_with_the_releases(tmp_path):
+    cfg = json.loads((MODELS / "tiny-nemotronh" / "config.json").read_text())
+    cfg.pop("mamba_ssm_cache_dtype")
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    ssm = 8 * 32 * 16  # (heads, head_dim, d_state) elements
+    conv = 3 * 288 * 2
+    assert _at(None, "0.12.0", path=tmp_path).state_content_bytes == conv + ssm * 2  # no override: bf16
+    assert _at(None, "0.13.0", path=tmp_path).state_content_bytes == conv + ssm * 2  # float16
+    assert _at(None, "0.20.0", path=tmp_path).state_content_bytes == conv + ssm * 4  # float32
+
+
+def test_draft_rows_in_the_conv_state_arrived_family_by_family():
+    # mamba2's conv state widens by the draft tokens from 0.17; GDN's always did
+    before = _at("tiny-nemotronh", "0.16.0", "--speculative-config", NGRAM2)
+    after = _at("tiny-nemotronh", "0.17.0", "--speculative-config", NGRAM2)
+    assert after.state_content_bytes - before.state_content_bytes == 2 * 288 * 2
+
+
+def test_mla_hybrids_aligned_to_64_tokens_before_0_27_and_to_128_since():
+    glm = GLM
+    assert _at(None, "0.26.0", path=glm).block_size == 64 * -(-(3 * 24576 * 2 + KDA_STATE) // (64 * 1024)) == 4288
+    assert _at(None, "0.27.0", path=glm).block_size == 4352
+
+
+def test_the_cpu_reset_of_the_ssm_state_needed_amx_before_0_29():
+    assert _at("tiny-qwen3next", "0.28.0", platform="cpu-bf16").block_size == 128  # no reset: bf16 state
+    assert _at("tiny-qwen3next", "0.28.0", platform="cpu-amx").block_size == 256  # float32 state, two blocks
+    assert _at("tiny-qwen3next", "0.29.0", platform="cpu-bf16").block_size == 256
