@@ -168,10 +168,16 @@ def _log_file_says_cpu(path: str) -> bool:
 
 
 def block_size(cell: CellResult, run_dir: Path | None = None, override: int | None = None) -> tuple[int, str]:
-    """The KV block in tokens and why: `override`, the cell's --block-size, 128 when the log is the CPU backend's,
-    else vLLM's GPU default 16."""
+    """The KV block in tokens and why: `override`, the block the log says vLLM set (a hybrid's raised attention
+    block overrides even --block-size), the cell's prediction (it knows the hybrid's and the CPU MLA kernel's), the
+    cell's --block-size, 128 when the log is the CPU backend's, else vLLM's GPU default 16."""
     if override:
         return override, "given"
+    if cell.kv.block_size:
+        return cell.kv.block_size, "the log's block size"
+    predicted = cell.prediction.prediction if cell.prediction else None
+    if predicted is not None and predicted.block_size:
+        return predicted.block_size, "the prediction"
     explicit = flag_value(cell.argv, BLOCK_FLAG)
     if explicit and human_int(explicit):
         return human_int(explicit) or GPU_BLOCK, BLOCK_FLAG
