@@ -149,9 +149,9 @@ def platform_of(kv: KvFacts) -> str:
 
 
 def predict_cell(server_args: list[str], read: Reader, kv: KvFacts, refusal: Refusal | None, outcome: str,
-                 reason: str | None, vllm_version: str | None) -> PredictionRecord:
+                 reason: str | None, vllm_version: str | None, platform: str | None = None) -> PredictionRecord:
     """The cell's prediction and its checks; a record that says why when no prediction can be made. `read` reads a
-    file as the server sees it (the runtime's `read_server_file`)."""
+    file as the server sees it (the runtime's `read_server_file`); `platform` overrides what the log tells."""
     try:
         flags = parse_serve_flags(server_args)
         if not flags.model:
@@ -162,7 +162,7 @@ def predict_cell(server_args: list[str], read: Reader, kv: KvFacts, refusal: Ref
                                             "path the runtime cannot reach)")
         dp = draft_model_path(flags)
         draft = config_of(dp, read) if dp else None
-        platform = platform_of(kv)
+        platform = platform or platform_of(kv)
         version = vllm_version or DEFAULT_VERSION
         bare = predict(shape, flags, version=version, platform=platform, draft=draft)
         null_block = bare.bytes_per_block if rules_for(version).null_block_in_check else 0

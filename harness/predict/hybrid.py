@@ -13,23 +13,21 @@ from dataclasses import dataclass
 
 from harness.predict.model import Layer
 from harness.predict.pages import Page
+from harness.predict.platforms import is_cpu
 from harness.predict.serve_flags import ServeFlags
 from harness.predict.versions import HybridRules, hybrid_rules_for
 
 #: smallest kernel block of the attention backend vLLM picks: FlashAttention MultipleOf(16) on GPUs, the CPU
 #: backend MultipleOf(32)
-_KERNEL_BLOCK = {"gpu": 16, "cpu": 32, "cpu-bf16": 32, "cpu-amx": 32}
-#: GPU MLA decode kernels (TRT-LLM / FlashInfer) want 128-token manager blocks next to mamba state
-_MLA_HYBRID_BLOCK = 128
+GPU_KERNEL_BLOCK, CPU_KERNEL_BLOCK = 16, 32
 
 
 @dataclass(frozen=True)
 class StatePlan:
     block_size: int  #: the attention block size after alignment
     pages: list[Page]
-    mode: str  #: "align" or "none"
+    mode: str  #: "align", "none", or "all" (0.15-0.27 mamba families)
     content_bytes: int  #: one state layer's page before padding
-    dtypes: dict[str, str]
     padding_pct: float | None  #: as vLLM logs it, two decimals; None when the pages were already equal
 
 
@@ -89,7 +87,7 @@ def plan_states(state_layers: list[Layer], attn_token_bytes: int | None, block: 
     page = content
     padding = None
     if attn_token_bytes:
-        kernel = _KERNEL_BLOCK.get(platform, 16)
+        kernel = CPU_KERNEL_BLOCK if is_cpu(platform) else GPU_KERNEL_BLOCK
         align = max(kernel, block) if rules.align_with_block_size else kernel
         if uses_mla and platform == "gpu":
             align = max(align, rules.mla_align)
@@ -125,4 +123,4 @@ def plan_states(state_layers: list[Layer], attn_token_bytes: int | None, block: 
     notes.append(f"state ({spec.family}, mamba cache mode {mode!r}): {len(state_layers)} layers × {content:,} B per "
                  f"sequence ({', '.join(f'{r} {d}' for r, d in dtypes.items())}), {per_request} per request per "
                  "layer")
-    return StatePlan(block, pages, mode, content, dtypes, padding)
+    return StatePlan(block, pages, mode, content, padding)

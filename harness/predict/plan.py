@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from harness.cells import Cell
 from harness.logfacts import KvFacts
 from harness.predict.cell import predict_cell
-from harness.predict.platforms import is_cpu, resolve
 from harness.predict.prediction import PredictionRecord
 from harness.results.model import CellResult
 
@@ -46,13 +45,9 @@ def plan_cells(cells: list[Cell], read: Callable[[Cell, str], bytes | None], pri
     for cell in cells:
         before = (prior or {}).get(cell.id)
         kv = before.kv if before else KvFacts()
-        if platform:
-            here = resolve(platform)
-            kv = kv.model_copy(update={"device": "cpu" if is_cpu(here) else "gpu",
-                                       "mla_backend": "AMX_MLA" if here == "cpu-amx" else None,
-                                       "cpu_ssm_dtype": "float32" if here in ("cpu-bf16", "cpu-amx") else None})
         version = vllm_version or (before.vllm_version if before else None)
-        record = predict_cell(cell.server_args, lambda path, cell=cell: read(cell, path), kv, before.refusal if before else None, "", None, version)
+        record = predict_cell(cell.server_args, lambda path, cell=cell: read(cell, path), kv,
+                              before.refusal if before else None, "", None, version, platform)
         p = record.prediction
         if p is None:
             out.append(PlannedCell(cell, record, None, record.skipped or "not predicted"))
