@@ -19,6 +19,31 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config):
     return None
 
 
+#: What a fixture needs is what its tests are marked with, so `-m "not vllm and not docker and not podman"` (the fast
+#: tier) leaves out exactly the tests that need real components: a mark cannot be forgotten on a test that uses one.
+FIXTURE_MARKS = {
+    "vllm_cpu": ("vllm",),
+    "docker_image": ("docker",),
+    "podman": ("podman",),
+    "standin": ("docker", "vllm"),  # real vLLM in the stand-in fork image on the Docker engine
+}
+#: Fixtures that boot real servers (each boot is 40-65 s here): their tests are `slow` too.
+BOOTING_FIXTURES = {"cpu_example_shards", "example_run", "container_run", "arch_run", "frontier", "readme", "nights",
+                    "standin", "docker_kills", "docker_faults", "podman"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before tests/reliability's, which orders its block by these marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        for fixture, marks in FIXTURE_MARKS.items():
+            if fixture in names:
+                for mark in marks:
+                    item.add_marker(mark)
+        if names & BOOTING_FIXTURES or any(item.get_closest_marker(m) for m in ("vllm", "docker", "podman")):
+            item.add_marker("slow")
+
+
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
