@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import figures
+
 ROOT = Path(__file__).resolve().parent.parent
 #: A stand-in NVML (tests/standins/nvml/pynvml.py): put first on PYTHONPATH for a harness that runs a GPU matrix here.
 STANDIN_NVML = {"PYTHONPATH": str(ROOT / "tests" / "standins" / "nvml")}
@@ -27,21 +29,94 @@ FIXTURE_MARKS = {
     "podman": ("podman",),
     "standin": ("docker", "vllm"),  # real vLLM in the stand-in fork image on the Docker engine
 }
-#: Fixtures that boot real servers (each boot is 40-65 s here): their tests are `slow` too.
-BOOTING_FIXTURES = {"cpu_example_shards", "example_run", "container_run", "arch_run", "frontier", "readme", "nights",
-                    "standin", "docker_kills", "docker_faults", "podman"}
+#: Fixtures that take over 20 s, most of them real vLLM boots: every test that reads one is `slow`, since run alone it
+#: pays for them. A test that takes that long by itself carries `@pytest.mark.slow` in its module.
+SLOW_FIXTURES = {"cpu_example_shards", "example_run", "container_run", "arch_run", "frontier", "readme", "nights",
+                 "docker_kills", "docker_faults", "process_kills"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before tests/reliability's, which orders its block by these marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        names = set(getattr(item, "fixturenames", ()))
-        for fixture, marks in FIXTURE_MARKS.items():
-            if fixture in names:
-                for mark in marks:
-                    item.add_marker(mark)
-        if names & BOOTING_FIXTURES or any(item.get_closest_marker(m) for m in ("vllm", "docker", "podman")):
-            item.add_marker("slow")
+        _mark_by_fixtures(item)
+    wrong = [f"{item.nodeid} ({why})" for item in items for why in [lane_mistake(item)] if why]
+    if wrong:
+        raise pytest.UsageError("tests in the wrong xdist lane (tests/conftest.py, LANES): " + "; ".join(wrong))
+
+
+#: The lanes of `scripts/test.sh`'s two xdist workers: each lane's files run on one worker, in collection order; every
+#: other test goes to whichever worker is free. Lanes are by file, since xdist's controller sees only node ids.
+#: - engines: every test that touches a container engine, and all of tests/reliability. Its kill tests count what a
+#:   SIGKILLed harness left on an engine, which any other run's start-up sweep or `gc` would reap first; and its
+#:   background lanes (tests/reliability/conftest.py) belong to one process.
+#: - vllm: the real-vLLM process boots, whose session fixtures several modules read (booted once, in one process).
+LANES = {
+    "engines": ("tests/reliability/", "tests/integration/test_containers.py", "tests/integration/test_podman.py",
+                "tests/integration/test_pulls.py", "tests/rehearsal/test_readme_gpu_matrix.py",
+                "tests/rehearsal/test_nightly_workflow.py"),
+    "vllm": ("tests/integration/test_vllm_cpu.py", "tests/integration/test_scale_cpu.py",
+             "tests/integration/test_frontier.py", "tests/integration/test_architectures.py",
+             "tests/rehearsal/test_gpu_memory.py", "tests/unit/test_patching.py"),
+}
+
+
+def lane_of(nodeid: str) -> str | None:
+    path = nodeid.split("::", 1)[0]
+    return next((lane for lane, prefixes in LANES.items() if path.startswith(prefixes)), None)
+
+
+def lane_mistake(item: pytest.Item) -> str | None:
+    """Why a test's marks do not fit its file's lane (a docker test outside `engines`, a vllm one outside any lane)."""
+    lane = lane_of(item.nodeid)
+    if (item.get_closest_marker("docker") or item.get_closest_marker("podman")) and lane != "engines":
+        return "it uses a container engine: its file belongs in the engines lane"
+    if item.get_closest_marker("vllm") and lane is None:
+        return "it needs vllm-cpu: its file belongs in the vllm lane (or engines)"
+    return None
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`--dist loadgroup` by LANES: xdist's own loadgroup reads `xdist_group` marks through an attribute pytest 9
+    no longer has (`Item._nodeid`), so it groups nothing here."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LaneScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return lane_of(nodeid) or nodeid
+
+    return LaneScheduling(config, log)
+
+
+def _mark_by_fixtures(item: pytest.Item) -> None:
+    names = set(getattr(item, "fixturenames", ()))
+    for fixture, marks in FIXTURE_MARKS.items():
+        if fixture in names:
+            for mark in marks:
+                item.add_marker(mark)
+    if names & SLOW_FIXTURES:
+        item.add_marker("slow")
+
+
+#: vLLM's worker inside the engine-core process (no Worker process that imports torch and vLLM a third time; the API
+#: server still starts its engine core apart): a tiny CPU boot takes ~20 s instead of ~30 s here (docs/testing.md). For fixtures whose assertions are about vLLM's numbers
+#: and verdicts; the teardown, kill and orphan tests keep vLLM's real process tree (they do not use this).
+LIGHT_BOOT = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    figures.hand_over(session.config)
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: absent under -p no:xdist
+def pytest_testnodedown(node, error) -> None:
+    figures.take_over(getattr(node, "workeroutput", {}))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    figures.summary(terminalreporter)
 
 
 def in_ci() -> bool:

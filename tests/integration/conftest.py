@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import LIGHT_BOOT, ROOT
 
 CPU_EXAMPLE = ROOT / "examples" / "cpu-tiny.yaml"
 
@@ -23,12 +23,13 @@ def harness_cli(*args: str, timeout: float = 1800, env: dict | None = None, **kw
 @pytest.fixture(scope="session")
 def cpu_example_shards(vllm_cpu, tmp_path_factory):
     """The whole CPU example, booted the way nightly CI boots a matrix: two shards, each two cells at a time
-    (`--parallel 2`), merged into one run. Every assertion about the example reads this one set of real boots."""
+    (`--parallel 2`), merged into one run. Every assertion about the example reads this one set of real boots.
+    Light boots (LIGHT_BOOT): nothing here is about vLLM's process tree."""
     base = tmp_path_factory.mktemp("cpu-example")
     procs = {}
     for i in (1, 2):
         procs[i] = harness_cli("run", "--matrix", str(CPU_EXAMPLE), "--shard", f"{i}/2", "--parallel", "2",
-                               "--results-dir", str(base / f"s{i}"), env=vllm_cpu)
+                               "--results-dir", str(base / f"s{i}"), env={**vllm_cpu, **LIGHT_BOOT})
     merge = harness_cli("merge", str(only_run_dir(base / "s1")), str(only_run_dir(base / "s2")),
                         "--out", str(base / "merged"))
     return base, procs, merge

@@ -120,6 +120,7 @@ def test_an_unreachable_engine_is_one_clear_line(docker_image, tmp_path):
     assert proc.stderr.strip().startswith("runtime: the docker engine does not answer at unix:///nonexistent")
 
 
+@pytest.mark.slow
 def test_repro_prints_a_command_that_boots_the_same_cell_in_a_shell(docker_image, tmp_path, no_leftovers):
     cell = "image_patched-spec_draft-floor_env"
     port = free_port()

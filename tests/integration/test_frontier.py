@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import LIGHT_BOOT, ROOT
 from tests.integration.conftest import CPU_EXAMPLE, only_run_dir, read_run
 
 pytestmark = pytest.mark.vllm
@@ -36,7 +36,7 @@ def frontier(vllm_cpu, tmp_path_factory):
     # --no-prediction: the search from the upper bound, vLLM's estimate and bisection alone (what `frontier` does when
     # the model cannot be predicted); starting from the prediction is tests/unit/test_frontier_prediction.py
     proc = boot_harness("frontier", "--matrix", str(CPU_EXAMPLE), "--select", "spec=draft,kv=tight", "--hi", "2048",
-                        "--no-prediction", "--results-dir", str(results), "--json", env=vllm_cpu)
+                        "--no-prediction", "--results-dir", str(results), "--json", env={**vllm_cpu, **LIGHT_BOOT})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(proc.stdout), only_run_dir(results), vllm_cpu
 

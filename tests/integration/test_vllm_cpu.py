@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from harness.matrix.load import read_yaml
-from tests.conftest import ROOT
+from tests.conftest import LIGHT_BOOT, ROOT
 from tests.integration.conftest import (CPU_EXAMPLE, harness_cli, interrupt_when_started, only_run_dir,
                                        processes_with, read_run)
 
@@ -151,6 +151,7 @@ def test_ctrl_c_of_a_running_harness_leaves_no_process_and_a_valid_run(vllm_cpu,
     assert not list(results.glob("*/active/*.json"))
 
 
+@pytest.mark.slow
 def test_the_pytest_plugin_runs_cells_as_tests_and_explains_a_mismatch(vllm_cpu, tmp_path):
     doc = read_yaml(CPU_EXAMPLE.read_text())
     doc["expect"] = [{"where": {"spec": "draft", "kv": "tight"}, "outcome": "booted"}]  # wrong on purpose
@@ -160,7 +161,7 @@ def test_the_pytest_plugin_runs_cells_as_tests_and_explains_a_mismatch(vllm_cpu,
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(ROOT / "tests" / "test_boot_matrix.py"),
          "--matrix", str(matrix), "--results-dir", str(results), "-k", "mml2048-spec_draft-kv_tight", "-q"],
-        cwd=ROOT, env={**os.environ, **vllm_cpu}, capture_output=True, text=True, timeout=600)
+        cwd=ROOT, env={**os.environ, **vllm_cpu, **LIGHT_BOOT}, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert "test_cell_meets_its_expectation[mml2048-spec_draft-kv_tight]" in proc.stdout
     assert "expected booted, got refused (kv_insufficient)" in proc.stdout

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
-from tests.conftest import STANDIN_NVML
+from tests.conftest import LIGHT_BOOT, STANDIN_NVML
 from tests.integration.conftest import harness_cli, only_run_dir
 
 
+@pytest.mark.slow
 def test_a_memory_busy_refusal_is_booted_again_after_the_wait_and_recorded_as_held(vllm_cpu, tmp_path):
     m = tmp_path / "busy.yaml"
     m.write_text(yaml.safe_dump({
@@ -22,7 +24,7 @@ def test_a_memory_busy_refusal_is_booted_again_after_the_wait_and_recorded_as_he
         "args": ["--enforce-eager", "--dtype", "float32", "--max-model-len", "2048", "--gpu-memory-utilization", "0.99"],
         "axes": {"kv": {"auto": {}}}, "expect": [{"outcome": "booted"}]}))
     proc = harness_cli("run", "--matrix", str(m), "--results-dir", str(tmp_path / "r"), "--gpu-idle-timeout-s", "2",
-                       env={**vllm_cpu, **STANDIN_NVML, "STANDIN_NVML_HOLD_S": "30"}, timeout=600)
+                       env={**vllm_cpu, **LIGHT_BOOT, **STANDIN_NVML, "STANDIN_NVML_HOLD_S": "30"}, timeout=600)
     assert proc.returncode == 1, proc.stderr[-3000:]
     run_dir = only_run_dir(tmp_path / "r")
     (cell,) = json.loads((run_dir / "results.json").read_text())["cells"]

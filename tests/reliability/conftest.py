@@ -1,6 +1,5 @@
 """What the reliability suite shares: fake-server matrices, a `boot-harness` child process to signal, what is left of
-a run's servers (process groups, containers), and the figures the suite measured (printed at the end of the session,
-and written as JSON to $RELIABILITY_FIGURES when it is set; docs/reliability.md quotes them)."""
+a run's servers (process groups, containers), and `figure` for what the suite measured (tests/figures.py)."""
 
 from __future__ import annotations
 
@@ -20,37 +19,11 @@ from pathlib import Path
 import pytest
 
 from tests import builders
+from tests.figures import figure  # noqa: F401 - the suite's modules take it from here
 from tests.conftest import ROOT, VLLM_CPU_IMAGE as IMAGE, docker_env, vllm_cpu_env
 
 FAKE = ROOT / "tests" / "fakes" / "fake_vllm.py"
 OWNER_LABEL = "boot-harness.owner-pid"
-
-# ---------------------------------------------------------------------------------------------------- the figures
-
-FIGURES: dict[str, list] = defaultdict(list)
-
-
-def figure(key: str, value) -> None:
-    """Keep one measurement (a time to clean, an RSS, a count) for the end-of-session table."""
-    FIGURES[key].append(value)
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    if not FIGURES:
-        return
-    terminalreporter.write_sep("-", "reliability figures")
-    for key in sorted(FIGURES):
-        values = FIGURES[key]
-        nums = [v for v in values if isinstance(v, (int, float))]
-        if nums and len(nums) == len(values):
-            terminalreporter.write_line(f"{key}: n={len(nums)} min={min(nums):.3f} "
-                                        f"median={sorted(nums)[len(nums) // 2]:.3f} max={max(nums):.3f}")
-        else:
-            terminalreporter.write_line(f"{key}: {values}")
-    out = os.environ.get("RELIABILITY_FIGURES")
-    if out:
-        Path(out).write_text(json.dumps(FIGURES, indent=2, sort_keys=True))
-
 
 # ---------------------------------------------------------------------------------------------------- matrices
 

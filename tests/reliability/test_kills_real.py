@@ -50,11 +50,13 @@ def _observed(runtime: str) -> dict:
     return future.result(timeout=1200)
 
 
+@pytest.mark.slow  # its chain of real boots runs in the background lane; alone, the test waits for all of it
 @pytest.mark.vllm
 def test_real_vllm_process_sigkill_gc_sigterm_resume(vllm_cpu):
     _check(ProcessChain, _observed("process"))
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_real_vllm_container_sigkill_sweep_sigterm_resume(docker_image):
     _check(ContainerChain, _observed("docker"))
