@@ -23,9 +23,12 @@ class Expectation:
     outcome: str
     reason: str | None = None
     rule: int = 0
+    #: The verdict must come within this many seconds of the cell's start.
+    within_s: float | None = None
 
-    def matches(self, outcome: str, reason: str | None) -> bool:
-        return outcome == self.outcome and (self.reason is None or reason == self.reason)
+    def matches(self, outcome: str, reason: str | None, verdict_s: float | None = None) -> bool:
+        in_time = self.within_s is None or (verdict_s is not None and verdict_s <= self.within_s)
+        return outcome == self.outcome and (self.reason is None or reason == self.reason) and in_time
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,7 @@ def _selector_problems(matrix: Matrix, selector: Selector, file: str, key: str) 
 def _expectation(rules: list[ExpectRule], assignment: dict[str, str]) -> Expectation | None:
     for i, rule in enumerate(rules):
         if selector_matches(rule.where, assignment):
-            return Expectation(outcome=rule.outcome, reason=rule.reason, rule=i)
+            return Expectation(outcome=rule.outcome, reason=rule.reason, rule=i, within_s=rule.within_s)
     return None
 
 

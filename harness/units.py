@@ -28,7 +28,10 @@ def fmt_tokens(n: float | None) -> str:
 
 
 def fmt_seconds(s: float | None) -> str:
-    return "—" if s is None else f"{s:.1f} s"
+    """`27.1 s`; from 100 s on whole seconds with thousands separators (`1,390 s`): a night's phases stay readable."""
+    if s is None:
+        return "—"
+    return f"{s:,.0f} s" if abs(s) >= 100 else f"{s:.1f} s"
 
 
 _HUMAN = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")

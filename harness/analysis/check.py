@@ -22,10 +22,8 @@ def misses(run: RunResult) -> list[Miss]:
     if run.status != "complete":
         found.append(Miss("", f"the run is {run.status}, not complete (a shard lost, or a run interrupted)"))
     for c in run.cells:
-        got = c.outcome + (f" ({c.reason})" if c.reason else "")
-        if c.matched is False:
-            want = c.expected.outcome + (f" ({c.expected.reason})" if c.expected and c.expected.reason else "")
-            found.append(Miss(c.cell_id, f"{got}, expected {want}"))
+        if (why := c.miss()) is not None:
+            found.append(Miss(c.cell_id, why))
         elif c.outcome == "error":
-            found.append(Miss(c.cell_id, f"{got}: the harness could not boot it"))
+            found.append(Miss(c.cell_id, f"{c.verdict()}: the harness could not boot it"))
     return found

@@ -6,7 +6,9 @@
 - **Across two runs** (`compare RUN_A RUN_B`): cells matched by id. A **regression** is a cell that booted in A and
   did anything else in B, or that newly fails its expectation in B (a cell only B has counts when it mismatches);
   a **fix** is the reverse. Cells found in one run only are listed, and so are KV numbers that moved by more than the
-  tolerance (default 2 %; GiB figures also by more than their 0.01 print unit). `has_regression` decides exit 1.
+  tolerance (default 2 %; GiB figures also by more than their 0.01 print unit). Boot times and phases that became
+  slower beyond the time tolerance (both ways: default 25 % and 30 s) are time regressions (harness.analysis.timing).
+  `has_regression` decides exit 1.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from harness.analysis.kv import (
     human_int,
     length_axis,
 )
+from harness.analysis.timing import DEFAULT_TIME_TOLERANCE, TimeChange, TimeTolerance, time_changes
 from harness.units import fmt_bytes
 from harness.errors import UsageError
 from harness.results.model import CellResult, RunResult
@@ -233,10 +236,13 @@ class RunDiff:
     drift: list[Drift] = field(default_factory=list)
     unchanged: int = 0
     notes: list[str] = field(default_factory=list)
+    time_tolerance: TimeTolerance = DEFAULT_TIME_TOLERANCE
+    slower: list[TimeChange] = field(default_factory=list)
+    faster: list[TimeChange] = field(default_factory=list)
 
     @property
     def has_regression(self) -> bool:
-        return bool(self.regressions)
+        return bool(self.regressions or self.slower)
 
     def to_dict(self) -> dict:
         return {"a": self.a_id, "b": self.b_id, "tolerance": self.tolerance, "has_regression": self.has_regression,
@@ -245,7 +251,10 @@ class RunDiff:
                 "only_in_a": [{"cell_id": c.cell_id, "outcome": c.outcome, "reason": c.reason} for c in self.only_a],
                 "only_in_b": [{"cell_id": c.cell_id, "outcome": c.outcome, "reason": c.reason,
                                "matched": c.matched} for c in self.only_b],
-                "drift": [d.to_dict() for d in self.drift], "unchanged": self.unchanged, "notes": self.notes}
+                "drift": [d.to_dict() for d in self.drift], "unchanged": self.unchanged, "notes": self.notes,
+                "time_tolerance": {"relative": self.time_tolerance.rel, "seconds": self.time_tolerance.abs_s},
+                "time_regressions": [t.to_dict() for t in self.slower],
+                "time_improvements": [t.to_dict() for t in self.faster]}
 
 
 def _state(c: CellResult) -> str:
@@ -258,8 +267,9 @@ def _expect(c: CellResult) -> str:
     return f"expected {c.expected.outcome}" + (f" ({c.expected.reason})" if c.expected.reason else "")
 
 
-def compare_runs(a: RunResult, b: RunResult, tolerance: float = DEFAULT_TOLERANCE) -> RunDiff:
-    diff = RunDiff(a.run_id, b.run_id, tolerance)
+def compare_runs(a: RunResult, b: RunResult, tolerance: float = DEFAULT_TOLERANCE,
+                 time_tolerance: TimeTolerance = DEFAULT_TIME_TOLERANCE) -> RunDiff:
+    diff = RunDiff(a.run_id, b.run_id, tolerance, time_tolerance=time_tolerance)
     if a.matrix.sha256 != b.matrix.sha256:
         diff.notes.append(f"the runs used different matrix files ({a.matrix.name} {a.matrix.sha256[:12]}…, "
                           f"{b.matrix.name} {b.matrix.sha256[:12]}…): cells are matched by id")
@@ -285,6 +295,9 @@ def compare_runs(a: RunResult, b: RunResult, tolerance: float = DEFAULT_TOLERANC
             diff.changed.append(Change(cid, ca, cb, f"{_state(ca)} → {_state(cb)}"))
         else:
             diff.unchanged += 1
+        slower, faster = time_changes(ca, cb, time_tolerance)
+        diff.slower += slower
+        diff.faster += faster
         same_outcome = ca.outcome == cb.outcome
         for name, get, unit, unit_abs in _DRIFT:
             va, vb = get(ca), get(cb)

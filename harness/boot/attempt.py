@@ -15,6 +15,7 @@ from harness.boot.signals import signals_held
 from harness.cells import Cell
 from harness.errors import CellStartError
 from harness.logfacts import LogParser
+from harness.logfacts.timeline import Timeline
 from harness.masking import Masker, secret_values
 from harness.predict.cell import predict_cell
 from harness.matrix.load import LoadedMatrix
@@ -26,6 +27,7 @@ from harness.verdict import Decision, Evidence, decide
 from harness.watch.events import ThreadedEvents
 from harness.watch.logsink import LogSink
 from harness.watch.loop import Observation, Watch, WatchConfig
+from harness.watch.timeline import TimelineRecorder
 
 
 class Observer(Protocol):
@@ -79,11 +81,13 @@ class CellRunner:
         masker = Masker(self.base_masker_values | secret_values(cell.env, cell.server_args))
         work = scratch.claim(self.store.work_dir(cell.id))
         gpus = attempt.gpus
+        started_at, t0 = now(), time.monotonic()
+        timeline = TimelineRecorder(time.monotonic, t0)
         ctx = CellContext(run_dir=self.store.run_dir, work_dir=work, masker=masker, matrix_dir=self.loaded.base_dir,
+                          mark=timeline.mark,
                           labels={"boot-harness.run": self.store.run.run_id, "boot-harness.cell": cell.id},
                           gpu_ids=None if gpus is None or not attempt.assigned else [g.id or str(g.index) for g in gpus])
         sink = LogSink(self.store.log_path(cell.id), masker, echo=self.echo)
-        started_at, t0 = now(), time.monotonic()
         events = ThreadedEvents()
         server: Server | None = None
         watch: Watch | None = None
@@ -100,7 +104,7 @@ class CellRunner:
             else:
                 argv = server.argv
                 sink.note("argv: " + " ".join(masker.argv(argv)))
-                watch = Watch(server, events, sink, self.config, started_at=t0)
+                watch = Watch(server, events, sink, self.config, started_at=t0, timeline=timeline)
                 seen = watch.run()
         finally:
             exit_code = None
@@ -116,10 +120,15 @@ class CellRunner:
         decision = decide(Evidence(finding=seen.finding if seen else None, start_error=start_error,
                                    oom_killed=bool(container and container.oom_killed),
                                    retried_busy=attempt.number > 1, gpus_not_idle=attempt.gpus_not_idle))
-        return self._result(cell, decision, seen, exit_code, server, argv, masker, sink, started_at, t0, attempt)
+        decided_at = t0 + seen.verdict_s if seen and seen.verdict_s is not None else time.monotonic()
+        facts = seen.facts if seen else LogParser().facts
+        record = timeline.timeline(facts.timeline.durations, decided_at, facts.skipped(argv))
+        return self._result(cell, decision, seen, exit_code, server, argv, masker, sink, started_at, t0, attempt,
+                            record)
 
     def _result(self, cell: Cell, d: Decision, seen: Observation | None, exit_code: int | None, server: Server | None,
-                argv: list[str], masker: Masker, sink: LogSink, started_at, t0: float, attempt: Attempt) -> CellResult:
+                argv: list[str], masker: Masker, sink: LogSink, started_at, t0: float, attempt: Attempt,
+                timeline: Timeline) -> CellResult:
         facts = seen.facts if seen else LogParser().facts
         code = seen.exit_code if seen and seen.exit_code is not None else exit_code
         read = getattr(self.runtime, "read_server_file", None)
@@ -129,12 +138,15 @@ class CellRunner:
             cell_id=cell.id, axes=dict(cell.axes), runtime=self.runtime.name, argv=masker.argv(argv),
             env=masker.env(cell.env),
             outcome=d.outcome.value, reason=d.reason.value, detail=masker(d.detail),
-            expected=Expected(outcome=cell.expected.outcome, reason=cell.expected.reason) if cell.expected else None,
-            matched=cell.expected.matches(d.outcome.value, d.reason.value) if cell.expected else None,
+            expected=Expected(outcome=cell.expected.outcome, reason=cell.expected.reason,
+                              within_s=cell.expected.within_s) if cell.expected else None,
+            matched=cell.expected.matches(d.outcome.value, d.reason.value, seen.verdict_s if seen else None)
+            if cell.expected else None,
             exit_code=code,
             timings=Timings(ready_s=seen.ready_s, ready_line_s=seen.ready_line_s, event_s=seen.event_s,
                             verdict_s=seen.verdict_s, total_s=round(time.monotonic() - t0, 3)) if seen
             else Timings(total_s=round(time.monotonic() - t0, 3)),
+            timeline=timeline,
             kv=facts.kv, refusal=facts.refusal.model_copy(update={"message": masker(facts.refusal.message)})
             if facts.refusal else None,
             prediction=prediction, vllm_version=facts.vllm_version, log_path=str(self.store.log_path(cell.id).relative_to(self.store.run_dir)),

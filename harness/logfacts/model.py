@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .timeline import Milestone, Timeline, skipped
+
 RefusalKind = Literal[
     "kv_insufficient",
     "no_cache_memory",
@@ -100,6 +102,15 @@ class LogFacts(BaseModel):
     that is not a known refusal, e.g. `RuntimeError: Insufficient space in /dev/shm …`."""
     lines: int = 0
     """Physical lines fed."""
+    timeline: Timeline = Field(default_factory=Timeline)
+    """The phases the log shows: milestones in seconds since its first timestamp (1 s resolution; a line without a
+    time takes the last one before it), the durations vLLM printed, and the phase the log ended in."""
+    enforce_eager: bool | None = None
+    """Whether the engine ran eager (no torch.compile, no graphs), when its config line or a warning says so."""
+
+    def skipped(self, argv: list[str]) -> frozenset[Milestone]:
+        """The milestones this boot will not pass (naming the phase a server is in never names one of them)."""
+        return skipped("--enforce-eager" in argv or bool(self.enforce_eager), self.kv.device)
 
 
 class Signal(str, enum.Enum):

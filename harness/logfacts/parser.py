@@ -13,9 +13,11 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from . import patterns as p
+from . import phases
 from .classify import classify_refusal, keep_first_specific
 from .model import KvFacts, LogFacts, Refusal, Signal
-from .text import MAX_LINE_CHARS, clean_line, segments
+from .text import MAX_LINE_CHARS, segments, split_line
+from .timeline import Milestone, Timeline, phase_at, skipped
 
 MAX_READY_LINES = 32
 """Readiness lines kept: a server logs a handful; the cap only bounds memory on a pathological log."""
@@ -24,6 +26,9 @@ _READ_CHUNK = 1 << 16
 _MAX_LINE_BYTES = MAX_LINE_CHARS * 4  # a UTF-8 character is at most 4 bytes
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 _SIGNAL_RANK = {Signal.NONE: 0, Signal.READY: 1, Signal.REFUSAL: 2}
+#: Lines read in full while the log has shown no timestamp yet (its zero for `facts`); past them a log without any
+#: is not searched for one line by line.
+_STAMP_SEARCH_LINES = 200
 
 
 def _coerce(line: Any) -> str:
@@ -49,6 +54,7 @@ class LogParser:
         self._refusal: Refusal | None = None
         self._ready: list[str] = []
         self._error_line: str | None = None
+        self._phases = phases.PhaseReader()
 
     def feed(self, line: str) -> Signal:
         """Take one physical line; say whether it is a refusal, a readiness line, or neither. Never raises."""
@@ -57,16 +63,30 @@ class LogParser:
             text = _coerce(line)
             if len(text) > MAX_LINE_CHARS:
                 text = text[:MAX_LINE_CHARS]
-            if not p.mentions_keyword(text):
+            first = not self._phases.reached(Milestone.first_line) and bool(text.strip())
+            engine = "EngineCore" in text and not self._phases.reached(Milestone.engine_started)
+            unstamped = not self._phases.has_origin and self._lines <= _STAMP_SEARCH_LINES
+            if not (first or engine or unstamped or p.mentions_keyword(text) or phases.mentions_keyword(text)):
                 return Signal.NONE
             signal = Signal.NONE
             for segment in segments(text):
-                seen = self._feed_message(*clean_line(segment))
+                parts = split_line(segment)
+                self._phases.stamp(parts.stamp)
+                if first:
+                    self._phases.mark(Milestone.first_line)
+                    first = False
+                if parts.process.startswith("(EngineCore") and not self._phases.reached(Milestone.engine_started):
+                    self._phases.mark(Milestone.engine_started)
+                seen = self._feed_message(parts.level, parts.message, parts.process)
                 if _SIGNAL_RANK[seen] > _SIGNAL_RANK[signal]:
                     signal = seen
             return signal
         except Exception:  # noqa: BLE001 - a log line must never break the watcher; an unparsed line is just noise
             return Signal.NONE
+
+    def take_milestones(self) -> list[Milestone]:
+        """The milestones the lines fed since the last call reached (or moved): a watcher times them itself."""
+        return self._phases.take_milestones()
 
     @property
     def facts(self) -> LogFacts:
@@ -78,11 +98,21 @@ class LogParser:
             ready_lines=list(self._ready),
             error_line=self._error_line,
             lines=self._lines,
+            timeline=self._log_timeline(),
+            enforce_eager=self._phases.eager,
         )
+
+    def _log_timeline(self) -> Timeline:
+        """The timeline as the log's own timestamps tell it: the phase is where the log stopped."""
+        at = self._phases.log_milestones()
+        end = self._phases.log_elapsed()
+        skip = skipped(bool(self._phases.eager), self._kv.get("device"))  # type: ignore[arg-type]
+        return Timeline(milestones=at, durations=self._phases.durations,
+                        phase=phase_at(at, end, skip) if end is not None else None)
 
     # --- one message ---------------------------------------------------------------------------------------------
 
-    def _feed_message(self, level: str | None, msg: str) -> Signal:
+    def _feed_message(self, level: str | None, msg: str, process: str = "") -> Signal:
         if not msg:
             return Signal.NONE
         refusal = classify_refusal(msg, level)
@@ -97,9 +127,11 @@ class LogParser:
             for needle, extract in _EXTRACTORS:
                 if needle in msg:
                     extract(self, msg)
+            self._phases.feed(process, msg)
         if ("Starting vLLM" in msg or "Application startup complete" in msg) and p.READY.search(msg):
             if len(self._ready) < MAX_READY_LINES:
                 self._ready.append(msg[:MAX_LINE_CHARS])
+            self._phases.mark(Milestone.listening)
             return Signal.READY
         return Signal.NONE
 

@@ -8,6 +8,7 @@ pydantic errors carry none of it. Matching on the bare message keeps each fact p
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 MAX_LINE_CHARS = 64 * 1024
 """Longer lines are cut before matching: no real fact line is near this, and it bounds the work per line."""
@@ -24,8 +25,9 @@ _LEADING_DECOR = re.compile(
 )
 _HEADER = re.compile(
     r"""\A(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)
-        (?:\s+\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}(?:[.,]\d+)?   # vLLM: LEVEL MM-DD HH:MM:SS
-           (?:\s+\[[^\]\n]{0,300}\])?                        #        [file.py:123]
+        (?:\s+(?P<stamp>\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)   # vLLM: LEVEL MM-DD HH:MM:SS
+           (?:\s+\[[^\]\n]{0,300}\]                        #        [file.py:123]
+            |\s+[\w.\-]{1,200}:\d{1,7}\])?                   #        file.py:123] (V0, up to 0.7)
          |:                                                  # uvicorn: INFO:     Application startup complete.
         )\s?""",
     re.VERBOSE,
@@ -43,18 +45,37 @@ def segments(line: str) -> list[str]:
     return [part for part in _SEGMENT_SPLIT.split(line) if part]
 
 
-def clean_line(line: str) -> tuple[str | None, str]:
-    """Return ``(level, message)``: level is None when the line had no log header (tracebacks, pydantic errors)."""
+class Line(NamedTuple):
+    """One physical line taken apart."""
+
+    process: str
+    """The process prefix as printed ("(EngineCore_DP0 pid=7)", "[rank1]:"), "" when none: which rank said it."""
+    level: str | None
+    """None when the line had no log header (tracebacks, pydantic errors)."""
+    stamp: str | None
+    """The header's "MM-DD HH:MM:SS[.fff]", when it has one."""
+    message: str
+
+
+def split_line(line: str) -> Line:
     if "\x1b" in line:
         line = _ANSI.sub("", line).replace("\x1b", "")
+    process = ""
     decor = _LEADING_DECOR.match(line)
     if decor:
+        process = " ".join(decor.group().split())
         line = line[decor.end():]
     else:
         line = line.lstrip()
-    level = None
+    level = stamp = None
     header = _HEADER.match(line)
     if header:
-        level = header.group("level")
+        level, stamp = header.group("level"), header.group("stamp")
         line = line[header.end():]
-    return level, line.strip()
+    return Line(process, level, stamp, line.strip())
+
+
+def clean_line(line: str) -> tuple[str | None, str]:
+    """Return ``(level, message)``: level is None when the line had no log header (tracebacks, pydantic errors)."""
+    parts = split_line(line)
+    return parts.level, parts.message

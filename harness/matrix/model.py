@@ -153,8 +153,18 @@ class ExpectRule(_Strict):
     outcome: Outcome
     reason: ReasonName | None = Field(None, description="one of the catalogue's reasons for `outcome` "
                                                         "(harness.verdict.catalogue; docs/results.md)")
+    within_s: float | None = Field(None, gt=0, allow_inf_nan=False,
+                                   description="the verdict must come within this many seconds of the cell's start: "
+                                               "a slower boot (or refusal) does not match")
 
     _where = field_validator("where", mode="before")(lambda v: _normalize_selector(v))
+
+    @field_validator("within_s", mode="before")
+    @classmethod
+    def _seconds(cls, v: Any) -> Any:
+        if isinstance(v, bool) or (v is not None and not isinstance(v, (int, float))):
+            raise ValueError("must be a number of seconds")
+        return v
 
     @field_validator("reason", mode="before")
     @classmethod

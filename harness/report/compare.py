@@ -5,6 +5,7 @@ from __future__ import annotations
 from harness.analysis.compare import Change, Pair, RunDiff
 from harness.report.style import STYLE
 from harness.results.model import CellResult
+from harness.units import fmt_seconds
 
 def _o(c: CellResult | None) -> str:
     if c is None:
@@ -55,7 +56,8 @@ def render_diff(d: RunDiff):
 
     out: list = [Text(f"{d.a_id} → {d.b_id}: {len(d.regressions)} regression(s), {len(d.fixes)} fix(es), "
                       f"{len(d.changed)} other change(s), {d.unchanged} unchanged, {len(d.only_a)} only in A, "
-                      f"{len(d.only_b)} only in B, {len(d.drift)} KV number(s) drifted beyond {d.tolerance:.1%}",
+                      f"{len(d.only_b)} only in B, {len(d.drift)} KV number(s) drifted beyond {d.tolerance:.1%}, "
+                      f"{len(d.slower)} time regression(s) beyond {d.time_tolerance.describe()}",
                       style="bold")]
     for n in d.notes:
         out.append(Text(f"note: {n}", style="yellow"))
@@ -77,6 +79,16 @@ def render_diff(d: RunDiff):
         if cells:
             out.append(Text(""))
             out.append(Text(f"{title}: " + ", ".join(f"{c.cell_id} ({c.outcome})" for c in cells)))
+    for title, items, style in ((f"TIME REGRESSIONS beyond {d.time_tolerance.describe()}", d.slower, "bold red"),
+                                (f"faster beyond {d.time_tolerance.describe()}", d.faster, "bold green")):
+        if items:
+            t = Table(title=title, title_justify="left", title_style=style, box=None, pad_edge=False)
+            for col in ("cell", "what", "A", "B", "change"):
+                t.add_column(col, justify="right" if col in ("A", "B", "change") else "left", overflow="fold")
+            for x in items:
+                t.add_row(x.cell_id, x.what, fmt_seconds(x.a_s), fmt_seconds(x.b_s),
+                          f"{x.rel:+.0%}" if x.rel is not None else "from 0")
+            out.extend([Text(""), t])
     if d.drift:
         t = Table(title=f"KV drift beyond {d.tolerance:.1%}", title_justify="left", title_style="bold", box=None,
                   pad_edge=False)

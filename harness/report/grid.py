@@ -20,6 +20,7 @@ from harness.errors import UsageError
 from harness.results.model import CellResult, RunResult
 from harness.results.store import load_run
 from harness.report.style import SYMBOL
+from harness.report.timeline import time_summary
 
 DEFAULT_SPLIT = "image"
 RICH_STYLE = {"booted": "bold green", "refused": "bold yellow", "crashed": "bold red", "timeout": "bold magenta",
@@ -44,7 +45,8 @@ def inconsistent(k: CellKv) -> bool:
 NUMBERS_LEGEND = ("cap: the KV pool the engine may use; need: what one request of max_model_len needs; "
                   "tok: the KV cache's size in tokens; 1.50x: vLLM's maximum concurrency, how many requests of "
                   "max_model_len the KV cache holds at once; est. max: vLLM's estimated maximum model length "
-                  "for the memory it had; ⚠: the numbers contradict the outcome")
+                  "for the memory it had; ⚠: the numbers contradict the outcome; ⏱: seconds from the cell's start to the "
+                  "verdict and the phase that took longest (a timeout: the phase it stalled in)")
 
 
 def key_numbers(k: CellKv) -> list[str]:
@@ -63,6 +65,8 @@ def key_numbers(k: CellKv) -> list[str]:
         out.append(f"est. max {c.refusal.estimated_max_model_len:,}")
     elif c.refusal is not None and c.refusal.kind == "max_len_exceeds_model" and c.refusal.derived_max_model_len:
         out.append(f"model limit {c.refusal.derived_max_model_len:,}")
+    if (t := time_summary(c)) is not None:
+        out.append(t)
     return out
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from harness.analysis.fit import Analysis
 from harness.units import fmt_bytes
 from harness.report.grid import NUMBERS_LEGEND, Grid, expectation_mark, inconsistent, key_numbers
+from harness.report import timeline
 from harness.report.style import SYMBOL
 from harness.results.model import RunResult
 
@@ -52,7 +53,7 @@ figure{margin:12px 0}figure img{max-width:100%;border:1px solid #e0e0e0}
 def _css() -> str:
     rules = "".join(f"td.cell.{o}{{background:{bg}}}td.cell.{o} .outcome{{color:{fg}}}"
                     f".legend .{o}{{background:{bg};color:{fg}}}" for o, (bg, fg) in COLOURS.items())
-    return CSS.replace("%OUTCOMES%", rules)
+    return CSS.replace("%OUTCOMES%", rules) + timeline.CSS
 
 
 def _cell_td(g: Grid, row: str, col: tuple[str, ...]) -> str:
@@ -140,6 +141,7 @@ def render_html(run: RunResult, grids: list[Grid], analysis: Analysis | None, pn
         body.append(f'<figure><img id="kv-plot" alt="KV need and cap against max_model_len" '
                     f'src="data:image/png;base64,{b64}"><figcaption>KV need (red) and cap (blue) against the length; '
                     "filled markers booted, open ones did not; dashed lines are the fits.</figcaption></figure>")
+    body.append(timeline.html(run))
     if analysis is not None:
         body.append(_analysis_html(analysis))
     for n in notes or []:

@@ -18,14 +18,18 @@ from harness.units import fmt_bytes, fmt_seconds, fmt_tokens
 
 
 def _verdict(r: CellResult) -> str:
-    return r.outcome + (f" ({r.reason})" if r.reason else "")
+    return r.verdict()
+
+
+def _longest(r: CellResult) -> str:
+    slow = r.timeline.longest()
+    return "—" if slow is None else f"{slow.name} {fmt_seconds(slow.seconds)}"
 
 
 def _expected(r: CellResult) -> str:
-    if r.expected is None:
+    if r.expected is None or r.matched is None:
         return "no expectation"
-    want = r.expected.outcome + (f" ({r.expected.reason})" if r.expected.reason else "")
-    return {True: "matched", False: f"MISMATCH: expected {want}", None: "no expectation"}[r.matched]
+    return "matched" if r.matched else f"MISMATCH: {r.miss()}"
 
 
 def _times(r: CellResult) -> str:
@@ -33,6 +37,8 @@ def _times(r: CellResult) -> str:
     verdict = "verdict —" if t.verdict_s is None else f"verdict {fmt_seconds(t.verdict_s)} after start"
     if t.total_s is not None and t.verdict_s is not None:
         verdict += f", teardown {fmt_seconds(max(0.0, t.total_s - t.verdict_s))}"
+    if (slow := r.timeline.longest()) is not None:
+        verdict += f" — longest phase: {slow.name} {fmt_seconds(slow.seconds)}"
     return verdict
 
 
@@ -69,6 +75,7 @@ class LiveProgress:
         table.add_column("cell", overflow="fold")
         table.add_column("state", overflow="fold")
         table.add_column("verdict after start", justify="right")
+        table.add_column("longest phase", overflow="fold")
         for c in self.cells:
             st = self.state[c.id]
             r = self.results.get(c.id)
@@ -77,7 +84,7 @@ class LiveProgress:
             else:
                 el = fmt_seconds(r.timings.verdict_s) if r else ""
             shown = f"[{STYLE[r.outcome]}]{_verdict(r)}[/]" if r else st
-            table.add_row(c.id, shown, el)
+            table.add_row(c.id, shown, el, _longest(r) if r else "")
         return table
 
     def _say(self, text: str) -> None:
@@ -117,14 +124,15 @@ def summary(run: RunResult, console: Console) -> RenderableType | str:
                          f"KV tokens {tokens} — {_times(r)}")
         return "\n".join(lines)
     table = Table(title=f"run {run.run_id} ({run.status})")
-    for col in ("cell", "verdict", "expected", "KV needed", "KV pool", "KV tokens", "verdict after start"):
+    for col in ("cell", "verdict", "expected", "KV needed", "KV pool", "KV tokens", "verdict after start",
+                "longest phase"):
         table.add_column(col, overflow="fold", justify="right" if col.startswith("KV") or col.startswith("verdict a")
                          else "left")
     for r in run.cells:
         need, cap, tokens = _numbers(r, axis)
         mark = {True: "[green]✓[/] ", False: "[red]✗[/] ", None: ""}[r.matched]
         table.add_row(r.cell_id, f"[{STYLE[r.outcome]}]{_verdict(r)}[/]", mark + _expected(r), need, cap, tokens,
-                      fmt_seconds(r.timings.verdict_s))
+                      fmt_seconds(r.timings.verdict_s), _longest(r))
     return table
 
 

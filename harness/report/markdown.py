@@ -6,6 +6,7 @@ from __future__ import annotations
 from harness.analysis.fit import Analysis
 from harness.units import fmt_bytes
 from harness.report.grid import NUMBERS_LEGEND, Grid, expectation_mark, key_numbers
+from harness.report import timeline
 from harness.results.model import RunResult
 
 BADGE = {"booted": "🟢", "refused": "🟡", "crashed": "🔴", "timeout": "🟣", "error": "⛔"}
@@ -81,6 +82,7 @@ def render_markdown(run: RunResult, grids: list[Grid], analysis: Analysis | None
         lines += [f"<sub>{_esc(NUMBERS_LEGEND)}</sub>", ""]
     if plot_link:
         lines += [f"![KV need and cap against max_model_len]({plot_link})", ""]
+    lines += timeline.markdown(run)
     if analysis is not None:
         lines += _analysis_md(analysis)
     for n in notes or []:

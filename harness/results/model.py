@@ -8,8 +8,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.logfacts import KvFacts, Refusal
+from harness.logfacts.timeline import Timeline
 from harness.matrix.model import Outcome
 from harness.predict.prediction import PredictionRecord
+from harness.units import fmt_seconds
 from harness.verdict.catalogue import OUTCOME_MEANINGS, REASONS, ReasonName
 
 #: The catalogue, as the schema's descriptions say it.
@@ -26,6 +28,12 @@ class _Record(BaseModel):
 class Expected(_Record):
     outcome: Outcome
     reason: ReasonName | None = None
+    within_s: float | None = Field(None, description="the verdict had to come within this many seconds")
+
+    def describe(self) -> str:
+        """`booted`, `refused (kv_insufficient)`, `booted within 900 s`."""
+        return self.outcome + (f" ({self.reason})" if self.reason else "") + \
+            (f" within {fmt_seconds(self.within_s)}" if self.within_s is not None else "")
 
 
 class Timings(_Record):
@@ -84,6 +92,9 @@ class CellResult(_Record):
     matched: bool | None = Field(None, description="null when the cell has no expectation")
     exit_code: int | None = None
     timings: Timings = Timings()
+    timeline: Timeline = Field(default_factory=Timeline, description="where the boot's time went: milestones on the "
+                               "harness's clock (seconds since the cell started), the durations vLLM logged, and the "
+                               "phase the verdict came in (docs/results.md)")
     kv: KvFacts = KvFacts()
     refusal: Refusal | None = None
     prediction: PredictionRecord | None = Field(
@@ -103,6 +114,23 @@ class CellResult(_Record):
         False, description="an earlier attempt was refused with gpu_memory_busy while memory was still held (not the "
                            "configuration's verdict); it was discarded, its log kept as logs/<cell_id>.attempt1.log, "
                            "and the cell booted once more after the idle wait")
+
+    def verdict(self) -> str:
+        """`refused (kv_insufficient)`."""
+        return self.outcome + (f" ({self.reason})" if self.reason else "")
+
+    def miss(self) -> str | None:
+        """Why the cell missed its expectation, in one line; None when it matched or had none. A verdict that came
+        too late names the phase that took longest."""
+        if self.matched is not False or self.expected is None:
+            return None
+        want = self.expected
+        if self.outcome != want.outcome or (want.reason is not None and self.reason != want.reason):
+            return f"{self.verdict()}, expected {want.describe()}"
+        took = self.timings.verdict_s
+        slow = self.timeline.longest()
+        return (f"{self.verdict()} after {fmt_seconds(took)}, expected within {fmt_seconds(want.within_s)}"
+                + (f": longest phase {slow.name} ({fmt_seconds(slow.seconds)})" if slow else ""))
 
 
 class MatrixRef(_Record):

@@ -12,11 +12,18 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from harness.cells import Cell
+from harness.logfacts.timeline import Milestone
 from harness.results.model import AppliedPatch, ContainerInfo
 from harness.masking import Masker
 
 #: Called by the runtime's reader thread with each physical log line (no trailing newline), then once with None at EOF.
 LineSink = Callable[[str | None], None]
+#: Told when a milestone the runtime sees happened (the image present, the server started), at the moment it happens.
+MilestoneSink = Callable[[Milestone], None]
+
+
+def _unmarked(milestone: Milestone) -> None:
+    pass
 
 
 @dataclass
@@ -30,6 +37,8 @@ class CellContext:
     labels: dict[str, str] = field(default_factory=dict)
     #: GPUs the scheduler gave this cell (device indices or ids); None means the matrix's own `gpus` request.
     gpu_ids: list[str] | None = None
+    #: Where the runtime reports `pulled` and `started` (the cell's timeline).
+    mark: MilestoneSink = _unmarked
 
 
 @runtime_checkable

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from harness.cells import Cell
 from harness.errors import CellStartError, RuntimeUnavailable, UsageError
+from harness.logfacts.timeline import Milestone
 from harness.matrix.load import LoadedMatrix
 from harness.matrix.model import Mount, PatchSpec
 from harness.results.model import AppliedPatch, ContainerInfo
@@ -335,6 +336,7 @@ class ContainerRuntime:
 
     def start(self, cell: Cell, ctx: CellContext, on_line: LineSink) -> ContainerServer:
         image_id, repo_digest = self.resolve_image(cell.image)
+        ctx.mark(Milestone.pulled)
         try:
             kept = self._kept_patches(cell, ctx.run_dir / "patches" / cell.id)
         except (PatchError, UsageError) as exc:
@@ -367,6 +369,7 @@ class ContainerRuntime:
             except Exception:  # noqa: BLE001
                 pass
             raise CellStartError(f"the {self.engine} engine could not start the container: {exc}") from None
+        ctx.mark(Milestone.started)
         wrapped = tc.get_wrapped_container()
         threading.Thread(target=pump_chunks, args=(log_stream(wrapped), on_line), daemon=True,
                          name=f"log-{cell.id}").start()

@@ -23,11 +23,29 @@ from typing import Literal
 
 from harness.cells import Cell
 from harness.errors import CellStartError
+from harness.logfacts.timeline import Milestone
 from harness.results.model import AppliedPatch, ContainerInfo
 from harness.runtime.base import CellContext, LineSink, read_host_file
 
 HOST = "127.0.0.1"
 _HEADER = "(EngineCore pid=1) {level} 12-01 10:00:{sec:02d} [fake.py:1] "
+
+
+def _line(sec: int, text: str, process: str = "(EngineCore pid=1)") -> str:
+    return f"{process} INFO 12-01 10:00:{sec:02d} [fake.py:1] {text}"
+
+
+#: (milestone the line ends, the line) for Script.full_boot: vLLM 0.32's wording, one rank, a compiled model.
+BOOT_LINES: tuple[tuple[str, str], ...] = (
+    ("first_line", _line(0, "non-default args: {'model': 'fake'}", "(APIServer pid=1)")),
+    ("engine_started", _line(1, "Initializing a V1 LLM engine (v0.32.0) with config: model='fake', enforce_eager=False")),
+    ("weights_loaded", _line(2, "Model loading took 14.99 GiB memory and 5.100000 seconds", "(Worker pid=2)")),
+    ("compiled", _line(3, "torch.compile takes 21.50 s in total", "(Worker pid=2)")),
+    ("kv_sized", _line(4, "GPU KV cache size: 10,720 tokens, Maximum concurrency for 4,096 tokens per request: 2.62x")),
+    ("graphs_captured", _line(5, "Graph capturing finished in 12 secs, took 0.52 GiB", "(Worker pid=2)")),
+    ("engine_ready", _line(6, "init engine (profile, create kv cache, warmup model) took 41.20 s")),
+    ("listening", _line(7, "Starting vLLM server on http://127.0.0.1:8000", "(APIServer pid=1)")),
+)
 
 
 @dataclass(frozen=True)
@@ -65,6 +83,17 @@ class Script:
     def crashed(cls, exit_code: int = 3) -> Script:
         return cls((_HEADER.format(level="ERROR", sec=3) + "RuntimeError: something unforeseen",), then="exit",
                    exit_code=exit_code)
+
+    @classmethod
+    def full_boot(cls, line_delay_s: float = 0.0, until: str | None = None) -> Script:
+        """A GPU boot of vLLM 0.32 line by line, one line per phase (BOOT_LINES); with `until` (a milestone's name)
+        the server logs the lines before that milestone's and then hangs in its phase."""
+        lines = []
+        for milestone, text in BOOT_LINES:
+            if milestone == until:
+                return cls(tuple(lines), then="hang", line_delay_s=line_delay_s)
+            lines.append(text)
+        return cls(tuple(lines), line_delay_s=line_delay_s)
 
     @classmethod
     def hangs(cls) -> Script:
@@ -201,6 +230,7 @@ class FakeRuntime:
         if script.start_error:
             raise CellStartError(script.start_error)
         time.sleep(0)  # a real start yields; keep the ordering of threads realistic
+        ctx.mark(Milestone.started)
         return FakeServer(cell, script, on_line)
 
     def command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> list[str]:

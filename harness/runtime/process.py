@@ -22,6 +22,7 @@ from pathlib import Path
 
 from harness.cells import Cell
 from harness.errors import CellStartError, RuntimeUnavailable
+from harness.logfacts.timeline import Milestone
 from harness.results.model import AppliedPatch, ContainerInfo
 from harness.runtime import scratch
 from harness.runtime.base import CellContext, LineSink, read_host_file
@@ -220,6 +221,7 @@ class ProcessRuntime:
             )
         except OSError as exc:
             raise CellStartError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
+        ctx.mark(Milestone.started)
         pid_file = pid_dir / f"{cell.id}.json"
         pid_file.write_text(json.dumps({"runtime": "process", "pgid": proc.pid, "owner_pid": os.getpid(),
                                         "cell_id": cell.id, "server_id": env[SERVER_ID_VAR]}))

@@ -18,11 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.logfacts import LogFacts, LogParser, Signal
+from harness.logfacts.timeline import Milestone, PhaseAt
+from harness.units import fmt_seconds
 from harness.runtime.base import Server
 from harness.verdict.policy import Finding, FindingKind
 from harness.watch.events import Clock, Event, EventQueue
 from harness.watch.health import HealthPoller, ProbeResult, probe_completion
 from harness.watch.logsink import LogSink
+from harness.watch.timeline import TimelineRecorder
 
 #: After the server exited, how long to wait for the last lines still in the pipe.
 DRAIN_S = 3.0
@@ -79,10 +82,12 @@ class Watch:
 
     def __init__(self, server: Server, events: EventQueue, sink: LogSink, config: WatchConfig,
                  clock: Clock = time.monotonic, poller: PollerFactory | None = None, prober: Prober = probe_completion,
-                 started_at: float | None = None):
+                 started_at: float | None = None, timeline: TimelineRecorder | None = None):
         self.server, self.events, self.sink, self.config = server, events, sink, config
         self.clock = clock
         self.start = clock() if started_at is None else started_at
+        #: The cell's milestones: the runtime marked its own before the watch began; lines, /health and the probe here.
+        self.timeline = timeline or TimelineRecorder(clock, self.start)
         self.deadline = self.start + config.timeout_s
         self.parser = LogParser()
         self._poller_factory = poller or _default_poller(config)
@@ -116,12 +121,20 @@ class Watch:
     def _take(self, ev: Event) -> Signal:
         if ev.kind == "line":
             self.sink.write(ev.text or "")
-            return self.parser.feed(ev.text or "")
+            signal = self.parser.feed(ev.text or "")
+            for milestone in self.parser.take_milestones():
+                self.timeline.mark(milestone, ev.t)  # when the line arrived, on our clock
+            return signal
         if ev.kind == "eof":
             self.eof = True
         elif ev.kind == "exit":
             self.exit_code = ev.code
         return Signal.NONE
+
+    def phase(self, t: float) -> PhaseAt:
+        """Where the server is at `t`; the phases this boot skips (graphs under --enforce-eager or on a CPU, compile
+        under --enforce-eager) are never named."""
+        return self.timeline.phase(t, self.parser.facts.skipped(self.server.argv))
 
     def _refusal_found(self, t: float) -> Observation:
         refusal = self.parser.facts.refusal
@@ -155,11 +168,13 @@ class Watch:
             # Our own server exited around its first 200: a crash, whoever answered. `stale_server` would say that our
             # server was fine and someone else's was in the way.
             return self._exited_after_health(code, "right after /health answered 200", t)
+        self.timeline.mark(Milestone.healthy, t)
         if not self.config.probe:
             return self._found("healthy", "/health answered 200", t, ready_t=t)
         remaining = max(1.0, self.deadline - self.clock())
         result = self._probe(min(self.config.probe_timeout_s, remaining))
         if result.ok:
+            self.timeline.mark(Milestone.served)
             return self._found("healthy", f"/health answered 200; {result.detail}", t, ready_t=t)
         self.sink.note(f"probe failed: {result.detail}")
         code = self.exit_code if self.exit_code is not None else self.server.wait(0)
@@ -227,7 +242,8 @@ class Watch:
         while True:
             now = self.clock()
             if now >= self.deadline:
-                return self._found("deadline", f"no verdict within {self.config.timeout_s:g} s", self.deadline)
+                return self._found("deadline", f"no verdict within {fmt_seconds(self.config.timeout_s)}: "
+                                   f"{self.phase(self.deadline).describe()}", self.deadline)
             ev = self._next(min(SLICE_S, self.deadline - now))
             if ev is None:
                 continue

@@ -1,0 +1,97 @@
+"""Boot time across two runs: which cells (and which of their phases) became slower, and which faster.
+
+A boot's time is noisy — a shared runner, a cold page cache — so a change counts only when it is beyond *both* a
+relative and an absolute tolerance (`25%,30s`): 30 s more on a 40-minute boot is noise, and so is 40 % more on a
+2-second phase. Only cells with the same outcome in both runs are compared (a refusal is not a faster boot).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from harness.errors import UsageError
+from harness.results.model import CellResult
+from harness.units import fmt_seconds
+
+BOOT = "boot"
+"""The `what` of a whole cell's verdict time, beside its phases' names."""
+
+
+@dataclass(frozen=True)
+class TimeTolerance:
+    rel: float = 0.25
+    abs_s: float = 30.0
+
+    def exceeded(self, a: float, b: float) -> bool:
+        d = abs(b - a)
+        return d > self.abs_s and d > self.rel * abs(a)
+
+    def describe(self) -> str:
+        return f"{self.rel:.0%} and {fmt_seconds(self.abs_s)}"
+
+
+DEFAULT_TIME_TOLERANCE = TimeTolerance()
+
+_PART = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|s)\s*$")
+
+
+def parse_time_tolerance(text: str) -> TimeTolerance:
+    """`25%,30s` (either order; one part keeps the other's default) → TimeTolerance(0.25, 30)."""
+    rel, abs_s = DEFAULT_TIME_TOLERANCE.rel, DEFAULT_TIME_TOLERANCE.abs_s
+    parts = [p for p in str(text).split(",")]
+    if not 1 <= len(parts) <= 2:
+        raise UsageError(f"--time-tolerance {text}: write a percentage and seconds, e.g. 25%,30s")
+    seen = set()
+    for part in parts:
+        m = _PART.match(part)
+        if not m or m.group(2) in seen:
+            raise UsageError(f"--time-tolerance {text}: {part.strip()!r} is not a percentage (25%) or seconds (30s)")
+        seen.add(m.group(2))
+        if m.group(2) == "%":
+            rel = float(m.group(1)) / 100
+        else:
+            abs_s = float(m.group(1))
+    return TimeTolerance(rel, abs_s)
+
+
+@dataclass(frozen=True)
+class TimeChange:
+    cell_id: str
+    what: str
+    """`boot` (the verdict time) or a phase's name (`torch.compile`, …)."""
+    a_s: float
+    b_s: float
+
+    @property
+    def rel(self) -> float | None:
+        return (self.b_s - self.a_s) / self.a_s if self.a_s else None
+
+    def describe(self) -> str:
+        change = f"{self.rel:+.0%}" if self.rel is not None else "from 0"
+        return f"{self.what}: {fmt_seconds(self.a_s)} → {fmt_seconds(self.b_s)} ({change})"
+
+    def to_dict(self) -> dict:
+        return {"cell_id": self.cell_id, "what": self.what, "a_s": self.a_s, "b_s": self.b_s,
+                "relative": None if self.rel is None else round(self.rel, 4)}
+
+
+def _times(c: CellResult) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if c.timings.verdict_s is not None:
+        out[BOOT] = c.timings.verdict_s
+    for span in c.timeline.spans():
+        out[span.name] = out.get(span.name, 0.0) + span.seconds
+    return out
+
+
+def time_changes(a: CellResult, b: CellResult, tol: TimeTolerance) -> tuple[list[TimeChange], list[TimeChange]]:
+    """(slower, faster) between two records of one cell: the verdict time and every phase both timed."""
+    if a.outcome != b.outcome:
+        return [], []
+    ta, tb = _times(a), _times(b)
+    slower, faster = [], []
+    for what in [w for w in tb if w in ta]:
+        if tol.exceeded(ta[what], tb[what]):
+            (slower if tb[what] > ta[what] else faster).append(TimeChange(a.cell_id, what, ta[what], tb[what]))
+    return slower, faster

@@ -1,0 +1,253 @@
+"""The boot's phases as its log tells them: which line ends which phase (a milestone), and the durations vLLM prints.
+
+Every wording from vLLM 0.6 (the V0 engine) to 0.34, one compiled regex per line shape, anchored on the whole message
+so a line that merely looks alike (a prompt echo, a traceback) yields nothing. Figures printed once per rank keep the
+slowest rank (when the phase ended for the engine); figures printed for the target and then a draft model in one
+process add up, and a cumulative total ("torch.compile takes X s in total") keeps its last line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from enum import Enum
+
+from . import patterns as p
+from .timeline import RANK, Durations, Milestone, Milestones
+
+NUM = p.NUM
+
+
+def _c(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+# --- phase lines (messages after split_line) ------------------------------------------------------------------------
+
+# default_loader.py (0.8+): "Loading weights took 0.01 seconds"
+WEIGHTS = _c(r"\ALoading weights took\s*" + NUM + r"\s*seconds?")
+# V1 gpu_model_runner: "Model loading took 14.99 GiB memory and 5.1 seconds" (≥0.12) / "Model loading took 14.9866 GiB
+# and 5.123456 seconds" (≤0.11)
+MODEL_LOAD = _c(r"\AModel loading took\s*" + NUM + r"\s*GiB(?: memory)? and\s*" + NUM + r"\s*seconds?")
+# V0 model_runner (≤0.10): "Loading model weights took 14.9866 GB"
+V0_WEIGHTS = _c(r"\ALoading model weights took\s*" + NUM + r"\s*GB")
+# compilation/backends.py / monitor.py
+DYNAMO = _c(r"\ADynamo bytecode transform time:\s*" + NUM + r"\s*s")
+COMPILE_GRAPH = _c(r"\ACompiling a graph for .{0,200}? takes\s*" + NUM + r"\s*s")
+COMPILE_TOTAL = _c(r"\Atorch\.compile takes\s*" + NUM + r"\s*s in total")
+CACHE_LOAD = _c(r"\ADirectly load (?:the compiled graph\(s\)|AOT compilation)\b.{0,300}?(?:from|cache)")
+# cuda graph capture (gpu_model_runner / V0 model_runner): "Graph capturing finished in 12 secs, took 0.52 GiB"
+GRAPHS = _c(r"\AGraph capturing finished in\s*" + NUM + r"\s*secs?(?:, took\s*" + NUM + r"\s*GiB)?")
+# V0 worker: "Memory profiling takes 3.51 seconds"
+PROFILING = _c(r"\AMemory profiling takes\s*" + NUM + r"\s*seconds?")
+# V1 engine core, and V0 (LLMEngine, in the API server's process): the engine's first words.
+ENGINE_FIRST = _c(r"\A(?:Initializing an? (?:V1 )?LLM engine\b|Waiting for init message from front-end)")
+# The KV cache is sized, after the engine checked that one request fits (a KV refusal comes before these): the
+# engine core's "GPU KV cache size: N tokens" (V1; "CPU"/"XPU"/"GPU + host" …) and the concurrency line, and V0's
+# "# GPU blocks: N, # CPU blocks: M" / "# cpu blocks: N". The worker's "Available KV cache memory" comes before the
+# check, so it does not end the phase.
+KV_SIZED = _c(r"\A(?:[A-Z][\w +]{0,20} KV cache size:\s*\d|Maximum concurrency for|#\s*(?:GPU|CPU|gpu|cpu) blocks:)")
+ENFORCE_EAGER = _c(r"\AEnforce eager set|\benforce_eager=True\b")
+
+#: Substrings one of which every phase line holds: the cheap pre-check before any regex here runs.
+KEYWORDS: tuple[str, ...] = (
+    "took", "takes", "Dynamo bytecode", "Directly load", "Initializing a", "Waiting for init message",
+    "KV cache size", "Maximum concurrency", "blocks:", "Enforce eager", "enforce_eager",
+)
+
+
+def mentions_keyword(text: str) -> bool:
+    for keyword in KEYWORDS:
+        if keyword in text:
+            return True
+    return False
+
+
+class Combine(Enum):
+    """How one process's repeated figure adds up."""
+
+    SUM = "sum"  # the target's and the draft model's weights, compiles, captures
+    LAST = "last"  # a cumulative total
+
+
+_COMBINE: dict[str, Combine] = {
+    "weights_load_s": Combine.SUM, "model_load_s": Combine.SUM, "model_load_gib": Combine.SUM,
+    "dynamo_transform_s": Combine.SUM, "compile_graphs_s": Combine.SUM, "compile_total_s": Combine.LAST,
+    "graph_capture_s": Combine.SUM, "graph_capture_gib": Combine.SUM, "profiling_s": Combine.SUM,
+    "engine_init_s": Combine.LAST,
+}
+
+
+class PhaseReader:
+    """Feed it cleaned messages with their process prefix and header time; read `milestones_seen`, `durations` and,
+    for a saved log, `log_milestones` (seconds measured on the log's own timestamps)."""
+
+    def __init__(self) -> None:
+        self._figures: dict[str, dict[str, float]] = {}  # figure → process → value
+        self._cache_hit = False
+        self._compiled = False
+        self.eager: bool | None = None
+        self._reached: dict[Milestone, float | None] = {}  # milestone → log time (s) of its line, when stamped
+        self._new: list[Milestone] = []
+        self._origin: datetime | None = None
+        self._last_stamp: float | None = None
+
+    # --- time on the log's own clock ---------------------------------------------------------------------------
+
+    def stamp(self, stamp: str | None) -> None:
+        """A header time "MM-DD HH:MM:SS[.fff]": the first one is the log's zero; later lines carry on from it."""
+        if stamp is None:
+            return
+        try:
+            when = datetime.strptime(stamp.replace(",", ".").split(".")[0], "%m-%d %H:%M:%S").replace(year=2000)
+        except ValueError:
+            return
+        if self._origin is None:
+            self._origin = when
+        seconds = (when - self._origin).total_seconds()
+        if seconds < -180 * 86400:  # the log crossed a new year
+            seconds += timedelta(days=366).total_seconds()
+        if self._last_stamp is None or seconds >= self._last_stamp:
+            self._last_stamp = seconds
+
+    @property
+    def has_origin(self) -> bool:
+        return self._origin is not None
+
+    # --- milestones --------------------------------------------------------------------------------------------
+
+    def mark(self, milestone: Milestone) -> None:
+        """The line just read ends `milestone`'s phase; a later line may move it (the last rank) until a later
+        milestone is reached."""
+        if any(RANK[m] > RANK[milestone] for m in self._reached):
+            return
+        self._reached[milestone] = self._last_stamp
+        self._new.append(milestone)
+
+    def take_milestones(self) -> list[Milestone]:
+        """The milestones marked since the last call (the watch times them on its own clock)."""
+        new, self._new = self._new, []
+        return new
+
+    def reached(self, milestone: Milestone) -> bool:
+        return milestone in self._reached
+
+    def log_milestones(self) -> Milestones:
+        """Seconds since the log's first timestamp; a line without one takes the last before it (None when none
+        was). The first line is at the log's zero when only a later line carries a time."""
+        at = {m.value: t for m, t in self._reached.items()}
+        if Milestone.first_line in self._reached and at["first_line"] is None and self._origin is not None:
+            at["first_line"] = 0.0
+        return Milestones(**at)
+
+    def log_elapsed(self) -> float | None:
+        return self._last_stamp
+
+    # --- one message -------------------------------------------------------------------------------------------
+
+    def feed(self, process: str, msg: str) -> None:
+        for needle, read in _READERS:
+            if needle in msg:
+                read(self, process, msg)
+
+    def _figure(self, name: str, process: str, value: float | None) -> None:
+        if value is None:
+            return
+        per = self._figures.setdefault(name, {})
+        if _COMBINE[name] is Combine.SUM and process in per:
+            per[process] += value
+        else:
+            per[process] = value
+
+    def _weights(self, process: str, msg: str) -> None:
+        if m := WEIGHTS.search(msg):
+            self._figure("weights_load_s", process, p.to_float(m.group(1)))
+            self.mark(Milestone.weights_loaded)
+        elif m := MODEL_LOAD.search(msg):
+            self._figure("model_load_gib", process, p.to_float(m.group(1)))
+            self._figure("model_load_s", process, p.to_float(m.group(2)))
+            self.mark(Milestone.weights_loaded)
+        elif m := V0_WEIGHTS.search(msg):
+            self._figure("model_load_gib", process, p.to_float(m.group(1)))
+            self.mark(Milestone.weights_loaded)
+
+    def _compile(self, process: str, msg: str) -> None:
+        if m := DYNAMO.search(msg):
+            self._figure("dynamo_transform_s", process, p.to_float(m.group(1)))
+        elif m := COMPILE_TOTAL.search(msg):
+            self._figure("compile_total_s", process, p.to_float(m.group(1)))
+            self._compiled = True
+            self.mark(Milestone.compiled)
+        elif m := COMPILE_GRAPH.search(msg):
+            self._figure("compile_graphs_s", process, p.to_float(m.group(1)))
+            self._compiled = True
+            self.mark(Milestone.compiled)
+        elif CACHE_LOAD.search(msg):
+            self._cache_hit = self._compiled = True
+            self.mark(Milestone.compiled)
+
+    def _graphs(self, process: str, msg: str) -> None:
+        if m := GRAPHS.search(msg):
+            self._figure("graph_capture_s", process, p.to_float(m.group(1)))
+            self._figure("graph_capture_gib", process, p.to_float(m.group(2)))
+            self.mark(Milestone.graphs_captured)
+
+    def _profiling(self, process: str, msg: str) -> None:
+        if m := PROFILING.search(msg):
+            self._figure("profiling_s", process, p.to_float(m.group(1)))
+
+    def _engine_init(self, process: str, msg: str) -> None:
+        if m := p.ENGINE_INIT.search(msg):
+            self._figure("engine_init_s", process, p.to_float(m.group(1)))
+            self.mark(Milestone.engine_ready)
+
+    def _engine_first(self, process: str, msg: str) -> None:
+        if ENGINE_FIRST.search(msg):
+            if not self.reached(Milestone.engine_started):
+                self.mark(Milestone.engine_started)
+            if self.eager is None and "enforce_eager=" in msg:
+                self.eager = "enforce_eager=True" in msg
+
+    def _eager(self, process: str, msg: str) -> None:
+        if msg.startswith("Enforce eager set"):
+            self.eager = True
+
+    def _kv_sized(self, process: str, msg: str) -> None:
+        if KV_SIZED.search(msg):
+            self.mark(Milestone.kv_sized)
+
+    @property
+    def durations(self) -> Durations:
+        def slowest(name: str) -> float | None:
+            per = self._figures.get(name)
+            return round(max(per.values()), 6) if per else None
+
+        total = slowest("compile_total_s")
+        return Durations(
+            weights_load_s=slowest("weights_load_s"), model_load_s=slowest("model_load_s"),
+            model_load_gib=slowest("model_load_gib"), dynamo_transform_s=slowest("dynamo_transform_s"),
+            compile_s=total if total is not None else slowest("compile_graphs_s"),
+            compile_cache_hit=self._cache_hit if self._compiled else None,
+            graph_capture_s=slowest("graph_capture_s"), graph_capture_gib=slowest("graph_capture_gib"),
+            profiling_s=slowest("profiling_s"), engine_init_s=slowest("engine_init_s"),
+        )
+
+
+_READERS: tuple[tuple[str, Callable[[PhaseReader, str, str], None]], ...] = (
+    ("weights took", PhaseReader._weights),
+    ("Model loading took", PhaseReader._weights),
+    ("Dynamo bytecode", PhaseReader._compile),
+    ("torch.compile takes", PhaseReader._compile),
+    ("Compiling a graph", PhaseReader._compile),
+    ("Directly load", PhaseReader._compile),
+    ("Graph capturing finished", PhaseReader._graphs),
+    ("Memory profiling takes", PhaseReader._profiling),
+    ("init engine", PhaseReader._engine_init),
+    ("Initializing a", PhaseReader._engine_first),
+    ("Waiting for init message", PhaseReader._engine_first),
+    ("Enforce eager", PhaseReader._eager),
+    ("KV cache size", PhaseReader._kv_sized),
+    ("Maximum concurrency", PhaseReader._kv_sized),
+    ("blocks:", PhaseReader._kv_sized),
+)
