@@ -22,6 +22,7 @@ from harness.matrix.load import LoadedMatrix
 from harness.results.model import CellResult, Expected, GpuInfo, Timings
 from harness.results.store import RunStore, now
 from harness.runtime import scratch
+from harness.runtime.compile_cache import CompileCache, CompileCacheUse
 from harness.runtime.base import CellContext, Runtime, Server
 from harness.verdict import Decision, Evidence, decide
 from harness.watch.events import ThreadedEvents
@@ -76,6 +77,8 @@ class CellRunner:
     base_masker_values: set[str] = field(default_factory=secret_values)
     #: Called with every (masked) log line as it arrives: `repro --exec` streams the server's log this way.
     echo: Callable[[str], None] | None = None
+    #: The run's shared torch.compile cache; None: every cell compiles in its own scratch.
+    compile_cache: CompileCache | None = None
 
     def run(self, cell: Cell, attempt: Attempt = Attempt()) -> CellResult:
         masker = Masker(self.base_masker_values | secret_values(cell.env, cell.server_args))
@@ -83,8 +86,10 @@ class CellRunner:
         gpus = attempt.gpus
         started_at, t0 = now(), time.monotonic()
         timeline = TimelineRecorder(time.monotonic, t0)
+        cache = self.compile_cache.checkout(work) if self.compile_cache else None
+        cache_use: CompileCacheUse | None = None
         ctx = CellContext(run_dir=self.store.run_dir, work_dir=work, masker=masker, matrix_dir=self.loaded.base_dir,
-                          mark=timeline.mark,
+                          mark=timeline.mark, compile_cache=cache.path if cache else None,
                           labels={"boot-harness.run": self.store.run.run_id, "boot-harness.cell": cell.id},
                           gpu_ids=None if gpus is None or not attempt.assigned else [g.id or str(g.index) for g in gpus])
         sink = LogSink(self.store.log_path(cell.id), masker, echo=self.echo)
@@ -115,6 +120,10 @@ class CellRunner:
                         watch.collect_rest()
                 events.close()
                 sink.close()
+                if self.compile_cache is not None:  # the server is gone: what it compiled is complete, or not kept
+                    phases = (watch.parser.facts if watch else LogParser().facts).timeline
+                    cache_use = self.compile_cache.checkin(cache, phases.milestones.compiled is not None,
+                                                           phases.durations.compile_cache_hit)
                 scratch.remove(work, self.keep_work)
         container = server.container_info() if server else None
         decision = decide(Evidence(finding=seen.finding if seen else None, start_error=start_error,
@@ -124,7 +133,7 @@ class CellRunner:
         facts = seen.facts if seen else LogParser().facts
         record = timeline.timeline(facts.timeline.durations, decided_at, facts.skipped(argv))
         return self._result(cell, decision, seen, exit_code, server, argv, masker, sink, started_at, t0, attempt,
-                            record)
+                            record).model_copy(update={"compile_cache": cache_use})
 
     def _result(self, cell: Cell, d: Decision, seen: Observation | None, exit_code: int | None, server: Server | None,
                 argv: list[str], masker: Masker, sink: LogSink, started_at, t0: float, attempt: Attempt,

@@ -24,6 +24,7 @@ from harness.matrix.load import LoadedMatrix
 from harness.results.model import CellResult, RunResult
 from harness.results.store import RunStore, new_run_id
 from harness.runtime import make_runtime
+from harness.runtime.compile_cache import CompileCache, planned_dir
 from harness.masking import Masker
 from harness.runtime.base import CellContext, Runtime
 from harness.sweep import Swept, sweep_before_run
@@ -98,8 +99,9 @@ class RunSession:
             say(note)
         store = cls._store(loaded, runtime.name, order, options)
         done = store.done()
+        cache = CompileCache.for_run(loaded.matrix.compile_cache, loaded.base_dir, store.run_dir, plan.parallel)
         runner = CellRunner(loaded, runtime, store, watch_config(loaded, options.timeout_s), keep_work=options.keep_work,
-                            echo=options.echo)
+                            echo=options.echo, compile_cache=cache)
         return cls(loaded, store, cells, [c for c in cells if c.id not in done], runtime, plan, plan.executor(runner),
                    swept)
 
@@ -139,7 +141,14 @@ class RunSession:
         return self.executor.run(cells, observer)
 
     def finish(self, status: str = "complete") -> RunResult:
+        self.close()
         return self.store.finish(status)
+
+    def close(self) -> None:
+        """Let go of what the run holds beside its records (the run's compile cache); idempotent. A harness killed
+        before this leaves it to the next run's sweep."""
+        if self.executor is not None and self.executor.runner.compile_cache is not None:
+            self.executor.runner.compile_cache.close(self.executor.runner.keep_work)
 
     def exit_code(self) -> ExitCode:
         """FAILED when a selected cell errored or missed its expectation; OK otherwise."""
@@ -162,8 +171,10 @@ def repro_command(loaded: LoadedMatrix, cell: Cell, results_dir: Path, port: int
         for note in getattr(runtime, "notes", []):
             say(note)
     keep = Path(results_dir) / "repro" / cell.id
+    # a run's own cache is gone with the run: a repro boots cold, unless the matrix keeps its cache in a directory
+    cache = planned_dir(loaded.matrix.compile_cache, loaded.base_dir, None)
     return runtime.command_line(cell, CellContext(run_dir=keep, work_dir=keep, masker=Masker(),
-                                                  matrix_dir=loaded.base_dir), port)
+                                                  matrix_dir=loaded.base_dir, compile_cache=cache), port)
 
 
 def planned_commands(loaded: LoadedMatrix, cells: list[Cell], options: RunOptions = RunOptions(),
@@ -173,8 +184,10 @@ def planned_commands(loaded: LoadedMatrix, cells: list[Cell], options: RunOption
     runtime = runtime or make_runtime(loaded)
     run_dir = options.resume or Path(options.results_dir) / "<run-id>"
     out = []
+    cache = planned_dir(loaded.matrix.compile_cache, loaded.base_dir, run_dir)
     for c in cells:
-        ctx = CellContext(run_dir=run_dir, work_dir=run_dir / "work" / c.id, masker=Masker(), matrix_dir=loaded.base_dir)
+        ctx = CellContext(run_dir=run_dir, work_dir=run_dir / "work" / c.id, masker=Masker(), matrix_dir=loaded.base_dir,
+                          compile_cache=cache)
         tokens, steps = runtime.planned_command_line(c, ctx)
         out.append((c, tokens, steps))
     return out

@@ -76,6 +76,7 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
         with LiveProgress(session.todo, err) as progress:
             session.run(progress)
     except (Interrupted, KeyboardInterrupt):
+        session.close()
         say(f"interrupted: finished cells are kept in {session.run_dir} (continue with --resume {session.run_dir})")
         return ExitCode.INTERRUPTED
     return _finish(session, out)

@@ -24,22 +24,39 @@ def _c(pattern: str) -> re.Pattern[str]:
 
 
 # --- phase lines (messages after split_line) ------------------------------------------------------------------------
+# Format strings as the released sources have them (vllm/…, 0.6.0 … 0.34.0); the compile lines of 0.32+ may start with
+# a model tag ("[backbone] ", "[eagle_head] "), which TAG allows.
+TAG = r"\A(?:\[[^\]\n]{1,60}\]\s*)?"
 
-# default_loader.py (0.8+): "Loading weights took 0.01 seconds"
+# model_loader (0.8.5+): "Loading weights took %.2f seconds"
 WEIGHTS = _c(r"\ALoading weights took\s*" + NUM + r"\s*seconds?")
-# V1 gpu_model_runner: "Model loading took 14.99 GiB memory and 5.1 seconds" (≥0.12) / "Model loading took 14.9866 GiB
-# and 5.123456 seconds" (≤0.11)
+# V1 model runner: "Model loading took %.4f GiB and %.6f seconds" (0.8.5–0.12), "Model loading took %s GiB and %.6f
+# seconds" (0.15+), "Model loading took %s GiB memory and %.6f seconds" (0.12+, gpu_model_runner)
 MODEL_LOAD = _c(r"\AModel loading took\s*" + NUM + r"\s*GiB(?: memory)? and\s*" + NUM + r"\s*seconds?")
-# V0 model_runner (≤0.10): "Loading model weights took 14.9866 GB"
-V0_WEIGHTS = _c(r"\ALoading model weights took\s*" + NUM + r"\s*GB")
-# compilation/backends.py / monitor.py
-DYNAMO = _c(r"\ADynamo bytecode transform time:\s*" + NUM + r"\s*s")
-COMPILE_GRAPH = _c(r"\ACompiling a graph for .{0,200}? takes\s*" + NUM + r"\s*s")
-COMPILE_TOTAL = _c(r"\Atorch\.compile takes\s*" + NUM + r"\s*s in total")
-CACHE_LOAD = _c(r"\ADirectly load (?:the compiled graph\(s\)|AOT compilation)\b.{0,300}?(?:from|cache)")
-# cuda graph capture (gpu_model_runner / V0 model_runner): "Graph capturing finished in 12 secs, took 0.52 GiB"
-GRAPHS = _c(r"\AGraph capturing finished in\s*" + NUM + r"\s*secs?(?:, took\s*" + NUM + r"\s*GiB)?")
-# V0 worker: "Memory profiling takes 3.51 seconds"
+# V0 model runner: "Loading model weights took %.4f GB" (0.6–0.7), "… %.4f GiB" (0.8–0.10)
+V0_WEIGHTS = _c(r"\ALoading model weights took\s*" + NUM + r"\s*Gi?B\b")
+# compilation/backends.py: "Dynamo bytecode transform time: %.2f s" (0.6.6+)
+DYNAMO = _c(TAG + r"Dynamo bytecode transform time:\s*" + NUM + r"\s*s")
+# "Compiling a graph for general shape / shape %s / dynamic shape / compile range %s takes %.2f s"
+COMPILE_GRAPH = _c(TAG + r"Compiling a graph for .{0,200}? takes\s*" + NUM + r"\s*s")
+# monitor.py: "torch.compile takes %.2f s in total" (0.6.6–0.15), "torch.compile took %.2f s in total" (0.19+), "torch.compile
+# and initial profiling/warmup run together took %.2f s in total" (0.19+, compiling inside the profiling run)
+COMPILE_TOTAL = _c(TAG + r"torch\.compile (?:and initial profiling/warmup run together )?(?:takes|took)\s*" + NUM
+                   + r"\s*s in total")
+# The engine's own total, when no monitor line came: "init engine (...) took %.2f s (compilation: %.2f s)" (0.22+)
+ENGINE_COMPILATION = _c(r"\(compilation:\s*" + NUM + r"\s*s\b")
+# A compiled graph from the cache: "Directly load the compiled graph for shape %s from the cache" (0.7), "Directly load
+# the compiled graph(s) for shape %s / dynamic shape / compile range %s from the cache, took %.3f s" (0.8.5+), "Directly
+# load AOT compilation from path %s" (0.12+; a failed load says so next)
+CACHE_LOAD = _c(TAG + r"Directly load (?:the compiled graph(?:\(s\))? .{0,200}?from the cache|AOT compilation from path)")
+CACHE_LOAD_FAILED = _c(TAG + r"Compiling model again due to a load failure from .{0,500}?, reason: (.{1,300})")
+# The end of compilation where no duration is printed: "saved AOT compiled function to %s" (0.15+), and the CPU model
+# runner's "Warming up done." after "Warming up model for the compilation..." (0.9.2+)
+COMPILE_DONE = _c(TAG + r"(?:saved AOT compiled function to\b|Warming up done\.?\Z)")
+# Graph capture: "Graph capturing finished in %.0f secs." (0.6.0), "… in %.0f secs, took %.2f GiB" (0.6.6+), "Encoder
+# graph capturing finished in %.0f secs, took %.2f GiB (%d graphs)" (0.34, a second capture in the same process)
+GRAPHS = _c(r"\A(?:Encoder g|G)raph capturing finished in\s*" + NUM + r"\s*secs?(?:, took\s*" + NUM + r"\s*GiB)?")
+# V0 worker: "Memory profiling takes %.2f seconds" (0.6.6+, first line of a multi-line message)
 PROFILING = _c(r"\AMemory profiling takes\s*" + NUM + r"\s*seconds?")
 # V1 engine core, and V0 (LLMEngine, in the API server's process): the engine's first words.
 ENGINE_FIRST = _c(r"\A(?:Initializing an? (?:V1 )?LLM engine\b|Waiting for init message from front-end)")
@@ -52,7 +69,8 @@ ENFORCE_EAGER = _c(r"\AEnforce eager set|\benforce_eager=True\b")
 
 #: Substrings one of which every phase line holds: the cheap pre-check before any regex here runs.
 KEYWORDS: tuple[str, ...] = (
-    "took", "takes", "Dynamo bytecode", "Directly load", "Initializing a", "Waiting for init message",
+    "took", "takes", "Dynamo bytecode", "Directly load", "Initializing a", "Waiting for init message", "load failure",
+    "saved AOT", "Warming up done",
     "KV cache size", "Maximum concurrency", "blocks:", "Enforce eager", "enforce_eager",
 )
 
@@ -75,7 +93,7 @@ _COMBINE: dict[str, Combine] = {
     "weights_load_s": Combine.SUM, "model_load_s": Combine.SUM, "model_load_gib": Combine.SUM,
     "dynamo_transform_s": Combine.SUM, "compile_graphs_s": Combine.SUM, "compile_total_s": Combine.LAST,
     "graph_capture_s": Combine.SUM, "graph_capture_gib": Combine.SUM, "profiling_s": Combine.SUM,
-    "engine_init_s": Combine.LAST,
+    "engine_init_s": Combine.LAST, "engine_compilation_s": Combine.LAST,
 }
 
 
@@ -87,6 +105,7 @@ class PhaseReader:
         self._figures: dict[str, dict[str, float]] = {}  # figure → process → value
         self._cache_hit = False
         self._compiled = False
+        self._cache_failure: str | None = None
         self.eager: bool | None = None
         self._reached: dict[Milestone, float | None] = {}  # milestone → log time (s) of its line, when stamped
         self._new: list[Milestone] = []
@@ -186,6 +205,12 @@ class PhaseReader:
         elif CACHE_LOAD.search(msg):
             self._cache_hit = self._compiled = True
             self.mark(Milestone.compiled)
+        elif m := CACHE_LOAD_FAILED.search(msg):
+            self._cache_hit, self._compiled = False, True  # it compiles again: the cache did not serve
+            self._cache_failure = m.group(1)
+        elif COMPILE_DONE.search(msg):
+            self._compiled = True
+            self.mark(Milestone.compiled)
 
     def _graphs(self, process: str, msg: str) -> None:
         if m := GRAPHS.search(msg):
@@ -200,6 +225,8 @@ class PhaseReader:
     def _engine_init(self, process: str, msg: str) -> None:
         if m := p.ENGINE_INIT.search(msg):
             self._figure("engine_init_s", process, p.to_float(m.group(1)))
+            if c := ENGINE_COMPILATION.search(msg, m.end()):
+                self._figure("engine_compilation_s", process, p.to_float(c.group(1)))
             self.mark(Milestone.engine_ready)
 
     def _engine_first(self, process: str, msg: str) -> None:
@@ -224,11 +251,14 @@ class PhaseReader:
             return round(max(per.values()), 6) if per else None
 
         total = slowest("compile_total_s")
+        if total is None:
+            total = slowest("engine_compilation_s")
         return Durations(
             weights_load_s=slowest("weights_load_s"), model_load_s=slowest("model_load_s"),
             model_load_gib=slowest("model_load_gib"), dynamo_transform_s=slowest("dynamo_transform_s"),
             compile_s=total if total is not None else slowest("compile_graphs_s"),
             compile_cache_hit=self._cache_hit if self._compiled else None,
+            compile_cache_failure=self._cache_failure,
             graph_capture_s=slowest("graph_capture_s"), graph_capture_gib=slowest("graph_capture_gib"),
             profiling_s=slowest("profiling_s"), engine_init_s=slowest("engine_init_s"),
         )
@@ -241,7 +271,10 @@ _READERS: tuple[tuple[str, Callable[[PhaseReader, str, str], None]], ...] = (
     ("torch.compile takes", PhaseReader._compile),
     ("Compiling a graph", PhaseReader._compile),
     ("Directly load", PhaseReader._compile),
-    ("Graph capturing finished", PhaseReader._graphs),
+    ("load failure", PhaseReader._compile),
+    ("saved AOT", PhaseReader._compile),
+    ("Warming up done", PhaseReader._compile),
+    ("raph capturing finished", PhaseReader._graphs),
     ("Memory profiling takes", PhaseReader._profiling),
     ("init engine", PhaseReader._engine_init),
     ("Initializing a", PhaseReader._engine_first),

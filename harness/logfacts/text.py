@@ -33,6 +33,8 @@ _HEADER = re.compile(
     re.VERBOSE,
 )
 _SEGMENT_SPLIT = re.compile(r"\r\n|\r|\n")
+# A log pasted into an issue or an email: "> " quote markers (nested ones too) before the line.
+_QUOTED = re.compile(r"\A(?:[ \t]*>)+[ \t]?")
 
 QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "WARN"})
 """Levels at which no refusal is ever logged: such a line can mention a refusal's words without being one."""
@@ -61,6 +63,8 @@ def split_line(line: str) -> Line:
     if "\x1b" in line:
         line = _ANSI.sub("", line).replace("\x1b", "")
     process = ""
+    if line[:1] in (">", " ", "\t") and (quoted := _QUOTED.match(line)):
+        line = line[quoted.end():]
     decor = _LEADING_DECOR.match(line)
     if decor:
         process = " ".join(decor.group().split())

@@ -108,6 +108,9 @@ class Durations(BaseModel):
                                                       "\"Compiling a graph ... takes X s\"")
     compile_cache_hit: bool | None = Field(None, description="true when the compiled graph came from the cache, false "
                                                              "when it was compiled, null when nothing was compiled")
+    compile_cache_failure: str | None = Field(None, description="why vLLM could not load the cached compilation "
+                                                                "(\"Compiling model again due to a load failure from …, "
+                                                                "reason: …\")")
     graph_capture_s: float | None = Field(None, description="\"Graph capturing finished in X secs\"")
     graph_capture_gib: float | None = Field(None, description="\"..., took X GiB\" of that line")
     profiling_s: float | None = Field(None, description="V0: \"Memory profiling takes X seconds\"")

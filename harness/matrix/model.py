@@ -204,6 +204,10 @@ class Matrix(_Strict):
     probe: bool = Field(True, description="after /health 200, one max_tokens=1 completion must succeed")
     linger_s: float = Field(10.0, ge=0, allow_inf_nan=False,
                             description="after a refusal line, how long to wait for the exit code")
+    compile_cache: str = Field("run", description="the torch.compile cache the cells share: `run` (one directory per "
+                                                  "run: the first cell of a configuration compiles, the rest load), "
+                                                  "`none` (every cell cold), or a directory kept across runs (a path "
+                                                  "with a `/`, relative to the matrix file)")
     axes: dict[str, Axis] = Field(min_length=1)
     exclude: list[Selector] = []
     expect: list[ExpectRule] = []
@@ -233,6 +237,16 @@ class Matrix(_Strict):
             for name in v:
                 if not _AXIS_NAME.match(str(name)):
                     raise ValueError(f"axis name {name!r}: use letters, digits, '_' and '-' (it goes into ids and --select)")
+        return v
+
+    @field_validator("compile_cache", mode="before")
+    @classmethod
+    def _cache(cls, v: Any) -> Any:
+        if not isinstance(v, str) or not v.strip():
+            raise ValueError("must be run, none, or a directory path")
+        if v not in ("run", "none") and "/" not in v:
+            raise ValueError(f"must be run, none, or a directory path with a '/' (write ./{v} for a directory next to "
+                             "the matrix)")
         return v
 
     @field_validator("timeout_s", "linger_s", "container_port", "gpus_per_cell", mode="before")

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.logfacts import KvFacts, Refusal
 from harness.logfacts.timeline import Timeline
+from harness.runtime.records import AppliedPatch, CompileCacheUse, ContainerInfo
 from harness.matrix.model import Outcome
 from harness.predict.prediction import PredictionRecord
 from harness.units import fmt_seconds
@@ -47,24 +48,8 @@ class Timings(_Record):
     total_s: float | None = None
 
 
-class ContainerInfo(_Record):
-    engine: str
-    engine_version: str | None = None
-    image: str
-    image_digest: str | None = None
-    container_id: str | None = None
-    container_name: str | None = None
-    oom_killed: bool | None = None
 
 
-class AppliedPatch(_Record):
-    target: str
-    patch: str
-    base_sha256: str
-    patched_sha256: str
-    patched_file: str = Field(description="the patched file kept in the run directory (relative to it)")
-    patch_output: str | None = Field(None, description="what GNU `patch -p1 --batch --forward` printed, verbatim")
-    warnings: list[str] = Field([], description="patch's lines about a hunk applied at an offset or with fuzz")
 
 
 class GpuInfo(_Record):
@@ -108,6 +93,8 @@ class CellResult(_Record):
     port: int | None = None
     container: ContainerInfo | None = None
     patches: list[AppliedPatch] = []
+    compile_cache: CompileCacheUse | None = Field(None, description="the run's shared torch.compile cache as this cell "
+                                                  "used it; null with `compile_cache: none`")
     gpus: list[GpuInfo] = []
     attempts: int = 1
     contaminated: bool = Field(

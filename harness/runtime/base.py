@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 
 from harness.cells import Cell
 from harness.logfacts.timeline import Milestone
-from harness.results.model import AppliedPatch, ContainerInfo
+from harness.runtime.records import AppliedPatch, ContainerInfo
 from harness.masking import Masker
 
 #: Called by the runtime's reader thread with each physical log line (no trailing newline), then once with None at EOF.
@@ -39,6 +39,8 @@ class CellContext:
     gpu_ids: list[str] | None = None
     #: Where the runtime reports `pulled` and `started` (the cell's timeline).
     mark: MilestoneSink = _unmarked
+    #: The compile cache directory this cell's server uses (harness.runtime.compile_cache); None: its own, cold.
+    compile_cache: Path | None = None
 
 
 @runtime_checkable

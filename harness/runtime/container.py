@@ -25,8 +25,8 @@ from harness.errors import CellStartError, RuntimeUnavailable, UsageError
 from harness.logfacts.timeline import Milestone
 from harness.matrix.load import LoadedMatrix
 from harness.matrix.model import Mount, PatchSpec
-from harness.results.model import AppliedPatch, ContainerInfo
-from harness.runtime import engine as eng
+from harness.runtime.records import AppliedPatch, ContainerInfo
+from harness.runtime import compile_cache, engine as eng
 from harness.runtime.base import CellContext, LineSink, read_host_file
 from harness.runtime.patching import PATCH_ARGS, PatchError, PreparedPatch, patch_file
 from harness.runtime.pull import PullObserver, pull
@@ -331,8 +331,14 @@ class ContainerRuntime:
         return kept
 
     # ---- one cell
-    def container_env(self, cell: Cell) -> dict[str, str]:
-        return {**SERVER_ENV, **cell.env}
+    def container_env(self, cell: Cell, ctx: CellContext) -> dict[str, str]:
+        cache = compile_cache.server_env(compile_cache.CONTAINER_DIR) if ctx.compile_cache else {}
+        return {**SERVER_ENV, **cache, **cell.env}
+
+    @staticmethod
+    def cache_volume(ctx: CellContext) -> dict[str, tuple[str, str]]:
+        """The compile cache, read-write, at the same path in every cell's container."""
+        return {host_path(ctx.compile_cache): (compile_cache.CONTAINER_DIR, "rw")} if ctx.compile_cache else {}
 
     def start(self, cell: Cell, ctx: CellContext, on_line: LineSink) -> ContainerServer:
         image_id, repo_digest = self.resolve_image(cell.image)
@@ -343,10 +349,11 @@ class ContainerRuntime:
             raise CellStartError(str(exc)) from None
         volumes = {host_path(self.mount_source(m)): (m.target, "ro" if m.read_only else "rw") for m in cell.mounts}
         volumes.update({host_path(path): (p.target, "ro") for p, path in kept})
+        volumes.update(self.cache_volume(ctx))
         port_key = f"{self.matrix.container_port}/tcp"
         tc = self._container_class(repo_digest or image_id, docker_client_kw=eng.client_kwargs(self.name))
         tc.with_command(list(cell.server_args))
-        tc.with_envs(**self.container_env(cell))
+        tc.with_envs(**self.container_env(cell, ctx))
         for source, (target, mode) in volumes.items():
             tc.with_volume_mapping(source, target, mode)
         tc.ports[port_key] = (HOST, None)  # a free host port on loopback, chosen by the engine
@@ -419,7 +426,9 @@ class ContainerRuntime:
             tokens += ["-v", f"{host_path(self.mount_source(m))}:{m.target}:{'ro' if m.read_only else 'rw'}"]
         for target, path in kept:
             tokens += ["-v", f"{path}:{target}:ro"]
-        for k, v in self.container_env(cell).items():
+        for source, (target, mode) in self.cache_volume(ctx).items():
+            tokens += ["-v", f"{source}:{target}:{mode}"]
+        for k, v in self.container_env(cell, ctx).items():
             tokens += ["-e", Raw(f'{k}="${k}"') if is_secret_key(k) else f"{k}={v}"]
         extra: list[str] = []
         if self.matrix.entrypoint:  # docker takes one word for --entrypoint; the rest leads the command

@@ -24,7 +24,7 @@ from typing import Literal
 from harness.cells import Cell
 from harness.errors import CellStartError
 from harness.logfacts.timeline import Milestone
-from harness.results.model import AppliedPatch, ContainerInfo
+from harness.runtime.records import AppliedPatch, ContainerInfo
 from harness.runtime.base import CellContext, LineSink, read_host_file
 
 HOST = "127.0.0.1"

@@ -23,8 +23,8 @@ from pathlib import Path
 from harness.cells import Cell
 from harness.errors import CellStartError, RuntimeUnavailable
 from harness.logfacts.timeline import Milestone
-from harness.results.model import AppliedPatch, ContainerInfo
-from harness.runtime import scratch
+from harness.runtime.records import AppliedPatch, ContainerInfo
+from harness.runtime import compile_cache, scratch
 from harness.runtime.base import CellContext, LineSink, read_host_file
 from harness.runtime.ports import free_port, listener_pids, pid_in_group, port_answers
 from harness.runtime.reader import pump_lines
@@ -210,7 +210,8 @@ class ProcessRuntime:
         if port_answers(HOST, port):
             raise CellStartError(f"port {port} already answers before our server started")
         argv = self.argv(cell, port)
-        env = {**self.base_env, **SERVER_ENV, **cell_dirs(ctx.work_dir), **cell.env, **gpu_env(ctx.gpu_ids),
+        cache = compile_cache.server_env(str(ctx.compile_cache)) if ctx.compile_cache else {}
+        env = {**self.base_env, **SERVER_ENV, **cell_dirs(ctx.work_dir), **cache, **cell.env, **gpu_env(ctx.gpu_ids),
                SERVER_ID_VAR: secrets.token_hex(8)}
         pid_dir = ctx.run_dir / "active"
         pid_dir.mkdir(parents=True, exist_ok=True)
@@ -229,7 +230,8 @@ class ProcessRuntime:
         return ProcessServer(proc, argv, port, pid_file)
 
     def command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> list[str]:
-        env = {**SERVER_ENV, **cell.env, **gpu_env(ctx.gpu_ids)}
+        cache = compile_cache.server_env(str(ctx.compile_cache)) if ctx.compile_cache else {}
+        env = {**SERVER_ENV, **cache, **cell.env, **gpu_env(ctx.gpu_ids)}
         return [*(env_token(k, v, is_secret_key(k)) for k, v in env.items()),
                 *secret_safe_argv(self.argv(cell, host_port), {**self.base_env, **cell.env})]
 

@@ -47,7 +47,8 @@ def owner_dead(work: Path, alive) -> bool:
 def sweep(results_dir: Path, alive) -> list[Path]:
     """Remove the scratch of cells whose harness died; returns what was removed."""
     removed = []
-    for work in sorted(Path(results_dir).glob(f"*/work/*/{OWNER_FILE}")):
+    owned = [*Path(results_dir).glob(f"*/work/*/{OWNER_FILE}"), *Path(results_dir).glob(f"*/compile-cache/{OWNER_FILE}")]
+    for work in sorted(owned):
         cell = work.parent
         if owner_dead(cell, alive):
             remove(cell)
