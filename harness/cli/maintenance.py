@@ -82,7 +82,8 @@ def cmd_facts(args: argparse.Namespace, out: Console) -> int:
     facts = parse_file(args.logfile)
     reason = facts.refusal.kind if facts.refusal else ("ready" if facts.ready_lines else None)
     record = {"vllm_version": facts.vllm_version, "reason": reason, "kv": facts.kv.model_dump(),
-              "refusal": facts.refusal.model_dump() if facts.refusal else None}
+              "refusal": facts.refusal.model_dump() if facts.refusal else None,
+              "timeline": facts.timeline.model_dump(mode="json")}
     if args.json:
         print(json.dumps(record, indent=2))
         return ExitCode.OK
@@ -101,4 +102,19 @@ def cmd_facts(args: argparse.Namespace, out: Console) -> int:
         out.print("  ready: " + facts.ready_lines[-1], highlight=False, markup=False)
     else:
         out.print("  no refusal and no readiness line", highlight=False)
+    _print_timeline(facts.timeline, out)
     return ExitCode.OK
+
+
+def _print_timeline(t, out: Console) -> None:
+    """Milestones on the log's own clock (its timestamps), vLLM's durations, where the log stopped."""
+    say = say_to(out)
+    reached = t.milestones.reached()
+    if reached:
+        say("  timeline (seconds since the log's first timestamp): "
+            + ", ".join(f"{m.value} {at:g}" for m, at in reached if at is not None))
+    durations = t.durations.model_dump(exclude_none=True)
+    if durations:
+        say("  durations vLLM logged: " + ", ".join(f"{k} {v}" for k, v in durations.items()))
+    if t.phase is not None:
+        say(f"  the log ends {t.phase.describe()}")

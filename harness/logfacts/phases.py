@@ -268,7 +268,7 @@ _READERS: tuple[tuple[str, Callable[[PhaseReader, str, str], None]], ...] = (
     ("weights took", PhaseReader._weights),
     ("Model loading took", PhaseReader._weights),
     ("Dynamo bytecode", PhaseReader._compile),
-    ("torch.compile takes", PhaseReader._compile),
+    ("torch.compile ", PhaseReader._compile),
     ("Compiling a graph", PhaseReader._compile),
     ("Directly load", PhaseReader._compile),
     ("load failure", PhaseReader._compile),
