@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -111,3 +112,36 @@ def boots_in_a_shell(command: str, port: int, timeout_s: float, cleanup: list[st
     finally:
         subprocess.run(cleanup, capture_output=True, env={**os.environ, **(env or {})})
         shell.wait(timeout=60)
+
+
+_WEIGHTS = re.compile(r"^(\(\w+ pid=\d+\)) .*\] Loading weights took ([\d.]+) seconds$")
+_INIT = re.compile(r"\] init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
+#: The milestones every booted CPU cell passes (no CUDA graphs on a CPU; eager cells compile nothing).
+BOOTED_MILESTONES = {"started", "first_line", "engine_started", "weights_loaded", "kv_sized", "engine_ready",
+                     "listening", "healthy", "served", "decided"}
+
+
+def check_timeline(cell: dict, log: Path) -> None:
+    """A real boot's timeline: milestones on the harness's clock in boot order, the ones its outcome implies, and
+    durations equal to the figures in its saved log (read here with plain regexes, not the harness's parser)."""
+    t = cell["timeline"]
+    m = {k: v for k, v in t["milestones"].items() if v is not None}
+    order = [k for k in t["milestones"] if k in m]  # the schema's order is the boot order
+    assert [m[k] for k in order] == sorted(m[k] for k in order), f"{cell['cell_id']}: milestones out of order: {m}"
+    assert m["decided"] == cell["timings"]["verdict_s"]
+    if cell["outcome"] == "booted":
+        assert BOOTED_MILESTONES <= set(m), f"{cell['cell_id']}: missing {BOOTED_MILESTONES - set(m)}"
+        assert t["phase"]["after"] == "served"
+    elif cell["reason"] == "kv_insufficient":
+        assert {"engine_started", "weights_loaded"} <= set(m) and "healthy" not in m
+        assert t["phase"]["name"] == "profiling and KV sizing", t["phase"]
+    per_process: dict[str, float] = {}
+    init = None
+    for line in log.read_text(errors="replace").splitlines():
+        if w := _WEIGHTS.match(line):
+            per_process[w.group(1)] = per_process.get(w.group(1), 0.0) + float(w.group(2))
+        if i := _INIT.search(line):
+            init = float(i.group(1))
+    d = t["durations"]
+    assert d["weights_load_s"] == (round(max(per_process.values()), 6) if per_process else None)
+    assert d["engine_init_s"] == init

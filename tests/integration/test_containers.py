@@ -13,8 +13,8 @@ import yaml
 from harness.matrix.load import read_yaml
 from harness.runtime.ports import free_port
 from tests.conftest import ROOT
-from tests.integration.conftest import (boots_in_a_shell, harness_cli, interrupt_when_started, only_run_dir, read_run,
-                                       run_matrix)
+from tests.integration.conftest import (boots_in_a_shell, check_timeline, harness_cli, interrupt_when_started,
+                                       only_run_dir, read_run, run_matrix)
 
 pytestmark = pytest.mark.docker
 EXAMPLE = ROOT / "examples" / "cpu-container.yaml"
@@ -66,6 +66,14 @@ def test_the_unpatched_image_ignores_the_floor_and_the_patched_one_boots_with_it
     booted = cells["image_patched-spec_draft-floor_env"]
     assert booted["outcome"] == "booted"
     assert booted["kv"]["kv_tokens"] == 2560, "0.005 GiB floor at 2048 B/token, in 128-token blocks"
+
+
+def test_container_cells_carry_a_timeline_from_the_image_present_to_the_verdict(container_run):
+    _, run_dir, cells = container_run
+    for cid, cell in cells.items():
+        check_timeline(cell, run_dir / "logs" / f"{cid}.log")
+        m = cell["timeline"]["milestones"]
+        assert 0 <= m["pulled"] <= m["started"] <= m["first_line"], m
 
 
 def test_refusal_numbers_come_from_the_container_log(container_run):

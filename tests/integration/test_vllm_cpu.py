@@ -16,8 +16,8 @@ import yaml
 
 from harness.matrix.load import read_yaml
 from tests.conftest import LIGHT_BOOT, ROOT
-from tests.integration.conftest import (CPU_EXAMPLE, harness_cli, interrupt_when_started, only_run_dir,
-                                       processes_with, read_run)
+from tests.integration.conftest import (CPU_EXAMPLE, check_timeline, harness_cli, interrupt_when_started,
+                                       only_run_dir, processes_with, read_run)
 
 pytestmark = pytest.mark.vllm
 KIB = 1024
@@ -67,6 +67,16 @@ def test_the_draft_model_tips_the_same_length_into_a_kv_refusal_with_its_numbers
     # back, so the longest request it can take is 11 x 128 = 1408 tokens.
     assert r["estimated_max_model_len"] == 1408
     assert cell["timings"]["verdict_s"] < cell["timings"]["total_s"], "decided at the line, before the exit"
+
+
+def test_every_cell_carries_a_timeline_in_boot_order_with_the_durations_its_log_printed(example_run):
+    _, run_dir, cells = example_run
+    for cid, cell in cells.items():
+        check_timeline(cell, run_dir / "logs" / f"{cid}.log")
+        assert cell["timeline"]["milestones"]["pulled"] is None, "a local process pulls nothing"
+    booted = cells["mml2048-spec_off-kv_tight"]
+    assert booted["timeline"]["durations"]["compile_cache_hit"] is None, "--enforce-eager compiles nothing"
+    assert booted["compile_cache"]["private_copy"], "--parallel 2: each cell worked on its own copy of the run's cache"
 
 
 def test_raising_the_kv_boots_the_draft_model_again(example_run):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.integration.conftest import boots_in_a_shell
+from tests.integration.conftest import boots_in_a_shell, check_timeline
 from tests.rehearsal.conftest import STUB_HOOK_LOG, new_run_dirs
 
 README = ROOT / "README.md"
@@ -125,6 +125,22 @@ def test_the_run_tells_the_seeds_story_on_the_stand_in(readme, standin):
             assert patched["outcome"] == "booted" and patched["kv"]["kv_tokens"] * 13312 >= 4 * 2**30 - 13312 * 128
     for c in cells.values():
         assert c["container"]["engine"] == "docker" and c["container"]["image"] == standin["FORK_IMAGE"]
+
+
+def test_every_cell_of_the_gpu_matrix_carries_its_timeline(readme):
+    """The README's run on the stand-in: each cell's milestones from the image present to the verdict, and the
+    durations its log printed; the run's report shows them per cell and which phase dominated."""
+    run_dir = readme[3][0].parent
+    for cell in the_run(readme)["cells"]:
+        check_timeline(cell, run_dir / "logs" / f"{cell['cell_id']}.log")
+        assert cell["timeline"]["milestones"]["pulled"] is not None
+    from harness.report import build_report
+    from harness.results.store import load_run
+
+    rep = build_report(*load_run(run_dir), plot=False)
+    html, md = rep.html(), rep.markdown()
+    assert html.count('class="row" id="timeline-') == 12 and "boot time in 12 cells:" in html
+    assert "### Boot timeline" in md and md.count("| mml") >= 12
 
 
 def test_the_shipped_patch_was_applied_byte_for_byte_by_gnu_patch(readme, standin, tmp_path):
