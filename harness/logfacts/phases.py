@@ -39,9 +39,10 @@ V0_WEIGHTS = _c(r"\ALoading model weights took\s*" + NUM + r"\s*Gi?B\b")
 DYNAMO = _c(TAG + r"Dynamo bytecode transform time:\s*" + NUM + r"\s*s")
 # "Compiling a graph for general shape / shape %s / dynamic shape / compile range %s takes %.2f s"
 COMPILE_GRAPH = _c(TAG + r"Compiling a graph for .{0,200}? takes\s*" + NUM + r"\s*s")
-# monitor.py: "torch.compile takes %.2f s in total" (0.6.6–0.15), "torch.compile took %.2f s in total" (0.19+), "torch.compile
-# and initial profiling/warmup run together took %.2f s in total" (0.19+, compiling inside the profiling run)
-COMPILE_TOTAL = _c(TAG + r"torch\.compile (?:and initial profiling/warmup run together )?(?:takes|took)\s*" + NUM
+# monitor.py: "torch.compile takes %.2f s in total" (0.6.6–0.17: a process's running total, printed again, larger,
+# after a draft model compiled), "torch.compile took %.2f s in total" and "torch.compile and initial profiling/warmup run
+# together took %.2f s in total" (0.19+: one model's own time, tagged "[backbone] " / "[eagle_head] " from 0.32)
+COMPILE_TOTAL = _c(TAG + r"torch\.compile (?:and initial profiling/warmup run together )?(takes|took)\s*" + NUM
                    + r"\s*s in total")
 # The engine's own total, when no monitor line came: "init engine (...) took %.2f s (compilation: %.2f s)" (0.22+)
 ENGINE_COMPILATION = _c(r"\(compilation:\s*" + NUM + r"\s*s\b")
@@ -56,6 +57,8 @@ COMPILE_DONE = _c(TAG + r"(?:saved AOT compiled function to\b|Warming up done\.?
 # Graph capture: "Graph capturing finished in %.0f secs." (0.6.0), "… in %.0f secs, took %.2f GiB" (0.6.6+), "Encoder
 # graph capturing finished in %.0f secs, took %.2f GiB (%d graphs)" (0.34, a second capture in the same process)
 GRAPHS = _c(r"\A(?:Encoder g|G)raph capturing finished in\s*" + NUM + r"\s*secs?(?:, took\s*" + NUM + r"\s*GiB)?")
+# The V2 model runner (0.30+) captures once while profiling memory, before the KV cache is sized, and once for real:
+# the first capture's time counts, its memory does not (the same graphs), and it does not end the capture phase.
 # V0 worker: "Memory profiling takes %.2f seconds" (0.6.6+, first line of a multi-line message)
 PROFILING = _c(r"\AMemory profiling takes\s*" + NUM + r"\s*seconds?")
 # V1 engine core, and V0 (LLMEngine, in the API server's process): the engine's first words.
@@ -64,7 +67,7 @@ ENGINE_FIRST = _c(r"\A(?:Initializing an? (?:V1 )?LLM engine\b|Waiting for init 
 # engine core's "GPU KV cache size: N tokens" (V1; "CPU"/"XPU"/"GPU + host" …) and the concurrency line, and V0's
 # "# GPU blocks: N, # CPU blocks: M" / "# cpu blocks: N". The worker's "Available KV cache memory" comes before the
 # check, so it does not end the phase.
-KV_SIZED = _c(r"\A(?:[A-Z][\w +]{0,20} KV cache size:\s*\d|Maximum concurrency for|#\s*(?:GPU|CPU|gpu|cpu) blocks:)")
+KV_SIZED = _c(r"\A(?:[A-Z][\w +]{0,20} KV cache size:\s*\d|Maximum concurrency for|#\s*\w{2,10} blocks:)")
 ENFORCE_EAGER = _c(r"\AEnforce eager set|\benforce_eager=True\b")
 
 #: Substrings one of which every phase line holds: the cheap pre-check before any regex here runs.
@@ -92,7 +95,9 @@ class Combine(Enum):
 _COMBINE: dict[str, Combine] = {
     "weights_load_s": Combine.SUM, "model_load_s": Combine.SUM, "model_load_gib": Combine.SUM,
     "dynamo_transform_s": Combine.SUM, "compile_graphs_s": Combine.SUM, "compile_total_s": Combine.LAST,
-    "graph_capture_s": Combine.SUM, "graph_capture_gib": Combine.SUM, "profiling_s": Combine.SUM,
+    "compile_models_s": Combine.SUM,
+    "graph_capture_s": Combine.SUM, "graph_capture_gib": Combine.SUM, "profiling_capture_gib": Combine.SUM,
+    "profiling_s": Combine.SUM,
     "engine_init_s": Combine.LAST, "engine_compilation_s": Combine.LAST,
 }
 
@@ -195,7 +200,8 @@ class PhaseReader:
         if m := DYNAMO.search(msg):
             self._figure("dynamo_transform_s", process, p.to_float(m.group(1)))
         elif m := COMPILE_TOTAL.search(msg):
-            self._figure("compile_total_s", process, p.to_float(m.group(1)))
+            cumulative = m.group(1) == "takes"
+            self._figure("compile_total_s" if cumulative else "compile_models_s", process, p.to_float(m.group(2)))
             self._compiled = True
             self.mark(Milestone.compiled)
         elif m := COMPILE_GRAPH.search(msg):
@@ -215,8 +221,11 @@ class PhaseReader:
     def _graphs(self, process: str, msg: str) -> None:
         if m := GRAPHS.search(msg):
             self._figure("graph_capture_s", process, p.to_float(m.group(1)))
-            self._figure("graph_capture_gib", process, p.to_float(m.group(2)))
-            self.mark(Milestone.graphs_captured)
+            if self.reached(Milestone.kv_sized):
+                self._figure("graph_capture_gib", process, p.to_float(m.group(2)))
+                self.mark(Milestone.graphs_captured)
+            else:
+                self._figure("profiling_capture_gib", process, p.to_float(m.group(2)))
 
     def _profiling(self, process: str, msg: str) -> None:
         if m := PROFILING.search(msg):
@@ -250,18 +259,22 @@ class PhaseReader:
             per = self._figures.get(name)
             return round(max(per.values()), 6) if per else None
 
-        total = slowest("compile_total_s")
-        if total is None:
-            total = slowest("engine_compilation_s")
+        total = _first_known(slowest("compile_total_s"), slowest("compile_models_s"), slowest("engine_compilation_s"),
+                             slowest("compile_graphs_s"))
         return Durations(
             weights_load_s=slowest("weights_load_s"), model_load_s=slowest("model_load_s"),
             model_load_gib=slowest("model_load_gib"), dynamo_transform_s=slowest("dynamo_transform_s"),
-            compile_s=total if total is not None else slowest("compile_graphs_s"),
+            compile_s=total,
             compile_cache_hit=self._cache_hit if self._compiled else None,
             compile_cache_failure=self._cache_failure,
-            graph_capture_s=slowest("graph_capture_s"), graph_capture_gib=slowest("graph_capture_gib"),
+            graph_capture_s=slowest("graph_capture_s"),
+            graph_capture_gib=_first_known(slowest("graph_capture_gib"), slowest("profiling_capture_gib")),
             profiling_s=slowest("profiling_s"), engine_init_s=slowest("engine_init_s"),
         )
+
+
+def _first_known(*values: float | None) -> float | None:
+    return next((v for v in values if v is not None), None)
 
 
 _READERS: tuple[tuple[str, Callable[[PhaseReader, str, str], None]], ...] = (

@@ -68,7 +68,7 @@ RELEASES = {
         v0(7, "torch.compile takes 3.10 s in total", "monitor.py:33"),
         v0(8, "# cuda blocks: 27448, # CPU blocks: 2048", "executor_base.py:111"),
     ], {"model_load_gib": 14.9888, "compile_s": 3.1, "compile_cache_hit": True},
-        ["first_line", "engine_started", "weights_loaded", "compiled"]),
+        ["first_line", "engine_started", "weights_loaded", "compiled", "kv_sized"]),
     # 0.8.5 (V1): default_loader.py "Loading weights took %.2f seconds", gpu_model_runner.py "Model loading took %.4f GiB
     # and %.6f seconds", core.py "init engine (profile, create kv cache, warmup model) took %.2f seconds"
     "0.8.5": ([
@@ -174,10 +174,11 @@ def test_the_slowest_tp_rank_is_when_a_phase_ended_and_a_draft_model_adds_to_the
         v1(9, "Loading weights took 5.50 seconds", "(Worker_TP1 pid=11)"),
         v1(10, "Loading weights took 0.50 seconds", "(Worker_TP0 pid=10)"),  # rank 0's draft model
         v1(11, "Loading weights took 0.25 seconds", "(Worker_TP1 pid=11)"),
-        v1(30, "torch.compile took 20.00 s in total", "(Worker_TP0 pid=10)"),
-        v1(31, "torch.compile took 21.00 s in total", "(Worker_TP1 pid=11)"),
-        v1(35, "torch.compile took 26.00 s in total", "(Worker_TP0 pid=10)"),  # the draft compiled: cumulative
-        v1(36, "torch.compile took 25.00 s in total", "(Worker_TP1 pid=11)"),
+        v1(30, "torch.compile takes 20.00 s in total", "(Worker_TP0 pid=10)"),
+        v1(31, "torch.compile takes 21.00 s in total", "(Worker_TP1 pid=11)"),
+        v1(35, "torch.compile takes 26.00 s in total", "(Worker_TP0 pid=10)"),  # ≤0.17: a running total, draft included
+        v1(36, "torch.compile takes 25.00 s in total", "(Worker_TP1 pid=11)"),
+        v1(40, "GPU KV cache size: 10,720 tokens", "(EngineCore pid=7)"),
         v1(50, "Graph capturing finished in 14 secs, took 0.30 GiB", "(Worker_TP0 pid=10)"),
         v1(51, "Graph capturing finished in 16 secs, took 0.32 GiB", "(Worker_TP1 pid=11)"),
     ]
@@ -185,6 +186,23 @@ def test_the_slowest_tp_rank_is_when_a_phase_ended_and_a_draft_model_adds_to_the
     assert (d.weights_load_s, d.compile_s, d.graph_capture_s, d.graph_capture_gib) == (5.75, 26.0, 16.0, 0.32)
     m = parse_text("\n".join(log)).timeline.milestones
     assert (m.weights_loaded, m.compiled, m.graphs_captured) == (11.0, 36.0, 51.0)  # the last rank's line
+
+
+def test_from_0_19_each_model_reports_its_own_compile_and_a_profiling_capture_is_no_second_graph_pool():
+    """0.32's tagged lines: the target's and the draft's compile add up; the V2 runner's capture while profiling
+    (before the KV size) takes time but is the same graphs as the capture that follows."""
+    log = [
+        v1(0, "Initializing a V1 LLM engine (v0.32.0) with config: model='m'", "(EngineCore pid=7)"),
+        v1(30, "[backbone] torch.compile took 20.00 s in total", "(Worker pid=9)"),
+        v1(35, "[eagle_head] torch.compile took 4.50 s in total", "(Worker pid=9)"),
+        v1(40, "Graph capturing finished in 6 secs, took 0.30 GiB", "(Worker pid=9)"),
+        v1(41, "GPU KV cache size: 10,720 tokens, Maximum concurrency for 4,096 tokens per request: 2.62x",
+           "(EngineCore pid=7)"),
+        v1(50, "Graph capturing finished in 8 secs, took 0.31 GiB", "(Worker pid=9)"),
+    ]
+    t = parse_text("\n".join(log)).timeline
+    assert (t.durations.compile_s, t.durations.graph_capture_s, t.durations.graph_capture_gib) == (24.5, 14.0, 0.31)
+    assert (t.milestones.compiled, t.milestones.kv_sized, t.milestones.graphs_captured) == (35.0, 41.0, 50.0)
 
 
 def test_a_log_pasted_with_quote_markers_and_indents_reads_the_same():
