@@ -124,6 +124,9 @@ def test_a_first_night_that_meets_its_expectations_is_green(nights):
     s = first.merge.summary
     assert "## Expectations" in s and " ok — 4 cells, 4 matched, 0 mismatched, 0 errors (complete)" in s
     assert "no previous night to compare with" in s
+    # where the night's boot time went: the report's timeline table, one row per cell, and the dominant phases
+    assert "### Boot timeline" in s and "s of boot time in 4 cells: " in s
+    assert sum(line.startswith("| mml131072-") for line in s.splitlines()) >= 4
     assert {"boot-run-shard-1", "boot-run-shard-2", "nightly-merged", "nightly-report"} <= {
         p.name for p in first.runner.artifacts.iterdir()}
 
@@ -165,4 +168,5 @@ def test_a_night_whose_booted_cell_now_refuses_is_red_with_the_regression_named(
     assert "missed its expectations" in gate and "regressions against the previous night" in gate
     s = changed.merge.summary
     assert "## Compared with the previous night" in s and "mml131072-mtp_off-floor_none-image_unpatched" in s
+    assert "time regression(s) beyond 25% and 30 s" in s, "compare's boot-time check, in the job summary"
     assert "max_len_exceeds_model" in s
