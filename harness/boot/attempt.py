@@ -15,7 +15,7 @@ from harness.boot.signals import signals_held
 from harness.cells import Cell
 from harness.errors import CellStartError
 from harness.logfacts import LogParser
-from harness.logfacts.timeline import Timeline
+from harness.logfacts.timeline import Milestone, Timeline
 from harness.masking import Masker, secret_values
 from harness.predict.cell import predict_cell
 from harness.matrix.load import LoadedMatrix
@@ -34,11 +34,19 @@ from harness.watch.timeline import TimelineRecorder
 class Observer(Protocol):
     def cell_started(self, cell: Cell) -> None: ...
 
+    def cell_milestone(self, cell: Cell, milestone: Milestone, at_s: float) -> None:
+        """The cell's server reached `milestone`, `at_s` seconds after the cell started (its live phase)."""
+
     def cell_finished(self, cell: Cell, result: CellResult) -> None: ...
 
 
 class NullObserver:
+    """An Observer that watches nothing; subclass it to watch only some of the events."""
+
     def cell_started(self, cell: Cell) -> None:
+        pass
+
+    def cell_milestone(self, cell: Cell, milestone: Milestone, at_s: float) -> None:
         pass
 
     def cell_finished(self, cell: Cell, result: CellResult) -> None:
@@ -57,6 +65,8 @@ class Attempt:
     number: int = 1
     #: The idle wait before this attempt, when it ended with the GPUs still above idle (IdleWait.describe()).
     gpus_not_idle: str | None = None
+    #: Told each milestone as it happens, with seconds since the cell started (the live progress's phase).
+    on_milestone: Callable[[Milestone, float], None] | None = None
 
 
 def watch_config(loaded: LoadedMatrix, timeout_s: float | None = None) -> WatchConfig:
@@ -85,7 +95,7 @@ class CellRunner:
         work = scratch.claim(self.store.work_dir(cell.id))
         gpus = attempt.gpus
         started_at, t0 = now(), time.monotonic()
-        timeline = TimelineRecorder(time.monotonic, t0)
+        timeline = TimelineRecorder(time.monotonic, t0, on_mark=attempt.on_milestone)
         cache = self.compile_cache.checkout(work) if self.compile_cache else None
         cache_use: CompileCacheUse | None = None
         ctx = CellContext(run_dir=self.store.run_dir, work_dir=work, masker=masker, matrix_dir=self.loaded.base_dir,

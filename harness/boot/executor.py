@@ -33,6 +33,7 @@ from typing import Any
 from harness.boot.attempt import Attempt, CellRunner, NullObserver, Observer
 from harness.boot.signals import Interrupted, interrupts_raise, signals_held
 from harness.cells import Cell
+from harness.logfacts.timeline import Milestone
 from harness.gpu.idle import IdleBaseline, IdleWait
 from harness.gpu.inventory import GpuPool, Inventory
 from harness.results.model import CellResult, GpuInfo
@@ -144,6 +145,10 @@ class _LockedObserver:
     def cell_started(self, cell: Cell) -> None:
         with self._lock:
             self._inner.cell_started(cell)
+
+    def cell_milestone(self, cell: Cell, milestone: Milestone, at_s: float) -> None:
+        with self._lock:
+            self._inner.cell_milestone(cell, milestone, at_s)
 
     def cell_finished(self, cell: Cell, result: CellResult) -> None:
         with self._lock:
@@ -302,7 +307,8 @@ class Executor:
         t0 = time.monotonic()
         try:
             return self.runner.run(cell, Attempt(gpus=gpus, assigned=self.pool is not None, number=number,
-                                                 gpus_not_idle=wait.describe() if wait and not wait.idle else None))
+                                                 gpus_not_idle=wait.describe() if wait and not wait.idle else None,
+                                                 on_milestone=lambda m, at: self.observer.cell_milestone(cell, m, at)))
         finally:
             with self._lock:
                 self.timeline.append((cell.id, tuple(indices), t0, time.monotonic()))

@@ -8,10 +8,12 @@ import time
 
 from rich.console import Console, RenderableType
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from harness.analysis.kv import cell_kv, length_axis
 from harness.cells import Cell
+from harness.logfacts.timeline import Milestone, Milestones, phase_at, skipped
 from harness.report.style import STYLE
 from harness.results.model import CellResult, RunResult
 from harness.units import fmt_bytes, fmt_seconds, fmt_tokens
@@ -56,6 +58,8 @@ class LiveProgress:
         self.cells = cells
         self.state: dict[str, str] = {c.id: "pending" for c in cells}
         self.started: dict[str, float] = {}
+        #: Milestones of the cells in flight (seconds since each started): where each boot is now.
+        self.reached: dict[str, dict[str, float]] = {}
         self.results: dict[str, CellResult] = {}
         self._live: Live | None = None
 
@@ -75,28 +79,37 @@ class LiveProgress:
         table.add_column("cell", overflow="fold")
         table.add_column("state", overflow="fold")
         table.add_column("verdict after start", justify="right")
-        table.add_column("longest phase", overflow="fold")
+        table.add_column("phase: now, or the longest", overflow="fold")
         for c in self.cells:
             st = self.state[c.id]
             r = self.results.get(c.id)
+            phase = _longest(r) if r else ""
             if st == "booting":
-                el = f"{time.monotonic() - self.started[c.id]:.1f} s …"
+                now = time.monotonic() - self.started[c.id]
+                skip = skipped("--enforce-eager" in c.server_args, None)
+                el = f"{now:.1f} s …"
+                phase = phase_at(Milestones(**self.reached.get(c.id, {})), now, skip).describe()
             else:
                 el = fmt_seconds(r.timings.verdict_s) if r else ""
             shown = f"[{STYLE[r.outcome]}]{_verdict(r)}[/]" if r else st
-            table.add_row(c.id, shown, el, _longest(r) if r else "")
+            table.add_row(c.id, shown, el, escape(phase))
         return table
 
     def _say(self, text: str) -> None:
         self.console.print(text, highlight=False, markup=False, emoji=False, soft_wrap=True)
 
     def cell_started(self, cell: Cell) -> None:
+        self.reached.pop(cell.id, None)  # a retry starts its timeline again
         self.state[cell.id] = "booting"
         self.started[cell.id] = time.monotonic()
         if self._live is None:
             self._say(f"{cell.id} booting")
 
+    def cell_milestone(self, cell: Cell, milestone: Milestone, at_s: float) -> None:
+        self.reached.setdefault(cell.id, {})[milestone.value] = at_s
+
     def cell_finished(self, cell: Cell, result: CellResult) -> None:
+        self.reached.pop(cell.id, None)
         self.state[cell.id] = result.outcome
         self.results[cell.id] = result
         if self._live is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from harness.logfacts.timeline import RANK, Durations, Milestone, Milestones, PhaseAt, Timeline, phase_at
 from harness.watch.events import Clock
@@ -19,11 +20,14 @@ class TimelineRecorder:
     A milestone may be marked again (the last rank's weights, a draft model's compile) until a later one is reached,
     so each says when its phase ended for the whole engine and the milestones never go backwards."""
 
-    def __init__(self, clock: Clock = time.monotonic, start: float | None = None):
+    def __init__(self, clock: Clock = time.monotonic, start: float | None = None,
+                 on_mark: Callable[[Milestone, float], None] | None = None):
         self.clock = clock
         self.start = clock() if start is None else start
         self._at: dict[Milestone, float] = {}
         self._lock = threading.Lock()
+        #: Told each milestone marked, with seconds since the start (outside the lock: it may take its time).
+        self._on_mark = on_mark
 
     def mark(self, milestone: Milestone, t: float | None = None) -> None:
         """`milestone` happened at `t` (on `clock`; now when None)."""
@@ -32,7 +36,9 @@ class TimelineRecorder:
             if any(RANK[m] > RANK[milestone] for m in self._at if m is not Milestone.decided):
                 return  # a later phase has begun: this line is a straggler, not the end of the phase
             floor = max((v for m, v in self._at.items() if RANK[m] < RANK[milestone]), default=self.start)
-            self._at[milestone] = max(at, floor)
+            self._at[milestone] = at = max(at, floor)
+        if self._on_mark is not None:
+            self._on_mark(milestone, round(at - self.start, 3))
 
     def milestones(self) -> Milestones:
         with self._lock:

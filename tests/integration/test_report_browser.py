@@ -116,3 +116,42 @@ def _has_pil() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("PIL") is not None
+
+
+def test_the_boot_timeline_draws_a_bar_per_cell_on_one_scale_in_the_browser(tmp_path):
+    """A run of scripted boots (FakeRuntime: every phase line, one slower cell, one that stalls until its deadline):
+    the report's bars are in the DOM with their phases, the slowest cell's bar spans the track, and the phase colours
+    are painted."""
+    require("Pillow (with matplotlib)", _has_pil(), "pip install -e '.[analysis]'")
+    from PIL import Image
+
+    from harness.boot.session import RunOptions, RunSession
+    from harness.cells import expand_cells
+    from harness.matrix.load import load_matrix
+    from harness.report.timeline import PHASE_COLOURS
+    from harness.logfacts.timeline import Milestone
+    from harness.runtime.fake import FakeRuntime, Script
+    from tests.builders import write_matrix
+
+    doc = {"name": "timeline", "command": ["fake-vllm"], "model": "m", "timeout_s": 1.5, "linger_s": 0.1,
+           "axes": {"c": {"fast": {}, "slow": {}, "stalls": {}}}}
+    loaded = load_matrix(write_matrix(tmp_path / "m.yaml", doc))
+    runtime = FakeRuntime({"c_fast": Script.full_boot(0.02), "c_slow": Script.full_boot(0.1),
+                           "c_stalls": Script.full_boot(0.02, until="graphs_captured")})
+    session = RunSession.open(loaded, expand_cells(loaded.matrix), RunOptions(results_dir=tmp_path / "r"),
+                              runtime=runtime)
+    session.run()
+    session.finish()
+    page = tmp_path / "timeline.html"
+    assert harness_cli_report(session.run_dir, page).returncode == 0
+    exe = chromium()
+    dom = browse(exe, page, tmp_path, "--dump-dom").stdout
+    for cid in ("c_fast", "c_slow", "c_stalls"):
+        assert f'id="timeline-{cid}"' in dom
+    assert 'data-phase="CUDA-graph capture (unfinished at the verdict)"' in dom, "the stalled cell's tail"
+    shot = tmp_path / "timeline.png"
+    browse(exe, page, tmp_path, f"--screenshot={shot}", "--window-size=1400,1800")
+    colours = {c for _, c in Image.open(shot).convert("RGB").getcolors(maxcolors=1 << 24)}
+    for m in (Milestone.weights_loaded, Milestone.compiled, Milestone.graphs_captured):
+        hex_ = PHASE_COLOURS[m].lstrip("#")
+        assert near(colours, tuple(int(hex_[i:i + 2], 16) for i in (0, 2, 4))), f"{m.value}'s colour is painted"

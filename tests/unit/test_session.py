@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from harness.boot.attempt import NullObserver
 from harness.boot.session import RunOptions, RunSession
 from harness.cells import expand_cells
 from harness.exitcodes import ExitCode
@@ -58,12 +59,9 @@ def test_refused_busy_twice_while_the_gpus_are_still_held_is_an_error_never_the_
     loaded, cells = matrix(tmp_path, values=("a",), gpus="all")
     inventory = FakeInventory(1)
 
-    class SomethingElseGrabsTheGpu:
+    class SomethingElseGrabsTheGpu(NullObserver):
         def cell_started(self, cell):
             inventory.hold(0, gib=60)  # after the idle baseline was taken, and for good
-
-        def cell_finished(self, cell, result):
-            pass
 
     session = RunSession.open(loaded, cells, RunOptions(results_dir=tmp_path / "r", gpu_idle_timeout_s=0.3),
                               runtime=FakeRuntime({"c_a": Script.memory_busy()}), inventory=inventory)

@@ -154,3 +154,31 @@ def _matrix(tmp_path, values=("a", "b"), **top):
            "axes": {"c": {v: {} for v in values}}, "expect": [{"outcome": "booted"}], **top}
     loaded = load_matrix(write_matrix(tmp_path / "m.yaml", doc))
     return loaded, expand_cells(loaded.matrix)
+
+
+def test_the_live_table_shows_the_phase_each_booting_cell_is_in_now(tmp_path):
+    """The executor tells the observer each milestone as it happens; the live table names the phase a cell is in."""
+    import io
+    import threading
+    import time
+
+    from rich.console import Console
+
+    from harness.report.live import LiveProgress
+
+    loaded, cells = _matrix(tmp_path, values=("a",), timeout_s=3)
+    session = RunSession.open(loaded, cells, RunOptions(results_dir=tmp_path / "r"),
+                              runtime=FakeRuntime({"c_a": Script.full_boot(until="graphs_captured")}))
+    console = Console(file=io.StringIO(), width=160)
+    progress = LiveProgress(cells, console)
+    worker = threading.Thread(target=session.run, args=(progress,))
+    worker.start()
+    try:
+        deadline = time.monotonic() + 2.5
+        while "kv_sized" not in progress.reached.get("c_a", {}) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        console.print(progress)
+    finally:
+        worker.join()
+    assert "in CUDA-graph capture for " in console.file.getvalue()
+    assert progress.reached == {}, "a finished cell has no live phase"
