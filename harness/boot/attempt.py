@@ -143,11 +143,11 @@ class CellRunner:
         facts = seen.facts if seen else LogParser().facts
         record = timeline.timeline(facts.timeline.durations, decided_at, facts.skipped(argv))
         return self._result(cell, decision, seen, exit_code, server, argv, masker, sink, started_at, t0, attempt,
-                            record).model_copy(update={"compile_cache": cache_use})
+                            record, cache_use)
 
     def _result(self, cell: Cell, d: Decision, seen: Observation | None, exit_code: int | None, server: Server | None,
                 argv: list[str], masker: Masker, sink: LogSink, started_at, t0: float, attempt: Attempt,
-                timeline: Timeline) -> CellResult:
+                timeline: Timeline, cache_use: CompileCacheUse | None) -> CellResult:
         facts = seen.facts if seen else LogParser().facts
         code = seen.exit_code if seen and seen.exit_code is not None else exit_code
         read = getattr(self.runtime, "read_server_file", None)
@@ -165,7 +165,7 @@ class CellRunner:
             timings=Timings(ready_s=seen.ready_s, ready_line_s=seen.ready_line_s, event_s=seen.event_s,
                             verdict_s=seen.verdict_s, total_s=round(time.monotonic() - t0, 3)) if seen
             else Timings(total_s=round(time.monotonic() - t0, 3)),
-            timeline=timeline,
+            timeline=timeline, compile_cache=cache_use,
             kv=facts.kv, refusal=facts.refusal.model_copy(update={"message": masker(facts.refusal.message)})
             if facts.refusal else None,
             prediction=prediction, vllm_version=facts.vllm_version, log_path=str(self.store.log_path(cell.id).relative_to(self.store.run_dir)),
