@@ -28,7 +28,7 @@ class TimeTolerance:
         return d > self.abs_s and d > self.rel * abs(a)
 
     def describe(self) -> str:
-        return f"{self.rel:.0%} and {fmt_seconds(self.abs_s)}"
+        return f"{self.rel:.0%} and {self.abs_s:g} s"
 
 
 DEFAULT_TIME_TOLERANCE = TimeTolerance()

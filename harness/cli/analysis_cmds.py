@@ -127,7 +127,7 @@ def cmd_compare(args: argparse.Namespace, out: Console) -> int:
             print(json.dumps({"run": run.run_id, "axis": pairs[0].axis if pairs else args.axis,
                               "pairs": [p.to_dict() for p in pairs]}, indent=2))
         else:
-            out.print(render_pairs(pairs, run.run_id))
+            out.print(render_pairs(pairs, run.run_id), soft_wrap=not out.is_terminal)
         return ExitCode.OK
     tolerance = parse_tolerance(args.tolerance)
     time_tolerance = parse_time_tolerance(args.time_tolerance)
@@ -136,7 +136,7 @@ def cmd_compare(args: argparse.Namespace, out: Console) -> int:
     if args.json:
         print(json.dumps(diff.to_dict(), indent=2, default=str))
     else:
-        out.print(render_diff(diff))
+        out.print(render_diff(diff), soft_wrap=not out.is_terminal)
     return ExitCode.FAILED if diff.has_regression else ExitCode.OK
 
 

@@ -42,6 +42,7 @@ def register(sub: argparse._SubParsersAction) -> dict:
 
 def cmd_gc(args: argparse.Namespace, out: Console) -> int:
     from harness.runtime.engine import DEFAULT_HOSTS
+    from harness.runtime.compile_cache import RUN_DIR_NAME
     from harness.sweep import sweep
 
     engines = args.engine or list(DEFAULT_HOSTS)
@@ -51,7 +52,8 @@ def cmd_gc(args: argparse.Namespace, out: Console) -> int:
     for pgid in swept.process_groups:
         out.print(f"killed process group {pgid}", highlight=False)
     for work in swept.work_dirs:
-        out.print(f"removed work dir {work}", highlight=False)
+        what = "the run's compile cache" if work.name == RUN_DIR_NAME else "work dir"
+        out.print(f"removed {what} {work}", highlight=False, markup=False, soft_wrap=True)
     reached = [e for e in engines if e not in swept.engines_unreachable]
     out.print(f"gc: {len(swept.containers)} container(s), {len(swept.process_groups)} process group(s), "
               f"{len(swept.work_dirs)} work dir(s) removed "

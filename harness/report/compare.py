@@ -67,7 +67,7 @@ def render_diff(d: RunDiff):
             return
         t = Table(title=title, title_justify="left", title_style=style, box=None, pad_edge=False)
         for col in ("cell", "A", "B", "why"):
-            t.add_column(col)
+            t.add_column(col, overflow="fold")
         for c in items:
             t.add_row(c.cell_id, _o(c.a), _o(c.b), c.why)
         out.extend([Text(""), t])
@@ -93,7 +93,7 @@ def render_diff(d: RunDiff):
         t = Table(title=f"KV drift beyond {d.tolerance:.1%}", title_justify="left", title_style="bold", box=None,
                   pad_edge=False)
         for col in ("cell", "number", "A", "B", "change"):
-            t.add_column(col, justify="right" if col in ("A", "B", "change") else "left")
+            t.add_column(col, justify="right" if col in ("A", "B", "change") else "left", overflow="fold")
         for x in d.drift:
             change = ("appeared" if x.a is None else "disappeared" if x.b is None
                       else f"{x.rel:+.1%}" if x.rel is not None else "from 0")
