@@ -40,6 +40,18 @@ def _coerce(line: Any) -> str:
 
 
 MAX_ERROR_CHARS = 1000
+_ALL = tuple(dict.fromkeys((*p.KEYWORDS, *phases.KEYWORDS)))
+#: Both sets' keywords, less those that hold another one ("Model loading took" holds "took"): the same lines pass.
+_KEYWORDS = tuple(k for k in _ALL if not any(o != k and o in k for o in _ALL))
+
+
+def _mentions_keyword(text: str) -> bool:
+    """The pre-check of both pattern sets: a plain loop of substring tests (faster than any() or a regex)."""
+    for keyword in _KEYWORDS:
+        if keyword in text:
+            return True
+    return False
+
 
 
 class LogParser:
@@ -55,6 +67,8 @@ class LogParser:
         self._ready: list[str] = []
         self._error_line: str | None = None
         self._phases = phases.PhaseReader()
+        #: Still looking for what any line may carry (the first line, the engine's first, the first timestamp).
+        self._early = True
 
     def feed(self, line: str) -> Signal:
         """Take one physical line; say whether it is a refusal, a readiness line, or neither. Never raises."""
@@ -63,10 +77,15 @@ class LogParser:
             text = _coerce(line)
             if len(text) > MAX_LINE_CHARS:
                 text = text[:MAX_LINE_CHARS]
-            first = not self._phases.reached(Milestone.first_line) and bool(text.strip())
-            engine = "EngineCore" in text and not self._phases.reached(Milestone.engine_started)
-            unstamped = not self._phases.has_origin and self._lines <= _STAMP_SEARCH_LINES
-            if not (first or engine or unstamped or p.mentions_keyword(text) or phases.mentions_keyword(text)):
+            # Past the first lines the cheap checks are all that most lines meet: the phase milestones that any line
+            # may end (the first line, the engine's first) are looked for only until they are reached.
+            first = self._early and not self._phases.reached(Milestone.first_line) and bool(text.strip())
+            engine = self._early and "EngineCore" in text and not self._phases.reached(Milestone.engine_started)
+            unstamped = self._early and not self._phases.has_origin and self._lines <= _STAMP_SEARCH_LINES
+            if not (first or engine or unstamped or _mentions_keyword(text)):
+                if self._early and self._phases.reached(Milestone.engine_started) and (
+                        self._phases.has_origin or self._lines > _STAMP_SEARCH_LINES):
+                    self._early = False
                 return Signal.NONE
             signal = Signal.NONE
             for segment in segments(text):

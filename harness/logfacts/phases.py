@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import datetime, timedelta
 from enum import Enum
 
 from . import patterns as p
 from .timeline import RANK, Durations, Milestone, Milestones
 
 NUM = p.NUM
+#: Days before each month in a leap year (a log's MM-DD has no year; 02-29 must parse).
+_MONTH_START = (0, 31, 60, 91, 121, 152, 182, 213, 244, 274, 305, 335)
 
 
 def _c(pattern: str) -> re.Pattern[str]:
@@ -54,6 +55,9 @@ CACHE_LOAD_FAILED = _c(TAG + r"Compiling model again due to a load failure from 
 # The end of compilation where no duration is printed: "saved AOT compiled function to %s" (0.15+), and the CPU model
 # runner's "Warming up done." after "Warming up model for the compilation..." (0.9.2+)
 COMPILE_DONE = _c(TAG + r"(?:saved AOT compiled function to\b|Warming up done\.?\Z)")
+# Where compilation begins, so the weights are in even when no line said so (`--load-format dummy` prints none): the
+# CPU model runner's "Warming up model for the compilation..." (0.9.2+), the monitor's "Starting torch.compile" (0.32+)
+COMPILE_START = _c(TAG + r"(?:Warming up model for the compilation|Starting torch\.compile)\b")
 # Graph capture: "Graph capturing finished in %.0f secs." (0.6.0), "… in %.0f secs, took %.2f GiB" (0.6.6+), "Encoder
 # graph capturing finished in %.0f secs, took %.2f GiB (%d graphs)" (0.34, a second capture in the same process)
 GRAPHS = _c(r"\A(?:Encoder g|G)raph capturing finished in\s*" + NUM + r"\s*secs?(?:, took\s*" + NUM + r"\s*GiB)?")
@@ -73,8 +77,8 @@ ENFORCE_EAGER = _c(r"\AEnforce eager set|\benforce_eager=True\b")
 #: Substrings one of which every phase line holds: the cheap pre-check before any regex here runs.
 KEYWORDS: tuple[str, ...] = (
     "took", "takes", "Dynamo bytecode", "Directly load", "Initializing a", "Waiting for init message", "load failure",
-    "saved AOT", "Warming up done",
-    "KV cache size", "Maximum concurrency", "blocks:", "Enforce eager", "enforce_eager",
+    "saved AOT", "Warming up", "Starting torch.compile",
+    "KV cache size", "Maximum concurrency", "blocks:", "Enforce eager",
 )
 
 
@@ -114,7 +118,7 @@ class PhaseReader:
         self.eager: bool | None = None
         self._reached: dict[Milestone, float | None] = {}  # milestone → log time (s) of its line, when stamped
         self._new: list[Milestone] = []
-        self._origin: datetime | None = None
+        self._origin: int | None = None  # seconds into a leap year of the log's first timestamp
         self._last_stamp: float | None = None
 
     # --- time on the log's own clock ---------------------------------------------------------------------------
@@ -123,15 +127,20 @@ class PhaseReader:
         """A header time "MM-DD HH:MM:SS[.fff]": the first one is the log's zero; later lines carry on from it."""
         if stamp is None:
             return
-        try:
-            when = datetime.strptime(stamp.replace(",", ".").split(".")[0], "%m-%d %H:%M:%S").replace(year=2000)
-        except ValueError:
+        try:  # by position, not strptime: this runs for every line the parser reads, and it must be cheap
+            date, clock = stamp.split(None, 1)
+            month = int(date[0:2])
+            if not 1 <= month <= 12:
+                return
+            t = ((_MONTH_START[month - 1] + int(date[3:5]) - 1) * 86400 + int(clock[0:2]) * 3600
+                 + int(clock[3:5]) * 60 + int(clock[6:8]))
+        except (ValueError, IndexError):
             return
         if self._origin is None:
-            self._origin = when
-        seconds = (when - self._origin).total_seconds()
+            self._origin = t
+        seconds = float(t - self._origin)
         if seconds < -180 * 86400:  # the log crossed a new year
-            seconds += timedelta(days=366).total_seconds()
+            seconds += 366 * 86400
         if self._last_stamp is None or seconds >= self._last_stamp:
             self._last_stamp = seconds
 
@@ -217,6 +226,8 @@ class PhaseReader:
         elif COMPILE_DONE.search(msg):
             self._compiled = True
             self.mark(Milestone.compiled)
+        elif COMPILE_START.search(msg) and not self.reached(Milestone.weights_loaded):
+            self.mark(Milestone.weights_loaded)
 
     def _graphs(self, process: str, msg: str) -> None:
         if m := GRAPHS.search(msg):
@@ -286,7 +297,8 @@ _READERS: tuple[tuple[str, Callable[[PhaseReader, str, str], None]], ...] = (
     ("Directly load", PhaseReader._compile),
     ("load failure", PhaseReader._compile),
     ("saved AOT", PhaseReader._compile),
-    ("Warming up done", PhaseReader._compile),
+    ("Warming up", PhaseReader._compile),
+    ("Starting torch.compile", PhaseReader._compile),
     ("raph capturing finished", PhaseReader._graphs),
     ("Memory profiling takes", PhaseReader._profiling),
     ("init engine", PhaseReader._engine_init),

