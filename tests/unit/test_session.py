@@ -9,23 +9,15 @@ import pytest
 
 from harness.boot.attempt import NullObserver
 from harness.boot.session import RunOptions, RunSession
-from harness.cells import expand_cells
 from harness.exitcodes import ExitCode
 from harness.gpu.fake import FakeInventory
-from harness.matrix.load import load_matrix
 from harness.runtime.fake import FakeRuntime, Script
-from tests.builders import write_matrix
+from tests.builders import fake_cells
 
-
-def matrix(tmp_path, values=("a", "b"), **top):
-    doc = {"name": "fakes", "command": ["fake-vllm"], "model": "m", "timeout_s": 10, "linger_s": 0.2,
-           "axes": {"c": {v: {} for v in values}}, "expect": [{"outcome": "booted"}], **top}
-    loaded = load_matrix(write_matrix(tmp_path / "m.yaml", doc))
-    return loaded, expand_cells(loaded.matrix)
 
 
 def test_a_run_is_opened_booted_and_finished_with_every_cell_recorded_in_matrix_order(tmp_path):
-    loaded, cells = matrix(tmp_path)
+    loaded, cells = fake_cells(tmp_path)
     runtime = FakeRuntime({"c_b": Script.refused_kv()})
     session = RunSession.open(loaded, cells, RunOptions(results_dir=tmp_path / "r"), runtime=runtime)
     assert runtime.preflighted == [["c_a", "c_b"]] and session.plan.parallel == 1
@@ -42,7 +34,7 @@ def test_a_run_is_opened_booted_and_finished_with_every_cell_recorded_in_matrix_
 def test_a_memory_busy_refusal_is_booted_again_after_the_gpu_wait_on_the_sequential_path(tmp_path):
     """`gpus: all`, one cell at a time: the first attempt is refused gpu_memory_busy; the cell waits for its GPUs and
     boots once more; the record says so and keeps the first attempt's log."""
-    loaded, cells = matrix(tmp_path, values=("a",), gpus="all")
+    loaded, cells = fake_cells(tmp_path, values=("a",), gpus="all")
     runtime = FakeRuntime({"c_a": [Script.memory_busy(), Script.booted()]})
     inventory = FakeInventory(2)
     session = RunSession.open(loaded, cells, RunOptions(results_dir=tmp_path / "r"), runtime=runtime,
@@ -56,7 +48,7 @@ def test_a_memory_busy_refusal_is_booted_again_after_the_gpu_wait_on_the_sequent
 
 
 def test_refused_busy_twice_while_the_gpus_are_still_held_is_an_error_never_the_verdict(tmp_path):
-    loaded, cells = matrix(tmp_path, values=("a",), gpus="all")
+    loaded, cells = fake_cells(tmp_path, values=("a",), gpus="all")
     inventory = FakeInventory(1)
 
     class SomethingElseGrabsTheGpu(NullObserver):
@@ -71,7 +63,7 @@ def test_refused_busy_twice_while_the_gpus_are_still_held_is_an_error_never_the_
 
 
 def test_resume_boots_only_the_cells_the_run_lacks(tmp_path):
-    loaded, cells = matrix(tmp_path, values=("a", "b", "d"))
+    loaded, cells = fake_cells(tmp_path, values=("a", "b", "d"))
     first = RunSession.open(loaded, cells[:1], RunOptions(results_dir=tmp_path / "r"), runtime=FakeRuntime())
     first.run()
     runtime = FakeRuntime()
@@ -83,7 +75,7 @@ def test_resume_boots_only_the_cells_the_run_lacks(tmp_path):
 
 
 def test_a_cell_that_cannot_start_is_an_error_and_fails_the_run(tmp_path):
-    loaded, cells = matrix(tmp_path, values=("a",))
+    loaded, cells = fake_cells(tmp_path, values=("a",))
     session = RunSession.open(loaded, cells, RunOptions(results_dir=tmp_path / "r"),
                               runtime=FakeRuntime({"c_a": Script.cannot_start("no such image")}))
     (r,) = session.run()
@@ -92,7 +84,7 @@ def test_a_cell_that_cannot_start_is_an_error_and_fails_the_run(tmp_path):
 
 
 def test_an_empty_selection_is_an_empty_complete_run_without_a_runtime(tmp_path):
-    loaded, _ = matrix(tmp_path)
+    loaded, _ = fake_cells(tmp_path)
     session = RunSession.open(loaded, [], RunOptions(results_dir=tmp_path / "r", shard="2/2"))
     assert session.runtime is None and session.run() == []
     run = session.finish()
@@ -113,7 +105,7 @@ def test_every_cell_is_held_against_its_prediction_and_a_disagreement_is_flagged
     from tests.conftest import ROOT
 
     model = str(ROOT / "tests" / "data" / "kv" / "models" / "tiny-llama")
-    loaded, cells = matrix(tmp_path, values=("right", "wrong"), model=model,
+    loaded, cells = fake_cells(tmp_path, values=("right", "wrong"), model=model,
                            args=["--dtype", "float32", "--max-model-len", "2048", "--kv-cache-memory-bytes", "3M"])
     # 3 MiB at 1,024 B/token in 16-token GPU blocks = 192 blocks → 1.50x → 3,072 tokens; 4,096 is not it
     runtime = FakeRuntime({"c_right": Script.booted(kv_tokens=3072), "c_wrong": Script.booted(kv_tokens=4096)})
@@ -127,6 +119,6 @@ def test_every_cell_is_held_against_its_prediction_and_a_disagreement_is_flagged
 
 
 def test_a_model_the_harness_cannot_read_is_said_not_guessed(tmp_path):
-    loaded, cells = matrix(tmp_path, values=("a",), model="org/some-hub-model")
+    loaded, cells = fake_cells(tmp_path, values=("a",), model="org/some-hub-model")
     result = RunSession.open(loaded, cells, RunOptions(results_dir=tmp_path / "r"), runtime=FakeRuntime()).run()[0]
     assert result.prediction.prediction is None and "org/some-hub-model" in result.prediction.skipped

@@ -19,13 +19,11 @@ import pytest
 from harness.analysis.compare import compare_runs
 from harness.analysis.timing import TimeTolerance, parse_time_tolerance
 from harness.boot.session import RunOptions, RunSession
-from harness.cells import expand_cells
 from harness.errors import UsageError
 from harness.logfacts.timeline import Durations, Milestone, Milestones, Timeline, phase_at, skipped
-from harness.matrix.load import load_matrix
 from harness.runtime.fake import BOOT_LINES, FakeRuntime, Script
 from harness.watch.timeline import TimelineRecorder
-from tests.builders import write_matrix
+from tests.builders import fake_cells
 
 
 class FakeClock:
@@ -81,7 +79,7 @@ def test_spans_name_each_phase_by_the_milestone_that_ends_it_and_the_longest_win
 
 def test_a_server_that_stalls_in_one_phase_times_out_naming_it(tmp_path):
     """The scripted server logs its boot up to the KV size, then hangs: the deadline's verdict says where."""
-    loaded, cells = _matrix(tmp_path, timeout_s=1.5)
+    loaded, cells = fake_cells(tmp_path, timeout_s=1.5)
     runtime = FakeRuntime({"c_a": Script.full_boot(until="graphs_captured")})
     (r,) = RunSession.open(loaded, cells[:1], RunOptions(results_dir=tmp_path / "r"), runtime=runtime).run()
     assert (r.outcome, r.reason) == ("timeout", "deadline")
@@ -91,7 +89,7 @@ def test_a_server_that_stalls_in_one_phase_times_out_naming_it(tmp_path):
 
 
 def test_a_full_boot_records_every_milestone_in_order_and_the_durations_vllm_printed(tmp_path):
-    loaded, cells = _matrix(tmp_path)
+    loaded, cells = fake_cells(tmp_path)
     runtime = FakeRuntime({"c_a": Script.full_boot(line_delay_s=0.02)})
     session = RunSession.open(loaded, cells[:1], RunOptions(results_dir=tmp_path / "r"), runtime=runtime)
     (r,) = session.run()
@@ -108,7 +106,7 @@ def test_a_full_boot_records_every_milestone_in_order_and_the_durations_vllm_pri
 
 
 def test_within_s_bounds_the_verdict_and_a_slow_boot_says_which_phase_was_slow(tmp_path):
-    loaded, cells = _matrix(tmp_path, expect=[{"where": {"c": "a"}, "outcome": "booted", "within_s": 30},
+    loaded, cells = fake_cells(tmp_path, expect=[{"where": {"c": "a"}, "outcome": "booted", "within_s": 30},
                                               {"outcome": "booted", "within_s": 0.2}])
     runtime = FakeRuntime({"c_b": Script.full_boot(line_delay_s=0.1)})
     a, b = RunSession.open(loaded, cells, RunOptions(results_dir=tmp_path / "r"), runtime=runtime).run()
@@ -118,7 +116,7 @@ def test_within_s_bounds_the_verdict_and_a_slow_boot_says_which_phase_was_slow(t
 
 
 def test_compare_flags_a_boot_made_twice_as_slow_per_cell_and_per_phase(tmp_path):
-    loaded, cells = _matrix(tmp_path)
+    loaded, cells = fake_cells(tmp_path)
     fast = RunSession.open(loaded, cells, RunOptions(results_dir=tmp_path / "a"),
                            runtime=FakeRuntime(default=Script.full_boot(line_delay_s=0.02)))
     fast.run()
@@ -150,12 +148,6 @@ def test_a_bad_time_tolerance_is_one_usage_error(text):
         parse_time_tolerance(text)
 
 
-def _matrix(tmp_path, values=("a", "b"), **top):
-    doc = {"name": "fakes", "command": ["fake-vllm"], "model": "m", "timeout_s": 10, "linger_s": 0.2,
-           "axes": {"c": {v: {} for v in values}}, "expect": [{"outcome": "booted"}], **top}
-    loaded = load_matrix(write_matrix(tmp_path / "m.yaml", doc))
-    return loaded, expand_cells(loaded.matrix)
-
 
 def test_the_live_table_shows_the_phase_each_booting_cell_is_in_now(tmp_path):
     """The executor tells the observer each milestone as it happens; the live table names the phase a cell is in."""
@@ -167,7 +159,7 @@ def test_the_live_table_shows_the_phase_each_booting_cell_is_in_now(tmp_path):
 
     from harness.report.live import LiveProgress
 
-    loaded, cells = _matrix(tmp_path, values=("a",), timeout_s=3)
+    loaded, cells = fake_cells(tmp_path, values=("a",), timeout_s=3)
     session = RunSession.open(loaded, cells, RunOptions(results_dir=tmp_path / "r"),
                               runtime=FakeRuntime({"c_a": Script.full_boot(until="graphs_captured")}))
     console = Console(file=io.StringIO(), width=160)
