@@ -107,7 +107,7 @@ _COMBINE: dict[str, Combine] = {
 
 
 class PhaseReader:
-    """Feed it cleaned messages with their process prefix and header time; read `milestones_seen`, `durations` and,
+    """Feed it cleaned messages with their process prefix and header time; read `take_milestones()`, `durations` and,
     for a saved log, `log_milestones` (seconds measured on the log's own timestamps)."""
 
     def __init__(self) -> None:
