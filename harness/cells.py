@@ -6,27 +6,29 @@ results, and the nightly comparison) untouched. Ids avoid `=`, `,` and spaces so
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import fnmatch
 import itertools
 import re
 from dataclasses import dataclass, field
 
-from harness.errors import ConfigError, ConfigErrors
+from harness.errors import ConfigError, ConfigErrors, UsageError
 from harness.matrix.model import ExpectRule, Matrix, Mount, PatchSpec, Selector
+from harness.verdict.catalogue import Outcome, Reason
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+]+")
 
 
 @dataclass(frozen=True)
 class Expectation:
-    outcome: str
-    reason: str | None = None
+    outcome: Outcome
+    reason: Reason | None = None
     rule: int = 0
     #: The verdict must come within this many seconds of the cell's start.
     within_s: float | None = None
 
-    def matches(self, outcome: str, reason: str | None, verdict_s: float | None = None) -> bool:
+    def matches(self, outcome: Outcome, reason: Reason | None, verdict_s: float | None = None) -> bool:
         in_time = self.within_s is None or (verdict_s is not None and verdict_s <= self.within_s)
         return outcome == self.outcome and (self.reason is None or reason == self.reason) and in_time
 
@@ -63,6 +65,41 @@ def value_token(label: str, value: str) -> str:
     return f"{label}{safe}" if safe[0].isdigit() else f"{label}_{safe}"
 
 
+def cell_id_of(matrix: Matrix, assignment: dict[str, str]) -> str:
+    """The id of the cell with these axis values: built from values, in axis order, never from positions."""
+    return "-".join(value_token(axis_label(n, matrix.axes[n].label), assignment[n]) for n in matrix.axes)
+
+
+def replace_flag(argv: list[str], flag: str, value: str) -> list[str]:
+    """`argv` with every value of `flag` replaced; UsageError when the flag is not there."""
+    out, hit = list(argv), False
+    for i, token in enumerate(out):
+        if token == flag and i + 1 < len(out):
+            out[i + 1], hit = value, True
+        elif token.startswith(flag + "="):
+            out[i], hit = f"{flag}={value}", True
+    if not hit:
+        raise UsageError(f"the cell's arguments have no {flag}: cannot set its length")
+    return out
+
+
+def vary(template: Cell, matrix: Matrix, axis: str, flag: str, value: str) -> Cell:
+    """The template cell with one axis at another value (the frontier's probe): its id, axes and the flag's value;
+    no expectation (a measurement)."""
+    axes = {**template.axes, axis: value}
+    return dataclasses.replace(template, id=cell_id_of(matrix, axes), axes=axes,
+                               args=replace_flag(template.args, flag, value),
+                               server_args=replace_flag(template.server_args, flag, value), expected=None)
+
+
+def groups_by(cells: list[Cell], axis: str) -> list[tuple[dict[str, str], list[Cell]]]:
+    """The cells grouped by every axis but `axis`, groups and members in matrix order."""
+    groups: dict[tuple, list[Cell]] = {}
+    for c in cells:
+        groups.setdefault(tuple((k, v) for k, v in c.axes.items() if k != axis), []).append(c)
+    return [(dict(k), members) for k, members in groups.items()]
+
+
 def _names(sel_value: str | list[str]) -> list[str]:
     return sel_value if isinstance(sel_value, list) else [sel_value]
 
@@ -90,7 +127,8 @@ def _selector_problems(matrix: Matrix, selector: Selector, file: str, key: str) 
 def _expectation(rules: list[ExpectRule], assignment: dict[str, str]) -> Expectation | None:
     for i, rule in enumerate(rules):
         if selector_matches(rule.where, assignment):
-            return Expectation(outcome=rule.outcome, reason=rule.reason, rule=i, within_s=rule.within_s)
+            return Expectation(outcome=Outcome(rule.outcome), reason=Reason(rule.reason) if rule.reason else None,
+                               rule=i, within_s=rule.within_s)
     return None
 
 
@@ -145,7 +183,7 @@ def _expand(matrix: Matrix, file: str) -> tuple[list[Cell], list[ConfigError]]:
             image = frag.image or image
             patches += frag.patches
             mounts += frag.mounts
-        cell_id = "-".join(value_token(labels[n], assignment[n]) for n in names)
+        cell_id = cell_id_of(matrix, assignment)
         if cell_id in ids:
             problems.append(ConfigError(file, "axes", f"two cells get the id {cell_id!r} ({ids[cell_id]} and "
                                                       f"{assignment}); rename a value or set `label:`"))
@@ -180,10 +218,9 @@ def _near(word: str, choices) -> str:
 def explain_missing_id(matrix: Matrix, cell_id: str, cells: list[Cell]) -> str:
     """Why no cell has this id: it is excluded (and by which rule), or it is not an id, with the nearest ones."""
     names = list(matrix.axes)
-    labels = {n: axis_label(n, matrix.axes[n].label) for n in names}
     for combo in itertools.product(*(matrix.axes[n].value_names() for n in names)):
         assignment = dict(zip(names, combo))
-        if "-".join(value_token(labels[n], assignment[n]) for n in names) == cell_id:
+        if cell_id_of(matrix, assignment) == cell_id:
             rule = next(i for i, sel in enumerate(matrix.exclude) if selector_matches(sel, assignment))
             return f"cell {cell_id!r} is excluded by exclude[{rule}] ({matrix.exclude[rule]})"
     near = difflib.get_close_matches(cell_id, [c.id for c in cells], n=3, cutoff=0.5)

@@ -6,6 +6,8 @@ line (for a matrix file, one line per mistake) and exits 2, never a traceback. E
 
 from __future__ import annotations
 
+from harness.exitcodes import ExitCode
+
 
 class HarnessError(Exception):
     """Base of every error the harness raises on purpose."""
@@ -14,7 +16,7 @@ class HarnessError(Exception):
 class UsageError(HarnessError):
     """Bad input or a missing prerequisite: one line for the user, exit code 2."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class ConfigError(UsageError):
@@ -45,6 +47,25 @@ class ConfigErrors(ConfigError):
 
 class RuntimeUnavailable(UsageError):
     """The runtime a matrix asks for cannot run here (no vllm executable, no container engine, missing image)."""
+
+
+class Interrupted(HarnessError):
+    """The harness was asked to stop (SIGINT/SIGTERM); raised where the run can still clean up."""
+
+    exit_code = ExitCode.INTERRUPTED
+
+
+class UnsetVariable(HarnessError):
+    """A `${NAME}` in a matrix file with no value and no default; the loader turns each into one ConfigError line."""
+
+    def __init__(self, path: str, message: str, name: str | None = None):
+        self.path, self.message, self.name = path, message, name
+        super().__init__(message)
+
+
+class NvmlUnavailable(HarnessError):
+    """No NVML here: the library is missing, the driver does not answer, or it sees no GPU (a GPU request on such a
+    machine becomes a RuntimeUnavailable)."""
 
 
 class CellStartError(HarnessError):

@@ -23,7 +23,7 @@ import pytest
 
 from harness.cells import Cell
 from harness.errors import UsageError
-from harness.results.model import CellResult
+from harness.results.model import CellResult, RunStatus
 
 _SELECTION = pytest.StashKey["_Selection"]()
 _SESSION = pytest.StashKey["object"]()
@@ -159,7 +159,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         from harness.boot.session import RunSession
 
         run = RunSession.open(sel.loaded, [], _options(config))
-    run.finish("interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "complete")
+    run.finish(RunStatus.interrupted if exitstatus == pytest.ExitCode.INTERRUPTED else RunStatus.complete)
     config.stash[_RUN_DIR] = run.run_dir
 
 

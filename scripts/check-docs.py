@@ -5,7 +5,7 @@ a ```bash or ```sh block, as written, from the root of a copy of the repository.
     python scripts/check-docs.py            # one line per command: ok / FAILED, exit 1 if any failed
 
 Only what a GPU or an engine would do is stood in: the commands boot on the in-process FakeRuntime
-(BOOT_HARNESS_RUNTIME=fake: every cell boots), the GPU is the stand-in NVML. What the docs leave to the reader is
+(the FakeRuntime, handed in by tests/standins/cli: every cell boots), the GPU is the stand-in NVML. What the docs leave to the reader is
 filled in the one way a reader would: `[optional parts]` are left out, `<run-id>`-style placeholders name a run made
 first (the CPU example, booted the same way), `M`/`F` the CPU example's matrix, `RESULTS_DIR` `results`. A command
 passes when it neither prints a traceback nor exits 2 (bad input; 4 for pytest): a doc that shows a command the CLI rejects, or a
@@ -73,9 +73,12 @@ def workspace() -> Path:
 
 def main() -> int:
     ws = workspace()
-    env = {**os.environ, "BOOT_HARNESS_RUNTIME": "fake", "PYTHONPATH": str(ws / "tests" / "standins" / "nvml"),
+    standin = ws / "tests" / "standins"
+    # the fake runtime by argument: a stand-in `boot-harness` first on PATH, the pytest plugin's fixture overridden
+    env = {**os.environ, "PYTHONPATH": f"{standin / 'nvml'}:{standin / 'cli'}", "PYTEST_PLUGINS": "fake_runtime_plugin",
            "STANDIN_NVML_HOLD_S": "0", "VLLM_CPU_VENV": str(ws / ".no-venv"), "TINY_MODELS": str(ws / ".no-models"),
-           "GLM_MODEL_DIR": str(ws / ".no-models"), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+           "GLM_MODEL_DIR": str(ws / ".no-models"),
+           "PATH": f"{standin / 'cli'}:{Path(sys.executable).parent}:{os.environ['PATH']}"}
     try:
         first = subprocess.run(["boot-harness", "run", "--matrix", "examples/cpu-tiny.yaml"], cwd=ws, env=env,
                                capture_output=True, text=True, timeout=300)

@@ -52,7 +52,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 #: - vllm: the real-vLLM process boots, whose session fixtures several modules read (booted once, in one process).
 LANES = {
     "engines": ("tests/reliability/", "tests/integration/test_containers.py", "tests/integration/test_podman.py",
-                "tests/integration/test_pulls.py", "tests/rehearsal/test_readme_gpu_matrix.py",
+                "tests/integration/test_pulls.py", "tests/integration/test_container_spec.py",
+                "tests/rehearsal/test_readme_gpu_matrix.py",
                 "tests/rehearsal/test_nightly_workflow.py"),
     "vllm": ("tests/integration/test_vllm_cpu.py", "tests/integration/test_scale_cpu.py",
              "tests/integration/test_frontier.py", "tests/integration/test_architectures.py",

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.results.model import RunResult
+from harness.results.model import RunResult, RunStatus
+from harness.verdict import Outcome
 
 
 @dataclass(frozen=True)
@@ -19,11 +20,11 @@ def misses(run: RunResult) -> list[Miss]:
     """Each reason the run does not pass: it did not finish (a lost or interrupted shard), or a cell errored (the
     harness could not boot it, so nothing was learnt) or missed its expectation. Cells without one pass."""
     found = []
-    if run.status != "complete":
+    if run.status != RunStatus.complete:
         found.append(Miss("", f"the run is {run.status}, not complete (a shard lost, or a run interrupted)"))
     for c in run.cells:
         if (why := c.miss()) is not None:
             found.append(Miss(c.cell_id, why))
-        elif c.outcome == "error":
+        elif c.outcome == Outcome.error:
             found.append(Miss(c.cell_id, f"{c.verdict()}: the harness could not boot it"))
     return found

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from harness.analysis.kv import (
     GIB,
@@ -29,6 +28,7 @@ from harness.analysis.timing import DEFAULT_TIME_TOLERANCE, TimeChange, TimeTole
 from harness.units import fmt_bytes
 from harness.errors import UsageError
 from harness.results.model import CellResult, RunResult
+from harness.verdict import Outcome
 
 DEFAULT_AXIS = "image"
 DEFAULT_TOLERANCE = 0.02
@@ -136,7 +136,7 @@ class Pair:
                 "b": side(self.b), "numbers": [n.to_dict() for n in self.numbers if n.a is not None or n.b is not None]}
 
 
-def pairs_within(run: RunResult, axis: str | None = None, run_dir: Path | None = None,
+def pairs_within(run: RunResult, axis: str | None = None,
                  length_override: str | None = None) -> list[Pair]:
     """Pairs of cells equal on every axis but `axis` (default `image`), flipped outcomes first."""
     axes = axis_order(run)
@@ -160,7 +160,7 @@ def pairs_within(run: RunResult, axis: str | None = None, run_dir: Path | None =
             for vb in present[i + 1:]:
                 a, b = by_value[va], by_value[vb]
                 pairs.append(Pair(axis, dict(zip(others, key)), a, b,
-                                  kv_numbers(cell_kv(a, lax, run_dir), cell_kv(b, lax, run_dir))))
+                                  kv_numbers(cell_kv(a, lax), cell_kv(b, lax))))
 
     def sort_key(p: Pair) -> tuple:
         vals = tuple((human_int(v) is None, human_int(v) or 0, v) for v in p.shared.values())
@@ -282,12 +282,12 @@ def compare_runs(a: RunResult, b: RunResult, tolerance: float = DEFAULT_TOLERANC
             if cb.matched is False:
                 diff.regressions.append(Change(cid, None, cb, f"new cell, {_state(cb)}: {_expect(cb)}"))
             continue
-        if ca.outcome == "booted" and cb.outcome != "booted":
+        if ca.outcome == Outcome.booted and cb.outcome != Outcome.booted:
             diff.regressions.append(Change(cid, ca, cb, f"booted → {_state(cb)}"))
         elif cb.matched is False and ca.matched is not False:
             diff.regressions.append(Change(cid, ca, cb, f"{_state(ca)} → {_state(cb)}: now fails its expectation "
                                                         f"({_expect(cb)})"))
-        elif ca.outcome != "booted" and cb.outcome == "booted":
+        elif ca.outcome != Outcome.booted and cb.outcome == Outcome.booted:
             diff.fixes.append(Change(cid, ca, cb, f"{_state(ca)} → booted"))
         elif ca.matched is False and cb.matched is True:
             diff.fixes.append(Change(cid, ca, cb, f"{_state(ca)} → {_state(cb)}: meets its expectation again"))

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
+
+from harness.names import Named
+from harness.verdict import Outcome
 
 from harness.analysis.kv import (
     FLOOR_ENV,
@@ -27,6 +29,7 @@ from harness.analysis.kv import (
     CellKv,
     Quantity,
     axis_order,
+    Source,
     cell_kv,
     length_axis,
 )
@@ -35,17 +38,34 @@ from harness.errors import UsageError
 from harness.results.model import RunResult
 
 
+class CrossoverKind(Named):
+    above = "above"
+    below = "below"
+    always = "always"
+    never = "never"
+    unknown = "unknown"
+
+
+class Severity(Named):
+    #: numbers that contradict each other or their outcome
+    inconsistent = "inconsistent"
+    warning = "warning"
+    note = "note"
+
+
 @dataclass
 class Point:
     length: int
     bytes: float
     cell_id: str
-    source: str
+    source: Source
     residual: float = 0.0
+    #: the source as printed (with what a derived figure was derived from)
+    where: str = ""
 
     def to_dict(self) -> dict:
         return {"length": self.length, "bytes": round(self.bytes), "gib": round(self.bytes / GIB, 4),
-                "cell_id": self.cell_id, "source": self.source, "residual_bytes": round(self.residual)}
+                "cell_id": self.cell_id, "source": self.where or str(self.source), "residual_bytes": round(self.residual)}
 
 
 @dataclass
@@ -109,7 +129,7 @@ class Crossover:
     """Where cap = need. `kind`: above (cap ≥ need from `length` up), below (cap ≥ need up to `length`), always,
     never, or unknown (a line is missing)."""
 
-    kind: str
+    kind: CrossoverKind
     length: float | None = None
     text: str = ""
     cap_bytes: float | None = None
@@ -122,24 +142,24 @@ class Crossover:
 def crossover(cap: Line | None, need: Line | None, block: int = 1) -> Crossover:
     if cap is None or need is None:
         missing = " and ".join(n for n, line in (("cap", cap), ("need", need)) if line is None)
-        return Crossover("unknown", text=f"unknown: no {missing} line")
+        return Crossover(CrossoverKind.unknown, text=f"unknown: no {missing} line")
     dslope = cap.slope - need.slope
     dfixed = cap.intercept - need.intercept
     if abs(dslope) < 1e-9 * max(abs(cap.slope), abs(need.slope), 1.0):
         if dfixed >= 0:
-            return Crossover("always", text="always: cap and need grow alike and cap is above")
-        return Crossover("never", text="never: cap and need grow alike and cap stays below")
+            return Crossover(CrossoverKind.always, text="always: cap and need grow alike and cap is above")
+        return Crossover(CrossoverKind.never, text="never: cap and need grow alike and cap stays below")
     at = -dfixed / dslope
     if dslope > 0:
         if at <= 0:
-            return Crossover("always", text="always: cap ≥ need at every length")
+            return Crossover(CrossoverKind.always, text="always: cap ≥ need at every length")
         at_b = math.ceil(at / block) * block
-        return Crossover("above", at_b, f"cap overtakes need at ≈{at_b:,.0f} tokens: lengths from there up fit",
+        return Crossover(CrossoverKind.above, at_b, f"cap overtakes need at ≈{at_b:,.0f} tokens: lengths from there up fit",
                          cap.at(at_b))
     if at <= 0:
-        return Crossover("never", text="never: need ≥ cap at every length, and it grows faster")
+        return Crossover(CrossoverKind.never, text="never: need ≥ cap at every length, and it grows faster")
     at_b = math.floor(at / block) * block
-    return Crossover("below", at_b,
+    return Crossover(CrossoverKind.below, at_b,
                      f"cap ≥ need up to ≈{at_b:,.0f} tokens: lengths up to there fit, beyond it the need outgrows "
                      "the cap", cap.at(at_b))
 
@@ -172,10 +192,10 @@ class Floor:
     def to_dict(self) -> dict:
         return {"cell_id": self.cell_id, "length": self.length,
                 "cap_bytes": None if self.cap is None else round(self.cap.bytes),
-                "cap_source": None if self.cap is None else self.cap.source,
+                "cap_source": None if self.cap is None else self.cap.where,
                 "need_bytes": None if self.need is None else round(self.need.bytes),
                 "need_hi_bytes": None if self.need is None else round(self.need.hi),
-                "need_source": None if self.need is None else self.need.source,
+                "need_source": None if self.need is None else self.need.where,
                 "fitted_need_bytes": None if self.fitted_need is None else round(self.fitted_need),
                 "floor_bytes": self.floor_bytes, "floor_gib": self.floor_gib, "basis": self.basis,
                 "paste": self.paste(), "vllm_estimated_max_model_len": self.vllm_estimate,
@@ -184,7 +204,7 @@ class Floor:
 
 @dataclass
 class Finding:
-    severity: str  # "inconsistent" | "warning" | "note"
+    severity: Severity
     text: str
     cell_id: str | None = None
 
@@ -258,7 +278,7 @@ def _predicted_points(cells: list[CellKv]) -> list[Point]:
     for c in cells:
         r = c.cell.prediction
         if c.length is not None and r is not None and r.prediction is not None:
-            out.append(Point(r.prediction.max_model_len, float(r.prediction.need_bytes), c.cell_id, "predicted"))
+            out.append(Point(r.prediction.max_model_len, float(r.prediction.need_bytes), c.cell_id, Source.predicted))
     return out
 
 
@@ -275,19 +295,19 @@ def prediction_findings(measured: Line | None, predicted: Line | None, cells: li
         r = c.cell.prediction
         if r is not None and r.agrees is False:
             bad = ", ".join(f"{ch.fact} predicted {ch.predicted} logged {ch.logged}" for ch in r.checks if not ch.agrees)
-            out.append(Finding("warning", f"the boot disagrees with its prediction: {bad}", c.cell_id))
+            out.append(Finding(Severity.warning, f"the boot disagrees with its prediction: {bad}", c.cell_id))
     if measured is None or predicted is None:
         return out
     block = max((c.cell.prediction.prediction.bytes_per_block for c in cells
                  if c.cell.prediction and c.cell.prediction.prediction), default=0)
     slope_gap = measured.slope - predicted.slope
     if abs(slope_gap) > TERM_TOLERANCE * max(predicted.slope, 1.0):
-        out.append(Finding("inconsistent", f"slope: the server needs {measured.slope:,.0f} B/token, the prediction "
+        out.append(Finding(Severity.inconsistent, f"slope: the server needs {measured.slope:,.0f} B/token, the prediction "
                            f"{predicted.slope:,.0f} ({slope_gap:+,.0f} B/token): per-token KV "
                            f"{'under' if slope_gap > 0 else 'over'}-modelled (layers, heads, dtype, MTP/draft layers)"))
     gap = measured.intercept - predicted.intercept
     if abs(gap) > max(block, TERM_TOLERANCE * abs(predicted.at(max(p.length for p in predicted.points)))):
-        out.append(Finding("inconsistent", f"intercept: the server's need has a fixed {fmt_bytes(gap, signed=True)} "
+        out.append(Finding(Severity.inconsistent, f"intercept: the server's need has a fixed {fmt_bytes(gap, signed=True)} "
                            f"the prediction {'lacks' if gap > 0 else 'does not see'}: a per-sequence term "
                            "(mamba / linear-attention state, speculative slots) "
                            f"{'missing from' if gap > 0 else 'counted in'} the model"))
@@ -301,9 +321,9 @@ def _points(cells: list[CellKv], what: str, excluded: list[str]) -> list[Point]:
         if c.length is None or q is None:
             continue
         if q.coarse:
-            excluded.append(f"{c.cell_id}: {what} {q.gib:.2f} GiB ({q.source}) is printed too coarsely to fit")
+            excluded.append(f"{c.cell_id}: {what} {q.gib:.2f} GiB ({q.where}) is printed too coarsely to fit")
             continue
-        pts.append(Point(c.length, q.bytes, c.cell_id, q.source))
+        pts.append(Point(c.length, q.bytes, c.cell_id, q.source, where=q.where))
     return pts
 
 
@@ -317,7 +337,7 @@ def _why_no_line(points: list[Point], what: str, excluded: list[str]) -> str:
 
 def _cap_line(cells: list[CellKv], excluded: list[str]) -> tuple[Line | None, str]:
     pts = _points(cells, "cap", excluded)
-    if pts and all(p.source == KV_BYTES_FLAG for p in pts) and len({p.bytes for p in pts}) == 1:
+    if pts and all(p.source == Source.kv_bytes_flag for p in pts) and len({p.bytes for p in pts}) == 1:
         for p in pts:
             p.residual = 0.0
         return Line(0.0, pts[0].bytes, pts, f"explicit {KV_BYTES_FLAG}: the same at every length"), ""
@@ -330,7 +350,7 @@ def _floor(c: CellKv, need_line: Line | None, floor_env_applies: bool = False) -
     notes: list[str] = []
     fitted = need_line.at(c.length) if need_line and c.length is not None else None
     if c.need is not None:
-        top, basis = c.need.hi, f"need from {c.need.source}, upper end"
+        top, basis = c.need.hi, f"need from {c.need.where}, upper end"
     elif fitted is not None and need_line is not None:
         top, basis = fitted + need_line.max_residual, "fitted need + largest residual"
     else:
@@ -348,7 +368,7 @@ def _floor(c: CellKv, need_line: Line | None, floor_env_applies: bool = False) -
         if uncapped is not None and floor_bytes > uncapped * GIB:
             notes.append(f"the profiled KV memory is only {uncapped:.2f} GiB: the floor cannot raise the cap above it "
                          "(compile and graph headroom come off the top)")
-        if c.cap is not None and c.cap.source == "offload cap (log)":
+        if c.cap is not None and c.cap.source == Source.offload_cap:
             notes.append(f"{FLOOR_ENV} and a raised {KV_BYTES_FLAG} only lift the offload cap with "
                          "patches/gpu_worker-kv-cap.patch applied")
     fitted_max = None
@@ -365,32 +385,32 @@ def _floor(c: CellKv, need_line: Line | None, floor_env_applies: bool = False) -
 
 
 def _findings(cells: list[CellKv], excluded: list[str]) -> list[Finding]:
-    out = [Finding("note", text) for text in excluded]
+    out = [Finding(Severity.note, text) for text in excluded]
     for c in cells:
         if c.need is None or c.cap is None:
             continue
-        if c.outcome == "booted" and c.need.lo > c.cap.hi:
+        if c.outcome == Outcome.booted and c.need.lo > c.cap.hi:
             out.append(Finding(
-                "inconsistent",
-                f"booted although its need {fmt_bytes(c.need.bytes)} ({c.need.source}) exceeds its cap "
-                f"{fmt_bytes(c.cap.bytes)} ({c.cap.source}): a number is wrong, or this boot did not go through the "
+                Severity.inconsistent,
+                f"booted although its need {fmt_bytes(c.need.bytes)} ({c.need.where}) exceeds its cap "
+                f"{fmt_bytes(c.cap.bytes)} ({c.cap.where}): a number is wrong, or this boot did not go through the "
                 "cap the same way — check its log", c.cell_id))
         if c.kv_refused and c.need.hi < c.cap.lo:
             out.append(Finding(
-                "inconsistent",
+                Severity.inconsistent,
                 f"refused for KV although its need {fmt_bytes(c.need.bytes)} is below the cap "
-                f"{fmt_bytes(c.cap.bytes)} ({c.cap.source}): the engine sized the pool from something else", c.cell_id))
-    booted = [c for c in cells if c.outcome == "booted" and c.length is not None]
+                f"{fmt_bytes(c.cap.bytes)} ({c.cap.where}): the engine sized the pool from something else", c.cell_id))
+    booted = [c for c in cells if c.outcome == Outcome.booted and c.length is not None]
     for r in cells:
         if r.kv_refused and r.length is not None:
             above = [b for b in booted if b.length > r.length]
             if above:
-                out.append(Finding("inconsistent", f"refused at {r.length:,} tokens while {above[0].cell_id} booted at "
+                out.append(Finding(Severity.inconsistent, f"refused at {r.length:,} tokens while {above[0].cell_id} booted at "
                                    f"{above[0].length:,}: the outcome is not monotonic in the length", r.cell_id))
     return out
 
 
-def analyze_run(run: RunResult, run_dir: Path | None = None, length_override: str | None = None,
+def analyze_run(run: RunResult, length_override: str | None = None,
                 block: int | None = None) -> Analysis:
     # The floor variable is the seed's patch's: worth suggesting only for a run on the fork (its cap logged) or with
     # the patch applied; a plain vLLM (the CPU example) is raised by --kv-cache-memory-bytes alone.
@@ -403,7 +423,7 @@ def analyze_run(run: RunResult, run_dir: Path | None = None, length_override: st
     groups: dict[tuple, list[CellKv]] = {}
     for cell in run.cells:
         key = tuple(cell.axes.get(a, "") for a in others)
-        groups.setdefault(key, []).append(cell_kv(cell, axis, run_dir, block))
+        groups.setdefault(key, []).append(cell_kv(cell, axis, block))
     out = []
     for key, cells in groups.items():
         cells.sort(key=lambda c: (c.length is None, c.length or 0))

@@ -17,33 +17,50 @@ harness.boot.frontier drives it with real boots (analysis never boots); report.f
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from harness.analysis.kv import CPU_BLOCK, GPU_BLOCK, LENGTH_FLAG, cell_length, replace_flag
+from harness.analysis.kv import CPU_BLOCK, GPU_BLOCK, cell_length
 from harness.errors import UsageError
+from harness.names import Named
 from harness.results.model import CellResult
+from harness.verdict import Outcome, Reason
 
 MAX_PROBES = 40
 
 
+class SearchStatus(Named):
+    running = "running"
+    #: the frontier lies between a boot and a refusal one block apart
+    found = "found"
+    #: the upper bound itself boots
+    boots_at_hi = "boots_at_hi"
+    #: even the lower bound refuses
+    none_in_range = "none_in_range"
+    #: a probe was no KV verdict (crashed, timeout, error) or the outcome is not monotonic
+    stopped = "stopped"
+    #: out of probes
+    limit = "limit"
+
+
 @dataclass(frozen=True)
-class Observation:
-    outcome: str
-    reason: str | None = None
+class Answer:
+    """What booting one length said (the oracle's answer)."""
+
+    outcome: Outcome
+    reason: Reason | None = None
     #: The longest length the server says would fit: a KV refusal's estimate, or the model's own limit.
     estimate: int | None = None
     cell_id: str | None = None
 
     @classmethod
-    def of(cls, r: CellResult) -> Observation:
+    def of(cls, r: CellResult) -> Answer:
         est = None
         if r.refusal is not None:
-            if r.refusal.kind == "kv_insufficient":
+            if r.refusal.kind == Reason.kv_insufficient:
                 est = r.refusal.estimated_max_model_len
-            elif r.refusal.kind == "max_len_exceeds_model":
+            elif r.refusal.kind == Reason.max_len_exceeds_model:
                 est = r.refusal.derived_max_model_len
         return cls(r.outcome, r.reason, est, r.cell_id)
 
@@ -52,7 +69,7 @@ class Observation:
 class Probe:
     length: int
     why: str
-    obs: Observation
+    obs: Answer
     booted: bool = True  # False: known from an earlier run, no boot spent
 
     def to_dict(self) -> dict:
@@ -60,7 +77,7 @@ class Probe:
                 "estimate": self.obs.estimate, "cell_id": self.obs.cell_id, "boot": self.booted}
 
     def short(self) -> str:
-        mark = {"booted": "✓", "refused": "✗"}.get(self.obs.outcome, "!")
+        mark = {Outcome.booted: "✓", Outcome.refused: "✗"}.get(self.obs.outcome, "!")
         est = f" est {self.obs.estimate:,}" if self.obs.estimate else ""
         return f"{self.length:,} {mark}{est}" + ("" if self.booted else " (known)")
 
@@ -71,7 +88,7 @@ class Search:
     hi: int
     block: int
     probes: list[Probe] = field(default_factory=list)
-    status: str = "running"  # found | boots_at_hi | none_in_range | stopped | limit
+    status: SearchStatus = SearchStatus.running
     frontier: int | None = None
     refused_at: int | None = None
     text: str = ""
@@ -86,7 +103,7 @@ class Search:
                 "probes": [p.to_dict() for p in self.probes]}
 
 
-Oracle = Callable[[int, str], Observation]
+Oracle = Callable[[int, str], Answer]
 
 
 def _inside(lower: int, top: int, b: int) -> int:
@@ -98,7 +115,7 @@ def _inside(lower: int, top: int, b: int) -> int:
 
 
 def find_frontier(oracle: Oracle, lo: int | None, hi: int, block: int | Callable[[], int] = GPU_BLOCK,
-                  known: Iterable[tuple[int, Observation]] = (), use_estimates: bool = True,
+                  known: Iterable[tuple[int, Answer]] = (), use_estimates: bool = True,
                   max_probes: int = MAX_PROBES, predicted: int | None = None) -> Search:
     """The largest length in [lo, hi] that boots, to one block. `oracle(length, why)` boots one length.
     `lo=None` is one block. `use_estimates=False` is plain bisection (for comparison). `known` are outcomes already
@@ -112,55 +129,55 @@ def find_frontier(oracle: Oracle, lo: int | None, hi: int, block: int | Callable
     ok: int | None = None
     bad: int | None = None
     pending: int | None = None
-    probed: dict[int, Observation] = {}
+    probed: dict[int, Answer] = {}
     last_jump_ok = False
     climbs = 0
     if predicted is not None:
         predicted = max(lo or 1, min(predicted, hi))
 
-    def record(length: int, obs: Observation, why: str, cost: bool) -> None:
+    def record(length: int, obs: Answer, why: str, cost: bool) -> None:
         nonlocal ok, bad, pending
         s.probes.append(Probe(length, why, obs, cost))
         probed[length] = obs
-        if obs.outcome == "booted":
+        if obs.outcome == Outcome.booted:
             ok = length if ok is None else max(ok, length)
-        elif obs.outcome == "refused":
+        elif obs.outcome == Outcome.refused:
             if bad is None or length < bad:
                 bad = length
                 pending = obs.estimate if use_estimates else None
         else:
-            s.status = "stopped"
+            s.status = SearchStatus.stopped
             s.text = (f"the probe at {length:,} {obs.outcome} ({obs.reason}): not a KV boundary, so the search stops "
                       "here; see that cell's log")
 
     for length, obs in sorted(known, key=lambda k: k[0]):
-        if s.status == "running":
+        if s.status == SearchStatus.running:
             record(length, obs, "recorded earlier", False)
 
-    while s.status == "running":
+    while s.status == SearchStatus.running:
         b = blk()
         s.block = b
         if lo is None:
             s.lo = min(b, hi)
         low = s.lo
         if ok is not None and bad is not None and ok >= bad:
-            s.status, s.text = "stopped", (f"{ok:,} booted but {bad:,} refused: the outcome is not monotonic in the "
+            s.status, s.text = SearchStatus.stopped, (f"{ok:,} booted but {bad:,} refused: the outcome is not monotonic in the "
                                            "length, so there is no single frontier")
             break
         if ok is not None and ok >= hi:
-            s.status, s.frontier = "boots_at_hi", ok
+            s.status, s.frontier = SearchStatus.boots_at_hi, ok
             s.text = f"{ok:,} (the upper bound) boots: the frontier is at least that; raise --hi"
             break
         if bad is not None and bad <= low:
-            s.status, s.refused_at = "none_in_range", bad
+            s.status, s.refused_at = SearchStatus.none_in_range, bad
             s.text = f"{bad:,} (the lower bound) does not boot: nothing in [{low:,}, {hi:,}] does"
             break
         if ok is not None and bad is not None and bad - ok <= b:
-            s.status, s.frontier, s.refused_at = "found", ok, bad
+            s.status, s.frontier, s.refused_at = SearchStatus.found, ok, bad
             s.text = f"{ok:,} boots and {bad:,} does not: the frontier is {ok:,} (to one block of {b} tokens)"
             break
         if len(s.probes) >= max_probes:
-            s.status, s.frontier, s.refused_at = "limit", ok, bad
+            s.status, s.frontier, s.refused_at = SearchStatus.limit, ok, bad
             s.text = f"gave up after {max_probes} probes; bracket [{ok}, {bad}]"
             break
         length, why = None, ""
@@ -193,13 +210,13 @@ def find_frontier(oracle: Oracle, lo: int | None, hi: int, block: int | Callable
             else:
                 length, why = _inside(lower, top, b), "bisect"
             if length in probed:  # cannot happen with a monotonic oracle; never loop on it
-                s.status, s.text = "stopped", f"the search revisited {length:,}; bracket [{ok}, {bad}]"
+                s.status, s.text = SearchStatus.stopped, f"the search revisited {length:,}; bracket [{ok}, {bad}]"
                 break
         obs = oracle(length, why)
         record(length, obs, why, True)
         last_jump_ok = why in ("vLLM's estimate", "the prediction", "one block above the prediction") \
-            and obs.outcome == "booted"
-    if s.status == "stopped":
+            and obs.outcome == Outcome.booted
+    if s.status == SearchStatus.stopped:
         s.frontier, s.refused_at = ok, bad
     return s
 
@@ -211,13 +228,13 @@ def linear_sweep(oracle: Oracle, lo: int, hi: int, block: int) -> Search:
     while length <= hi:
         obs = oracle(length, "sweep")
         s.probes.append(Probe(length, "sweep", obs))
-        if obs.outcome != "booted":
-            s.status, s.frontier, s.refused_at = ("found" if last_ok else "none_in_range"), last_ok, length
+        if obs.outcome != Outcome.booted:
+            s.status, s.frontier, s.refused_at = (SearchStatus.found if last_ok else SearchStatus.none_in_range), last_ok, length
             break
         last_ok = length
         length += block
     else:
-        s.status, s.frontier = "boots_at_hi", last_ok
+        s.status, s.frontier = SearchStatus.boots_at_hi, last_ok
     return s
 
 
@@ -227,10 +244,10 @@ def cpu_oracle(kv_bytes: int, bytes_per_token: int, block: int = CPU_BLOCK) -> O
     blocks = kv_bytes // (block * bytes_per_token)
     usable = (blocks - 1) * block
 
-    def oracle(length: int, _why: str = "") -> Observation:
+    def oracle(length: int, _why: str = "") -> Answer:
         if usable >= length:
-            return Observation("booted", "ready")
-        return Observation("refused", "kv_insufficient", usable if usable > 0 else None)
+            return Answer(Outcome.booted, Reason.ready)
+        return Answer(Outcome.refused, Reason.kv_insufficient, usable if usable > 0 else None)
 
     return oracle
 
@@ -252,54 +269,11 @@ class GroupFrontier:
         return {"group": self.key, "label": self.label, "template": self.template, **self.search.to_dict()}
 
 
-def matrix_length_axis(matrix, override: str | None = None) -> tuple[str, str]:
-    """(axis name, flag) of a matrix's max_model_len axis: `override`, an axis with flag --max-model-len, or one
-    named max_model_len (whose values then pass --max-model-len)."""
-    from harness.matrix.model import FlagAxis
-
-    names = list(matrix.axes)
-    if override:
-        if override not in matrix.axes:
-            raise UsageError(f"--axis {override}: the matrix has no such axis (axes are: {', '.join(names)})")
-        ax = matrix.axes[override]
-        return override, ax.flag if isinstance(ax, FlagAxis) else LENGTH_FLAG
-    for n, ax in matrix.axes.items():
-        if isinstance(ax, FlagAxis) and ax.flag == LENGTH_FLAG:
-            return n, ax.flag
-    for n, ax in matrix.axes.items():
-        if n.replace("-", "_").lower() == "max_model_len":
-            return n, ax.flag if isinstance(ax, FlagAxis) else LENGTH_FLAG
-    raise UsageError(f"the matrix has no max_model_len axis (axes are: {', '.join(names)}); name it with --axis")
-
-
-def probe_cell(template, matrix, axis: str, flag: str, length: int):
-    """The template cell with its length replaced: id, axes and the flag's value; no expectation (a measurement)."""
-    from harness.cells import axis_label, value_token
-
-    axes = dict(template.axes)
-    axes[axis] = str(length)
-    cell_id = "-".join(value_token(axis_label(n, matrix.axes[n].label), axes[n]) for n in matrix.axes)
-    return dataclasses.replace(template, id=cell_id, axes=axes, args=replace_flag(template.args, flag, str(length)),
-                               server_args=replace_flag(template.server_args, flag, str(length)), expected=None)
-
-
-def groups_of(cells: list, axis: str) -> list[tuple[dict[str, str], list]]:
-    groups: dict[tuple, list] = {}
-    order: list[tuple] = []
-    for c in cells:
-        key = tuple((k, v) for k, v in c.axes.items() if k != axis)
-        if key not in groups:
-            groups[key] = []
-            order.append(key)
-        groups[key].append(c)
-    return [(dict(k), groups[k]) for k in order]
-
-
-def known_from_run(run, axis: str, key: dict[str, str]) -> list[tuple[int, Observation]]:
+def known_from_run(run, axis: str, key: dict[str, str]) -> list[tuple[int, Answer]]:
     out = []
     for c in run.cells:
         if all(c.axes.get(k) == v for k, v in key.items()):
             length = cell_length(c, axis)
             if length is not None:
-                out.append((length, Observation.of(c)))
+                out.append((length, Answer.of(c)))
     return out

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
-
 from harness.errors import UsageError
+from harness.names import Named
 from harness.results.model import CellResult, RunResult
+from harness.verdict import Outcome, Reason
 from harness.units import human_int
 
 GIB = float(1 << 30)
@@ -53,17 +52,24 @@ def flag_value(argv: list[str], flag: str) -> str | None:
     return found
 
 
-def replace_flag(argv: list[str], flag: str, value: str) -> list[str]:
-    """`argv` with every value of `flag` replaced; UsageError when the flag is not there."""
-    out, hit = list(argv), False
-    for i, token in enumerate(out):
-        if token == flag and i + 1 < len(out):
-            out[i + 1], hit = value, True
-        elif token.startswith(flag + "="):
-            out[i], hit = f"{flag}={value}", True
-    if not hit:
-        raise UsageError(f"the cell's arguments have no {flag}: cannot set its length")
-    return out
+class Source(Named):
+    """Where a KV figure came from; what the analysis branches on (the text is what reports print)."""
+
+    offload_cap = "offload cap (log)"
+    kv_floor = "KV floor (log)"
+    kv_bytes_flag = "--kv-cache-memory-bytes"
+    available_log = "available KV (log)"
+    explicit_log = "explicit KV (log)"
+    available_refusal = "available (refusal)"
+    needed_refusal = "needed (refusal)"
+    #: derived: the cap scaled by vLLM's estimated maximum length
+    estimate_scaled = "scaled from vLLM's estimate"
+    #: derived: the cap over the pool's tokens
+    cap_per_token = "cap / KV tokens"
+    #: derived: the cap over the concurrency times the length
+    cap_per_concurrency = "cap / concurrency"
+    #: the predictor's figure (harness.predict), beside the measured ones
+    predicted = "predicted"
 
 
 @dataclass(frozen=True)
@@ -72,10 +78,12 @@ class Quantity:
     built on `hi`), where it came from, and whether it is too coarse to use (a GiB figure like `0.0` or `0.01`)."""
 
     bytes: float
-    source: str
+    source: Source
     lo: float = -1.0
     hi: float = -1.0
     coarse: bool = False
+    #: what the source's text leaves out (the estimate a need was scaled from)
+    detail: str = ""
 
     def __post_init__(self) -> None:
         if self.lo < 0:
@@ -88,11 +96,16 @@ class Quantity:
         return self.bytes / GIB
 
     @property
+    def where(self) -> str:
+        """The source as reports print it ("scaled from vLLM's estimate 3,072")."""
+        return f"{self.source} {self.detail}" if self.detail else str(self.source)
+
+    @property
     def err(self) -> float:
         return max(self.hi - self.bytes, self.bytes - self.lo)
 
 
-def _gib(value: float | None, source: str) -> Quantity | None:
+def _gib(value: float | None, source: Source) -> Quantity | None:
     if value is None:
         return None
     b = value * GIB
@@ -154,20 +167,7 @@ def cell_length(cell: CellResult, axis: str | None) -> int | None:
 # ---------------------------------------------------------------- block size
 
 
-def _log_says_cpu(text: str) -> bool:
-    return "CPU KV cache size" in text or "for KV cache on node" in text or "[cpu_worker.py" in text
-
-
-@lru_cache(maxsize=256)
-def _log_file_says_cpu(path: str) -> bool:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return _log_says_cpu(f.read(4_000_000))
-    except OSError:
-        return False
-
-
-def block_size(cell: CellResult, run_dir: Path | None = None, override: int | None = None) -> tuple[int, str]:
+def block_size(cell: CellResult, override: int | None = None) -> tuple[int, str]:
     """The KV block in tokens and why: `override`, the block the log says vLLM set (a hybrid's raised attention
     block overrides even --block-size), the cell's prediction (it knows the hybrid's and the CPU MLA kernel's), the
     cell's --block-size, 128 when the log is the CPU backend's, else vLLM's GPU default 16."""
@@ -181,9 +181,7 @@ def block_size(cell: CellResult, run_dir: Path | None = None, override: int | No
     explicit = flag_value(cell.argv, BLOCK_FLAG)
     if explicit and human_int(explicit):
         return human_int(explicit) or GPU_BLOCK, BLOCK_FLAG
-    if cell.kv.device == "cpu" or _log_says_cpu("\n".join(cell.log_tail)) or (
-        run_dir is not None and cell.log_path and _log_file_says_cpu(str(Path(run_dir) / cell.log_path))
-    ):
+    if cell.kv.device == "cpu":  # the parser read the whole log (harness.logfacts): the analysis reads records only
         return CPU_BLOCK, "CPU backend"
     return GPU_BLOCK, "vLLM's GPU default"
 
@@ -195,27 +193,27 @@ def cap_of(cell: CellResult) -> Quantity | None:
     """The KV pool the engine may use for this cell (see the module's docstring for the order)."""
     kv = cell.kv
     if kv.offload_cap_gib is not None:
-        return _gib(kv.offload_cap_gib, "offload cap (log)")
+        return _gib(kv.offload_cap_gib, Source.offload_cap)
     if kv.floor_raised_bytes is not None:  # the floor overrides the flag: the pool the engine really got
-        return Quantity(float(kv.floor_raised_bytes), "KV floor (log)")
+        return Quantity(float(kv.floor_raised_bytes), Source.kv_floor)
     explicit = flag_value(cell.argv, KV_BYTES_FLAG)
     if explicit is not None and human_int(explicit):
-        return Quantity(float(human_int(explicit) or 0), KV_BYTES_FLAG)
+        return Quantity(float(human_int(explicit) or 0), Source.kv_bytes_flag)
     if kv.available_gib is not None:
-        return _gib(kv.available_gib, "available KV (log)")
+        return _gib(kv.available_gib, Source.available_log)
     if kv.reserved_gib is not None:
-        return _gib(kv.reserved_gib, "explicit KV (log)")
-    if cell.refusal is not None and cell.refusal.kind == "kv_insufficient" and cell.refusal.available_gib is not None:
-        return _gib(cell.refusal.available_gib, "available (refusal)")
+        return _gib(kv.reserved_gib, Source.explicit_log)
+    if cell.refusal is not None and cell.refusal.kind == Reason.kv_insufficient and cell.refusal.available_gib is not None:
+        return _gib(cell.refusal.available_gib, Source.available_refusal)
     return None
 
 
 def available_of(cell: CellResult) -> Quantity | None:
     """What vLLM said is available for KV (before the fork's cap): the log's line, else the refusal's figure."""
     if cell.kv.available_gib is not None:
-        return _gib(cell.kv.available_gib, "available KV (log)")
+        return _gib(cell.kv.available_gib, Source.available_log)
     if cell.refusal is not None and cell.refusal.available_gib is not None:
-        return _gib(cell.refusal.available_gib, "available (refusal)")
+        return _gib(cell.refusal.available_gib, Source.available_refusal)
     return None
 
 
@@ -230,21 +228,21 @@ def need_of(cell: CellResult, length: int | None, cap: Quantity | None, block: i
     if length is None:
         return None
     r = cell.refusal
-    if r is not None and r.needed_gib is not None and r.kind == "kv_insufficient":
-        logged = _gib(r.needed_gib, "needed (refusal)")
+    if r is not None and r.needed_gib is not None and r.kind == Reason.kv_insufficient:
+        logged = _gib(r.needed_gib, Source.needed_refusal)
         if logged is not None and not logged.coarse:
             return logged
     if cap is None or cap.coarse:
         return None
     rel = cap.err / cap.bytes if cap.bytes else 0.0
-    if r is not None and r.kind == "kv_insufficient" and r.estimated_max_model_len:
+    if r is not None and r.kind == Reason.kv_insufficient and r.estimated_max_model_len:
         # vLLM's estimate M is the longest request the cap holds: the cap is M/block + 1 whole blocks (one is held
         # back) and less than one more, so a token costs at most cap / (M + block): `length` needs that many blocks.
         m = r.estimated_max_model_len
         upper = cap.bytes * _blocks_for(length, block) / (m / block + 1)
         lower = cap.bytes * _blocks_for(length, block) / (m / block + 2)
-        return Quantity(upper, f"scaled from vLLM's estimate {m:,}", lower * (1 - rel), upper * (1 + rel))
-    if cell.outcome == "booted":
+        return Quantity(upper, Source.estimate_scaled, lower * (1 - rel), upper * (1 + rel), detail=f"{m:,}")
+    if cell.outcome == Outcome.booted:
         tokens = cell.kv.kv_tokens
         conc_rel = 0.0
         if tokens is None and cell.kv.max_concurrency:
@@ -254,7 +252,7 @@ def need_of(cell: CellResult, length: int | None, cap: Quantity | None, block: i
             # The pool holds `tokens` (whole blocks, the held-back one included): a token costs at most cap / tokens.
             upper = cap.bytes * _blocks_for(length, block) * block / tokens
             lower = cap.bytes * _blocks_for(length, block) * block / (tokens + block)
-            src = "cap / KV tokens" if cell.kv.kv_tokens is not None else "cap / concurrency"
+            src = Source.cap_per_token if cell.kv.kv_tokens is not None else Source.cap_per_concurrency
             return Quantity(upper, src, lower * (1 - rel - conc_rel), upper * (1 + rel + conc_rel))
     return None
 
@@ -276,16 +274,16 @@ class CellKv:
         return self.cell.cell_id
 
     @property
-    def outcome(self) -> str:
+    def outcome(self) -> Outcome:
         return self.cell.outcome
 
     @property
     def kv_refused(self) -> bool:
-        return self.cell.outcome == "refused" and self.cell.reason == "kv_insufficient"
+        return self.cell.outcome == Outcome.refused and self.cell.reason == Reason.kv_insufficient
 
 
-def cell_kv(cell: CellResult, axis: str | None, run_dir: Path | None = None, block: int | None = None) -> CellKv:
+def cell_kv(cell: CellResult, axis: str | None, block: int | None = None) -> CellKv:
     length = cell_length(cell, axis)
-    blk, why = block_size(cell, run_dir, block)
+    blk, why = block_size(cell, block)
     cap = cap_of(cell)
     return CellKv(cell, length, blk, why, cap, need_of(cell, length, cap, blk), available_of(cell))

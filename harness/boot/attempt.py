@@ -6,12 +6,12 @@ Teardown runs with SIGINT/SIGTERM held back, so a second Ctrl-C cannot leave a h
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from harness.boot.signals import signals_held
+from harness.clock import SYSTEM, Clock
 from harness.cells import Cell
 from harness.errors import CellStartError
 from harness.logfacts import LogParser
@@ -19,12 +19,13 @@ from harness.logfacts.timeline import Milestone, Timeline
 from harness.masking import Masker, secret_values
 from harness.predict.cell import predict_cell
 from harness.matrix.load import LoadedMatrix
-from harness.results.model import CellResult, Expected, GpuInfo, Timings
+from harness.gpu.records import GpuInfo
+from harness.results.model import CellResult, Expected, Timings
 from harness.results.store import RunStore, now
 from harness.runtime import scratch
 from harness.runtime.compile_cache import CompileCache, CompileCacheUse
 from harness.runtime.base import CellContext, Runtime, Server
-from harness.verdict import Decision, Evidence, decide
+from harness.verdict.policy import Decision, Evidence, decide
 from harness.watch.events import ThreadedEvents
 from harness.watch.logsink import LogSink
 from harness.watch.loop import Observation, Watch, WatchConfig
@@ -89,13 +90,15 @@ class CellRunner:
     echo: Callable[[str], None] | None = None
     #: The run's shared torch.compile cache; None: every cell compiles in its own scratch.
     compile_cache: CompileCache | None = None
+    #: What the watch, the timeline and the timings read time from (one clock per attempt, never mixed).
+    clock: Clock = SYSTEM
 
     def run(self, cell: Cell, attempt: Attempt = Attempt()) -> CellResult:
         masker = Masker(self.base_masker_values | secret_values(cell.env, cell.server_args))
         work = scratch.claim(self.store.work_dir(cell.id))
         gpus = attempt.gpus
-        started_at, t0 = now(), time.monotonic()
-        timeline = TimelineRecorder(time.monotonic, t0, on_mark=attempt.on_milestone)
+        started_at, t0 = now(), self.clock.now()
+        timeline = TimelineRecorder(self.clock.now, t0, on_mark=attempt.on_milestone)
         cache = self.compile_cache.checkout(work) if self.compile_cache else None
         cache_use: CompileCacheUse | None = None
         ctx = CellContext(run_dir=self.store.run_dir, work_dir=work, masker=masker, matrix_dir=self.loaded.base_dir,
@@ -103,7 +106,7 @@ class CellRunner:
                           labels={"boot-harness.run": self.store.run.run_id, "boot-harness.cell": cell.id},
                           gpu_ids=None if gpus is None or not attempt.assigned else [g.id or str(g.index) for g in gpus])
         sink = LogSink(self.store.log_path(cell.id), masker, echo=self.echo)
-        events = ThreadedEvents()
+        events = ThreadedEvents(self.clock.now)
         server: Server | None = None
         watch: Watch | None = None
         seen: Observation | None = None
@@ -119,7 +122,8 @@ class CellRunner:
             else:
                 argv = server.argv
                 sink.note("argv: " + " ".join(masker.argv(argv)))
-                watch = Watch(server, events, sink, self.config, started_at=t0, timeline=timeline)
+                watch = Watch(server, events, sink, self.config, started_at=t0, timeline=timeline,
+                              clock=self.clock.now)
                 seen = watch.run()
         finally:
             exit_code = None
@@ -136,10 +140,10 @@ class CellRunner:
                                                            phases.durations.compile_cache_hit)
                 scratch.remove(work, self.keep_work)
         container = server.container_info() if server else None
-        decision = decide(Evidence(finding=seen.finding if seen else None, start_error=start_error,
+        decision = decide(Evidence(sighting=seen.sighting if seen else None, start_error=start_error,
                                    oom_killed=bool(container and container.oom_killed),
                                    retried_busy=attempt.number > 1, gpus_not_idle=attempt.gpus_not_idle))
-        decided_at = t0 + seen.verdict_s if seen and seen.verdict_s is not None else time.monotonic()
+        decided_at = t0 + seen.verdict_s if seen and seen.verdict_s is not None else self.clock.now()
         facts = seen.facts if seen else LogParser().facts
         record = timeline.timeline(facts.timeline.durations, decided_at, facts.skipped(argv))
         return self._result(cell, decision, seen, exit_code, server, argv, masker, sink, started_at, t0, attempt,
@@ -150,27 +154,27 @@ class CellRunner:
                 timeline: Timeline, cache_use: CompileCacheUse | None) -> CellResult:
         facts = seen.facts if seen else LogParser().facts
         code = seen.exit_code if seen and seen.exit_code is not None else exit_code
-        read = getattr(self.runtime, "read_server_file", None)
+        read = self.runtime.read_server_file
         prediction = predict_cell(cell.server_args, lambda path: read(cell, path), facts.kv, facts.refusal,
-                                  d.outcome.value, d.reason.value, facts.vllm_version) if argv and read else None
+                                  d.outcome, d.reason, facts.vllm_version) if argv else None
         return CellResult(
             cell_id=cell.id, axes=dict(cell.axes), runtime=self.runtime.name, argv=masker.argv(argv),
             env=masker.env(cell.env),
-            outcome=d.outcome.value, reason=d.reason.value, detail=masker(d.detail),
+            outcome=d.outcome, reason=d.reason, detail=masker(d.detail),
             expected=Expected(outcome=cell.expected.outcome, reason=cell.expected.reason,
                               within_s=cell.expected.within_s) if cell.expected else None,
-            matched=cell.expected.matches(d.outcome.value, d.reason.value, seen.verdict_s if seen else None)
+            matched=cell.expected.matches(d.outcome, d.reason, seen.verdict_s if seen else None)
             if cell.expected else None,
             exit_code=code,
             timings=Timings(ready_s=seen.ready_s, ready_line_s=seen.ready_line_s, event_s=seen.event_s,
-                            verdict_s=seen.verdict_s, total_s=round(time.monotonic() - t0, 3)) if seen
-            else Timings(total_s=round(time.monotonic() - t0, 3)),
+                            verdict_s=seen.verdict_s, total_s=round(self.clock.now() - t0, 3)) if seen
+            else Timings(total_s=round(self.clock.now() - t0, 3)),
             timeline=timeline, compile_cache=cache_use,
             kv=facts.kv, refusal=facts.refusal.model_copy(update={"message": masker(facts.refusal.message)})
             if facts.refusal else None,
             prediction=prediction, vllm_version=facts.vllm_version, log_path=str(self.store.log_path(cell.id).relative_to(self.store.run_dir)),
             log_tail=sink.tail, started_at=started_at, finished_at=now(),
-            port=getattr(server, "port", None), container=server.container_info() if server else None,
+            port=server.port if server else None, container=server.container_info() if server else None,
             patches=server.applied_patches() if server else [], gpus=list(attempt.gpus or []),
             attempts=attempt.number, contaminated=attempt.number > 1,
         )

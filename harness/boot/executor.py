@@ -15,10 +15,14 @@ each worker thread lives until its servers are torn down (the process runtime's 
 *thread* that started a server exits, which is why servers are never handed between threads).
 
 GPU hygiene. Before a cell starts, its GPUs must be back at their idle baseline (bounded wait, harness.gpu.idle); the
-cell records each GPU's name, driver, total and free memory at start. A `gpu_memory_busy` refusal means memory was
-held when vLLM looked: that attempt is contaminated, its log is kept as `logs/<id>.attempt1.log`, and the cell is booted
-once more after the wait. What the second attempt's refusal means (the configuration's verdict, or `error` /
-`gpu_memory_held` when its GPUs were still above idle) is the verdict policy's to say (harness.verdict.policy).
+cell records each GPU's name, driver, total and free memory at start (harness.boot.notes writes them to its log). A
+`gpu_memory_busy` refusal means memory was held when vLLM looked: that attempt is contaminated, its log is kept as
+`logs/<id>.attempt1.log`, and the cell is booted once more after the wait (harness.boot.retry.BusyRetry, the default
+policy). What the second attempt's refusal means (the configuration's verdict, or `error` / `gpu_memory_held` when its
+GPUs were still above idle) is the verdict policy's to say (harness.verdict.policy).
+
+The executor is the scheduler only: the registry of live servers is harness.boot.live, the retry harness.boot.retry,
+the log notes harness.boot.notes.
 """
 
 from __future__ import annotations
@@ -26,116 +30,21 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
-import time
-from pathlib import Path
-from typing import Any
 
 from harness.boot.attempt import Attempt, CellRunner, NullObserver, Observer
+from harness.boot.live import LiveServers, TrackingRuntime
+from harness.boot.notes import gpu_notes
+from harness.boot.retry import BusyRetry, RetryPolicy
 from harness.boot.signals import Interrupted, interrupts_raise, signals_held
 from harness.cells import Cell
+from harness.clock import Clock
 from harness.logfacts.timeline import Milestone
 from harness.gpu.idle import IdleBaseline, IdleWait
 from harness.gpu.inventory import GpuPool, Inventory
-from harness.results.model import CellResult, GpuInfo
-from harness.verdict import Reason
+from harness.gpu.records import GpuInfo
+from harness.results.model import CellResult, RunStatus
 
-#: The refusal that means "memory was held when the engine looked", on a GPU or (CPU backend) in RAM.
-BUSY_REASON = Reason.gpu_memory_busy.value
 JOIN_SLICE_S = 0.2
-
-
-class _TrackedServer:
-    """A started server as the registry sees it: stopped either by its owner (the runner's teardown) or, on an
-    interrupt, by the main thread — and then its cell's verdict is void."""
-
-    def __init__(self, inner: Any, cell_id: str, live: _LiveServers):
-        self._inner, self._cell_id, self._live = inner, cell_id, live
-        self._lock = threading.Lock()
-        self._owner_stopping = False
-        self.killed = False
-
-    def __getattr__(self, name: str) -> Any:  # argv, base_url, port, wait, owns_listener, container_info, ...
-        return getattr(self._inner, name)
-
-    def stop(self, *args: Any, **kwargs: Any) -> int | None:
-        with self._lock:
-            self._owner_stopping = True
-        try:
-            return self._inner.stop(*args, **kwargs)
-        finally:
-            self._live.forget(self._cell_id, self)
-
-    def kill(self) -> bool:
-        """Stop from outside (main thread). False when the owner is already tearing it down."""
-        with self._lock:
-            if self._owner_stopping:
-                return False
-            self.killed = True
-        self._live.mark_killed(self._cell_id)  # before the stop: the worker may see the exit at once
-        self._inner.stop()
-        return True
-
-
-class _LiveServers:
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._servers: dict[str, _TrackedServer] = {}
-        self._stopping = False
-        self.killed: set[str] = set()
-
-    def add(self, cell_id: str, server: Any) -> _TrackedServer:
-        tracked = _TrackedServer(server, cell_id, self)
-        with self._lock:
-            late = self._stopping
-            if not late:
-                self._servers[cell_id] = tracked
-        if late:  # started while the main thread was stopping everything: stop it here, void its verdict
-            tracked.kill()
-        return tracked
-
-    def mark_killed(self, cell_id: str) -> None:
-        with self._lock:
-            self.killed.add(cell_id)
-
-    def forget(self, cell_id: str, tracked: _TrackedServer) -> None:
-        with self._lock:
-            if self._servers.get(cell_id) is tracked:
-                del self._servers[cell_id]
-
-    def stop_all(self) -> list[str]:
-        """Stop every server no owner is tearing down yet, all at once; returns the cells whose verdict is void."""
-        with self._lock:
-            self._stopping = True
-            victims = list(self._servers.items())
-        threads = [threading.Thread(target=tracked.kill, name=f"stop-{cell_id}") for cell_id, tracked in victims]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        with self._lock:
-            return sorted(self.killed)
-
-    def was_killed(self, cell_id: str) -> bool:
-        with self._lock:
-            return cell_id in self.killed
-
-    def running(self) -> list[str]:
-        with self._lock:
-            return list(self._servers)
-
-
-class _TrackingRuntime:
-    """The cell's runtime, registering each server it starts."""
-
-    def __init__(self, inner: Any, live: _LiveServers):
-        self._inner, self._live = inner, live
-        self.name = inner.name
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def start(self, cell: Cell, ctx: Any, on_line: Any) -> Any:
-        return self._live.add(cell.id, self._inner.start(cell, ctx, on_line))
 
 
 class _LockedObserver:
@@ -155,30 +64,17 @@ class _LockedObserver:
             self._inner.cell_finished(cell, result)
 
 
-def _note(log: Path, *lines: str) -> None:
-    try:
-        with log.open("a", encoding="utf-8") as f:
-            for line in lines:
-                f.write(f"[boot-harness] {line}\n")
-    except OSError:
-        pass
-
-
-def _gpu_line(gpus: list[GpuInfo]) -> str:
-    return "gpus: " + "; ".join(
-        f"{g.index} (id {g.id}, {g.name}, driver {g.driver}, {g.free_gib} of {g.total_gib} GiB free at start)"
-        for g in gpus)
-
-
 class Executor:
     """Run cells `parallel` at a time (1: one after the other). With `gpus_per_cell` > 0 each cell gets its own GPUs
     from `inventory`; with `shared_gpus` every cell gets the matrix's request and waits for those GPUs."""
 
     def __init__(self, runner: CellRunner, inventory: Inventory, parallel: int, gpus_per_cell: int = 0,
-                 observer: Observer | None = None, idle: IdleBaseline | None = None, retry_busy: bool = True,
-                 shared_gpus: list[int] | None = None):
+                 observer: Observer | None = None, idle: IdleBaseline | None = None,
+                 retry: RetryPolicy = BusyRetry(), shared_gpus: list[int] | None = None, clock: Clock | None = None):
         """`shared_gpus`: the GPUs every cell gets from the matrix's own `gpus:` request (one cell at a time): each
-        cell waits for them to be idle and records them, and is handed the request as written."""
+        cell waits for them to be idle and records them, and is handed the request as written. `retry`: what a first
+        attempt's result makes the executor do (harness.boot.retry; NoRetry reports every refusal as it came).
+        `clock`: the runner's unless given; the idle wait made here and `timeline` read it."""
         if parallel < 1:
             raise ValueError("parallel must be at least 1")
         if shared_gpus and (parallel > 1 or gpus_per_cell > 0):
@@ -188,12 +84,14 @@ class Executor:
         self.parallel = parallel
         self.gpus_per_cell = gpus_per_cell
         self.observer = _LockedObserver(observer or NullObserver())
-        self.retry_busy = retry_busy
+        self.retry = retry
+        self.clock = clock if clock is not None else runner.clock
         self.store = runner.store
-        self.live = _LiveServers()
-        self.runner = dataclasses.replace(runner, runtime=_TrackingRuntime(runner.runtime, self.live))
+        self.live = LiveServers()
+        self.runner = dataclasses.replace(runner, runtime=TrackingRuntime(runner.runtime, self.live))
         self.pool = GpuPool(inventory.devices(), gpus_per_cell) if gpus_per_cell > 0 else None
-        self.idle = idle if idle is not None else (IdleBaseline(inventory) if self.pool or self.shared else None)
+        self.idle = idle if idle is not None else (
+            IdleBaseline(inventory, clock=self.clock) if self.pool or self.shared else None)
         self._captured = False
         self.stop = threading.Event()
         self._results: dict[str, CellResult] = {}
@@ -227,7 +125,7 @@ class Executor:
             except (Interrupted, KeyboardInterrupt):
                 with signals_held():
                     self._shutdown(workers)
-                    self.store.finish("interrupted")
+                    self.store.finish(RunStatus.interrupted)
                 raise
             except BaseException:
                 with signals_held():
@@ -304,44 +202,32 @@ class Executor:
 
     def _attempt(self, cell: Cell, indices: list[int], gpus: list[GpuInfo] | None, number: int = 1,
                  wait: IdleWait | None = None) -> CellResult:
-        t0 = time.monotonic()
+        t0 = self.clock.now()
         try:
             return self.runner.run(cell, Attempt(gpus=gpus, assigned=self.pool is not None, number=number,
                                                  gpus_not_idle=wait.describe() if wait and not wait.idle else None,
                                                  on_milestone=lambda m, at: self.observer.cell_milestone(cell, m, at)))
         finally:
             with self._lock:
-                self.timeline.append((cell.id, tuple(indices), t0, time.monotonic()))
+                self.timeline.append((cell.id, tuple(indices), t0, self.clock.now()))
 
     def _run_cell(self, cell: Cell, indices: list[int]) -> CellResult | None:
+        """Boot `cell` on `indices` after their idle wait, and again if the retry policy says so; None: interrupted
+        (its server stopped by the main thread, so there is no verdict to record)."""
         log = self.store.log_path(cell.id)
-        gpus, wait = self._prepare(indices)
-        if self.stop.is_set():
-            return None
-        self.observer.cell_started(cell)
-        result = self._attempt(cell, indices, gpus)
-        if self.live.was_killed(cell.id):
-            return None
-        self._gpu_notes(log, gpus, wait)
-        if not (self.retry_busy and result.outcome == "refused" and result.reason == BUSY_REASON):
-            return result
-        # Contaminated: memory was held when vLLM looked. Keep the attempt's log, wait for idle, boot once more.
-        first = log.with_name(f"{cell.id}.attempt1.log")
-        _note(log, f"attempt 1 refused {BUSY_REASON} while memory was held: contaminated, not the configuration's "
-                   "verdict; booting once more after the idle wait")
-        if log.exists():
-            log.replace(first)
-        gpus, wait = self._prepare(indices)
-        if self.stop.is_set():
-            return None
-        result = self._attempt(cell, indices, gpus, number=2, wait=wait)
-        if self.live.was_killed(cell.id):
-            return None
-        self._gpu_notes(log, gpus, wait)
-        _note(log, f"attempt 2 of 2; attempt 1 refused {BUSY_REASON} (contaminated), its log: "
-                   f"{first.relative_to(self.store.run_dir)}")
-        return result
 
-    def _gpu_notes(self, log: Path, gpus: list[GpuInfo] | None, wait: IdleWait | None) -> None:
-        if gpus:
-            _note(log, _gpu_line(gpus), *([f"before start: {wait.describe()}"] if wait else []))
+        def boot(number: int) -> CellResult | None:
+            gpus, wait = self._prepare(indices)
+            if self.stop.is_set():
+                return None
+            if number == 1:
+                self.observer.cell_started(cell)
+            # the verdict policy hears of GPUs still above idle on a retry only (its `gpu_memory_held`)
+            result = self._attempt(cell, indices, gpus, number=number, wait=wait if number > 1 else None)
+            if self.live.was_killed(cell.id):
+                return None
+            gpu_notes(log, gpus, wait)
+            return result
+
+        first = boot(1)
+        return None if first is None else self.retry.settle(first, log, boot)

@@ -7,33 +7,47 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.analysis.frontier import (
-    GroupFrontier,
-    Observation,
-    find_frontier,
-    groups_of,
-    known_from_run,
-    matrix_length_axis,
-    probe_cell,
-)
-from harness.analysis.kv import BLOCK_FLAG, GPU_BLOCK, block_size, flag_value, human_int
+from harness.analysis.frontier import Answer, GroupFrontier, find_frontier, known_from_run
+from harness.analysis.kv import BLOCK_FLAG, GPU_BLOCK, LENGTH_FLAG, block_size, flag_value, human_int
+from harness.cells import groups_by, vary
 from harness.boot.session import RunOptions, RunSession, frontier_run_id
-from harness.predict.plan import plan_cells
+from harness.predict.plan import Logged, plan_cells
 from harness.boot.signals import Interrupted
 from harness.errors import UsageError
+from harness.results.model import RunStatus
 from harness.results.store import atomic_write_text, dump_json
+
+
+def matrix_length_axis(matrix, override: str | None = None) -> tuple[str, str]:
+    """(axis name, flag) of a matrix's max_model_len axis: `override`, an axis with flag --max-model-len, or one
+    named max_model_len (whose values then pass --max-model-len)."""
+    from harness.matrix.model import FlagAxis
+
+    names = list(matrix.axes)
+    if override:
+        if override not in matrix.axes:
+            raise UsageError(f"--axis {override}: the matrix has no such axis (axes are: {', '.join(names)})")
+        ax = matrix.axes[override]
+        return override, ax.flag if isinstance(ax, FlagAxis) else LENGTH_FLAG
+    for n, ax in matrix.axes.items():
+        if isinstance(ax, FlagAxis) and ax.flag == LENGTH_FLAG:
+            return n, ax.flag
+    for n, ax in matrix.axes.items():
+        if n.replace("-", "_").lower() == "max_model_len":
+            return n, ax.flag if isinstance(ax, FlagAxis) else LENGTH_FLAG
+    raise UsageError(f"the matrix has no max_model_len axis (axes are: {', '.join(names)}); name it with --axis")
 
 
 def predicted_frontier(session: RunSession, cell, axis: str, from_run, platform: str | None) -> int | None:
     """The longest length the predictor says boots, for `cell` at the search's upper bound: the bound itself when it
     fits, else vLLM's estimate as predicted; None when the model or the KV pool is unknown before booting."""
-    read = getattr(session.runtime, "read_server_file", None)
-    if read is None:
+    if session.runtime is None:
         return None
     # an earlier run's cell of the same group tells the pool, the device and the version
     before = next((c for c in from_run.cells if all(c.axes.get(k) == v for k, v in cell.axes.items() if k != axis)),
                   None) if from_run is not None else None
-    planned = plan_cells([cell], read, {cell.id: before} if before else None, platform)[0]
+    prior = {cell.id: Logged(before.kv, before.refusal, before.vllm_version)} if before else None
+    planned = plan_cells([cell], session.runtime.read_server_file, prior, platform)[0]
     p = planned.record.prediction
     if p is None or p.fits is None or p.unmodelled:
         return None
@@ -48,7 +62,7 @@ def run_frontier(loaded, cells: list, *, lo: int | None, hi: int | None, axis: s
     (`predict`; harness.predict). Returns (run dir, [GroupFrontier])."""
     matrix = loaded.matrix
     axis, flag = matrix_length_axis(matrix, axis)
-    groups = groups_of(cells, axis)
+    groups = groups_by(cells, axis)
     for _, members in groups:
         if flag_value(members[0].server_args, flag) is None:
             raise UsageError(f"cell {members[0].id} passes no {flag}: the frontier needs the length on the command line")
@@ -65,23 +79,23 @@ def run_frontier(loaded, cells: list, *, lo: int | None, hi: int | None, axis: s
         state = {"block": explicit_block or GPU_BLOCK, "fixed": explicit_block is not None}
         label = ", ".join(f"{k}={v}" for k, v in key.items())
 
-        def oracle(length: int, why: str, template=template, state=state, label=label) -> Observation:
-            cell = probe_cell(template, matrix, axis, flag, length)
+        def oracle(length: int, why: str, template=template, state=state, label=label) -> Answer:
+            cell = vary(template, matrix, axis, flag, str(length))
             say(f"[{label}] probe {length:,} ({why}): booting {cell.id}")
             result = session.boot(cell)
             if result is None:
                 raise Interrupted("the probe was stopped")
             if not state["fixed"]:
-                state["block"], _ = block_size(result, session.run_dir)
+                state["block"], _ = block_size(result)
                 state["fixed"] = True
-            obs = Observation.of(result)
+            obs = Answer.of(result)
             est = f", estimated max {obs.estimate:,}" if obs.estimate else ""
             say(f"[{label}] {length:,}: {result.outcome} ({result.reason}{est}) in "
                 f"{result.timings.total_s or 0:.0f}s")
             return obs
 
         known = known_from_run(from_run, axis, key) if from_run is not None else []
-        start = predicted_frontier(session, probe_cell(template, matrix, axis, flag, g_hi), axis, from_run,
+        start = predicted_frontier(session, vary(template, matrix, axis, flag, str(g_hi)), axis, from_run,
                                    platform) \
             if predict else None
         if start is not None:
@@ -91,5 +105,5 @@ def run_frontier(loaded, cells: list, *, lo: int | None, hi: int | None, axis: s
         say(f"[{label}] {search.text} — {search.boots} boot(s)")
     atomic_write_text(session.run_dir / "frontier.json", dump_json(
         {"run_id": session.store.run.run_id, "axis": axis, "flag": flag, "groups": [g.to_dict() for g in found]}))
-    session.finish("complete")
+    session.finish(RunStatus.complete)
     return session.run_dir, found

@@ -17,16 +17,19 @@ from harness.boot.attempt import CellRunner, Observer, watch_config
 from harness.boot.executor import Executor
 from harness.boot.slots import SlotPlan, plan_slots
 from harness.cells import Cell
+from harness.clock import SYSTEM, Clock
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
 from harness.gpu.inventory import Inventory
 from harness.matrix.load import LoadedMatrix
-from harness.results.model import CellResult, RunResult
+from harness.results.model import CellResult, RunResult, RunStatus
+from harness.verdict import Outcome
 from harness.results.store import RunStore, new_run_id
 from harness.runtime import make_runtime
 from harness.runtime.compile_cache import CompileCache, planned_dir
 from harness.masking import Masker
 from harness.runtime.base import CellContext, Runtime
+from harness.runtime.pull import PullObserver
 from harness.sweep import Swept, sweep_before_run
 
 Say = Callable[[str], None]
@@ -53,6 +56,9 @@ class RunOptions:
     run_id: str | None = None
     #: Every (masked) log line, as it arrives (`repro --exec` streams the server's log).
     echo: Callable[[str], None] | None = None
+    #: The one clock every wait of the run reads and sleeps on (deadlines, idle waits, stop graces); a test passes a
+    #: FakeClock (harness.clock).
+    clock: Clock = SYSTEM
 
     def __post_init__(self) -> None:
         from harness.gpu.inventory import parse_parallel
@@ -82,7 +88,7 @@ class RunSession:
 
     @classmethod
     def open(cls, loaded: LoadedMatrix, cells: list[Cell], options: RunOptions = RunOptions(), *,
-             runtime: Runtime | None = None, say: Say = lambda line: None, pull_observer: object | None = None,
+             runtime: Runtime | None = None, say: Say = lambda line: None, pull_observer: PullObserver | None = None,
              env: dict[str, str] | None = None, inventory: Inventory | None = None) -> RunSession:
         """Every check before a run directory exists (exit 2 if one fails), then the store. `cells` may be empty
         (a shard that holds no cell): the run is recorded, complete, with nothing booted."""
@@ -91,17 +97,17 @@ class RunSession:
             return cls(loaded, cls._store(loaded, loaded.matrix.runtime, order, options), cells, [])
         plan = plan_slots(loaded.matrix, options.parallel, options.gpu_idle_timeout_s, env=env, inventory=inventory)
         runtime = runtime or make_runtime(loaded)
-        if pull_observer is not None and hasattr(runtime, "pull_observer"):
-            runtime.pull_observer = pull_observer  # type: ignore[attr-defined]
+        if pull_observer is not None:
+            runtime.pull_observer = pull_observer
         swept = sweep_before_run(options.resume.parent if options.resume else options.results_dir, runtime.name)
         runtime.preflight(cells)
-        for note in getattr(runtime, "notes", []):
+        for note in runtime.notes:
             say(note)
         store = cls._store(loaded, runtime.name, order, options)
         done = store.done()
         cache = CompileCache.for_run(loaded.matrix.compile_cache, loaded.base_dir, store.run_dir, plan.parallel)
         runner = CellRunner(loaded, runtime, store, watch_config(loaded, options.timeout_s), keep_work=options.keep_work,
-                            echo=options.echo, compile_cache=cache)
+                            echo=options.echo, compile_cache=cache, clock=options.clock)
         return cls(loaded, store, cells, [c for c in cells if c.id not in done], runtime, plan, plan.executor(runner),
                    swept)
 
@@ -113,7 +119,7 @@ class RunSession:
             if (recorded or None) != (options.shard or None):
                 raise UsageError(f"{options.resume}: this run is shard {recorded or 'none (the whole selection)'}; "
                                  f"resume it with {'--shard ' + recorded if recorded else 'no --shard'}")
-            store.run.status = "running"
+            store.run.status = RunStatus.running
             return store
         return RunStore.create(options.results_dir, loaded, runtime, order, selection=options.selection,
                                shard=options.shard, run_id=options.run_id)
@@ -140,7 +146,7 @@ class RunSession:
             raise UsageError("this session has no runtime (a run with no cell to boot)")
         return self.executor.run(cells, observer)
 
-    def finish(self, status: str = "complete") -> RunResult:
+    def finish(self, status: RunStatus = RunStatus.complete) -> RunResult:
         self.close()
         return self.store.finish(status)
 
@@ -153,22 +159,22 @@ class RunSession:
     def exit_code(self) -> ExitCode:
         """FAILED when a selected cell errored or missed its expectation; OK otherwise."""
         selected = {c.id for c in self.cells}
-        bad = [c for c in self.store.run.cells if c.cell_id in selected and (c.matched is False or c.outcome == "error")]
+        bad = [c for c in self.store.run.cells if c.cell_id in selected and (c.matched is False or c.outcome == Outcome.error)]
         return ExitCode.FAILED if bad else ExitCode.OK
 
 
 def repro_command(loaded: LoadedMatrix, cell: Cell, results_dir: Path, port: int = 8000, *,
                   runtime: Runtime | None = None, say: Say = lambda line: None,
-                  pull_observer: object | None = None) -> list[str]:
+                  pull_observer: PullObserver | None = None) -> list[str]:
     """The command a person pastes to boot `cell` by hand, with what it needs made first (the image pulled, patched
     files under `results_dir/repro/<cell>/`). The runtime's GPU checks are skipped: the printed command asks the
     engine's CLI for GPUs its own way."""
     runtime = runtime or make_runtime(loaded)
-    if pull_observer is not None and hasattr(runtime, "pull_observer"):
-        runtime.pull_observer = pull_observer  # type: ignore[attr-defined]
+    if pull_observer is not None:
+        runtime.pull_observer = pull_observer
     if loaded.matrix.runtime != "process":
         runtime.preflight([cell], gpu_checks=False)
-        for note in getattr(runtime, "notes", []):
+        for note in runtime.notes:
             say(note)
     keep = Path(results_dir) / "repro" / cell.id
     # a run's own cache is gone with the run: a repro boots cold, unless the matrix keeps its cache in a directory

@@ -8,11 +8,9 @@ import signal
 import threading
 from collections.abc import Iterator
 
+from harness.errors import Interrupted  # re-exported: callers import it from here
+
 _HELD = {signal.SIGINT, signal.SIGTERM}
-
-
-class Interrupted(Exception):
-    """The harness was asked to stop (SIGINT/SIGTERM); raised where the run can still clean up."""
 
 
 @contextlib.contextmanager

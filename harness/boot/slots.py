@@ -33,7 +33,8 @@ class SlotPlan:
         return f"parallel: {self.parallel} ({self.why}; {self.inventory.kind} inventory{shared})"
 
     def executor(self, runner: CellRunner, observer: Observer | None = None) -> Executor:
-        idle = IdleBaseline(self.inventory, timeout_s=self.idle_timeout_s) if self.uses_gpus else None
+        idle = IdleBaseline(self.inventory, timeout_s=self.idle_timeout_s, clock=runner.clock) if self.uses_gpus \
+            else None
         return Executor(runner, self.inventory, self.parallel, self.gpus_per_cell, observer=observer, idle=idle,
                         shared_gpus=self.shared_gpus)
 

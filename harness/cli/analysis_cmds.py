@@ -14,6 +14,8 @@ from harness.cli.common import USAGE_EXIT, add_command, say_to, stderr
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
 from harness.predict.platforms import HELP, PLATFORMS
+from harness.report.text import show
+from harness.verdict import Outcome
 
 
 def _positive_int(text: str) -> int:
@@ -103,12 +105,12 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
 
     run, run_dir = load_run(args.run)
     found = misses(run)
+    say = say_to(out)
     for m in found:
-        out.print(f"{m.cell_id or run.run_id}: {m.why}", highlight=False, markup=False, emoji=False, soft_wrap=True)
+        say(f"{m.cell_id or run.run_id}: {m.why}")
     s = run.summary
-    out.print(f"{run_dir}: {'FAIL' if found else 'ok'} — {s.get('cells', 0)} cells, {s.get('matched', 0)} matched, "
-              f"{s.get('mismatched', 0)} mismatched, {s.get('error', 0)} errors ({run.status})",
-              highlight=False, markup=False, emoji=False, soft_wrap=True)
+    say(f"{run_dir}: {'FAIL' if found else 'ok'} — {s.get('cells', 0)} cells, {s.get('matched', 0)} matched, "
+        f"{s.get('mismatched', 0)} mismatched, {s.get(Outcome.error, 0)} errors ({run.status})")
     return ExitCode.FAILED if found else ExitCode.OK
 
 
@@ -122,12 +124,12 @@ def cmd_compare(args: argparse.Namespace, out: Console) -> int:
         raise UsageError("compare takes one run (pairs within it) or two runs (A then B)")
     if len(args.runs) == 1:
         run, run_dir = load_run(args.runs[0])
-        pairs = pairs_within(run, args.axis, run_dir, args.length_axis)
+        pairs = pairs_within(run, args.axis, args.length_axis)
         if args.json:
             print(json.dumps({"run": run.run_id, "axis": pairs[0].axis if pairs else args.axis,
                               "pairs": [p.to_dict() for p in pairs]}, indent=2))
         else:
-            out.print(render_pairs(pairs, run.run_id), soft_wrap=not out.is_terminal)
+            show(out, render_pairs(pairs, run.run_id))
         return ExitCode.OK
     tolerance = parse_tolerance(args.tolerance)
     time_tolerance = parse_time_tolerance(args.time_tolerance)
@@ -136,7 +138,7 @@ def cmd_compare(args: argparse.Namespace, out: Console) -> int:
     if args.json:
         print(json.dumps(diff.to_dict(), indent=2, default=str))
     else:
-        out.print(render_diff(diff), soft_wrap=not out.is_terminal)
+        show(out, render_diff(diff))
     return ExitCode.FAILED if diff.has_regression else ExitCode.OK
 
 
@@ -146,15 +148,16 @@ def cmd_analyze(args: argparse.Namespace, out: Console) -> int:
     from harness.results.store import load_run
 
     run, run_dir = load_run(args.run)
-    analysis = analyze_run(run, run_dir, args.length_axis, args.block_size)
+    analysis = analyze_run(run, args.length_axis, args.block_size)
     if args.json:
         print(json.dumps(analysis.to_dict(), indent=2))
     else:
-        out.print(render(analysis))
+        show(out, render(analysis))
     return ExitCode.OK
 
 
 def cmd_frontier(args: argparse.Namespace, out: Console) -> int:
+    from harness.analysis.frontier import SearchStatus
     from harness.boot.frontier import run_frontier
     from harness.boot.signals import Interrupted
     from harness.report.frontier import render_frontiers
@@ -171,17 +174,17 @@ def cmd_frontier(args: argparse.Namespace, out: Console) -> int:
         run_dir, found = run_frontier(loaded, cells, lo=args.lo, hi=args.hi, axis=args.axis,
                                       results_dir=args.results_dir, block=args.block_size, selection=args.select,
                                       timeout_s=args.timeout_s, from_run=from_run, say=say_to(stderr()),
-                                      predict=not args.no_prediction, platform=args.platform)
+                                      predict=not args.no_prediction, platform=args.platform,
+                                      runtime=args.runtimes(loaded))
     except (Interrupted, KeyboardInterrupt):
         say_to(stderr())("interrupted: the probes booted so far are kept in the run directory")
         return ExitCode.INTERRUPTED
     if args.json:
         print(json.dumps({"run_dir": str(run_dir), "groups": [g.to_dict() for g in found]}, indent=2))
     else:
-        out.print(render_frontiers(found, run_dir))
-        out.print(f"boots: {sum(g.search.boots for g in found)}; results: {run_dir / 'results.json'}",
-                  highlight=False)
-    return ExitCode.FAILED if any(g.search.status in ("stopped", "limit") for g in found) else ExitCode.OK
+        show(out, render_frontiers(found, run_dir))
+        say_to(out)(f"boots: {sum(g.search.boots for g in found)}; results: {run_dir / 'results.json'}")
+    return ExitCode.FAILED if any(g.search.status in (SearchStatus.stopped, SearchStatus.limit) for g in found) else ExitCode.OK
 
 
 def cmd_report(args: argparse.Namespace, out: Console) -> int:
@@ -193,7 +196,7 @@ def cmd_report(args: argparse.Namespace, out: Console) -> int:
         if path is not None and str(path) != "-" and path.is_dir():
             raise UsageError(f"{flag} {path}: is a directory; give the file to write")
     run, run_dir = load_run(args.run)
-    rep = build_report(run, run_dir, args.axis, args.length_axis, plot=bool(args.html or args.plot))
+    rep = build_report(run, args.axis, args.length_axis, plot=bool(args.html or args.plot))
     if args.plot:
         if rep.png is None:
             raise UsageError(f"--plot {args.plot}: " + (rep.notes[-1] if rep.notes else "nothing to plot"))
@@ -217,7 +220,7 @@ def cmd_report(args: argparse.Namespace, out: Console) -> int:
             write_text(args.markdown, text)
             say_to(stderr())(f"markdown: {args.markdown}")
     if str(args.markdown) != "-":  # markdown on stdout is for a pipe: nothing else goes there
-        out.print(grid_renderable(run, args.axis, run_dir, args.length_axis))
+        show(out, grid_renderable(run, args.axis, args.length_axis))
         for n in rep.notes:
-            out.print(f"note: {n}", highlight=False)
+            say_to(out)(f"note: {n}")
     return ExitCode.OK

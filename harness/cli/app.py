@@ -14,8 +14,10 @@ from collections.abc import Callable
 from rich.console import Console
 
 from harness import __version__
-from harness.errors import ConfigErrors, UsageError
+from harness.errors import ConfigErrors, Interrupted, UsageError
 from harness.exitcodes import ExitCode
+from harness.runtime import RuntimeFactory, make_runtime
+from harness.report.text import plain_console
 
 Handler = Callable[[argparse.Namespace, Console], int]
 
@@ -97,10 +99,11 @@ def _stacks_on_sigusr2() -> None:
         pass
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, runtimes: RuntimeFactory = make_runtime) -> int:
+    """`boot-harness ARGV`; `runtimes` builds each matrix's runtime (a test or the docs check passes a fake one)."""
     _stacks_on_sigusr2()
     parser, handlers = _build()
-    out = Console()
+    out = plain_console()  # commands print ids, paths and axis values: text, never rich markup
     try:
         argv = sys.argv[1:] if argv is None else list(argv)
         _unknown_flags_first(parser, argv)
@@ -116,13 +119,16 @@ def main(argv: list[str] | None = None) -> int:
                 args.serve_flags = tail
         if extras:
             _subparser(parser, args.command).unknown(extras)
+        args.runtimes = runtimes
         return int(handlers[args.command](args, out))
     except ConfigErrors as exc:  # every mistake of a matrix file, one line each
         print(str(exc), file=sys.stderr)
-        return ExitCode.USAGE
+        return exc.exit_code
     except UsageError as exc:
         print(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, file=sys.stderr)
-        return ExitCode.USAGE
+        return exc.exit_code
+    except Interrupted as exc:  # a command that boots has recorded what finished; --resume goes on
+        return exc.exit_code
     except BrokenPipeError:  # `boot-harness cells ... | head`
         sys.stderr.close()
         return ExitCode.OK

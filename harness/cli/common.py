@@ -1,4 +1,5 @@
-"""What several commands share: the matrix/selection/shard options and the cells they pick, and the consoles."""
+"""What several commands share: the matrix/selection/shard options and the cells they pick, and the consoles (which
+print text as written: harness.report.text)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from harness.report.text import plain_console
 
 
 def add_matrix(p: argparse.ArgumentParser) -> None:
@@ -33,11 +35,12 @@ def add_parallel(p: argparse.ArgumentParser) -> None:
 
 
 def stderr() -> Console:
-    return Console(stderr=True)
+    return plain_console(stderr=True)
 
 
 def say_to(console: Console):
-    """A line printer for library messages: no markup, no emoji codes (`sha256:…:` is no emoji), no highlighting."""
+    """A line printer for library messages and command output: literal (no markup, no emoji codes: `sha256:…:` is no
+    emoji, no highlighting) and never wrapped (soft_wrap), on any console. A line may be rich Text, for its style."""
     return lambda line: console.print(line, highlight=False, markup=False, emoji=False, soft_wrap=True)
 
 

@@ -11,6 +11,7 @@ from rich.console import Console
 from harness.cli.common import USAGE_EXIT, add_command, say_to, stderr
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
+from harness.verdict import Reason
 
 
 def register(sub: argparse._SubParsersAction) -> dict:
@@ -47,17 +48,17 @@ def cmd_gc(args: argparse.Namespace, out: Console) -> int:
 
     engines = args.engine or list(DEFAULT_HOSTS)
     swept = sweep(args.results_dir, engines, everything=args.all)
+    say = say_to(out)
     for name in swept.containers:
-        out.print(f"removed container {name}", highlight=False)
+        say(f"removed container {name}")
     for pgid in swept.process_groups:
-        out.print(f"killed process group {pgid}", highlight=False)
+        say(f"killed process group {pgid}")
     for work in swept.work_dirs:
         what = "the run's compile cache" if work.name == RUN_DIR_NAME else "work dir"
-        out.print(f"removed {what} {work}", highlight=False, markup=False, soft_wrap=True)
+        say(f"removed {what} {work}")
     reached = [e for e in engines if e not in swept.engines_unreachable]
-    out.print(f"gc: {len(swept.containers)} container(s), {len(swept.process_groups)} process group(s), "
-              f"{len(swept.work_dirs)} work dir(s) removed "
-              f"(engines swept: {', '.join(reached) or 'none answered'})", highlight=False)
+    say(f"gc: {len(swept.containers)} container(s), {len(swept.process_groups)} process group(s), "
+        f"{len(swept.work_dirs)} work dir(s) removed (engines swept: {', '.join(reached) or 'none answered'})")
     return ExitCode.OK
 
 
@@ -70,40 +71,43 @@ def cmd_merge(args: argparse.Namespace, out: Console) -> int:
         say(f"merge: {w}")
     run = result.run
     s = run.summary
-    out.print(f"merged {len(result.sources)} run(s), {s.get('cells', 0)} cells ({s.get('matched', 0)} matched, "
-              f"{s.get('mismatched', 0)} mismatched) into {result.run_dir}: {run.status}", highlight=False)
-    out.print(f"results: {result.run_dir / 'results.json'}", highlight=False)
+    say_to(out)(f"merged {len(result.sources)} run(s), {s.get('cells', 0)} cells ({s.get('matched', 0)} matched, "
+                f"{s.get('mismatched', 0)} mismatched) into {result.run_dir}: {run.status}")
+    say_to(out)(f"results: {result.run_dir / 'results.json'}")
     return ExitCode.OK
 
 
 def cmd_facts(args: argparse.Namespace, out: Console) -> int:
+    from rich.text import Text
+
     from harness.logfacts import parse_file
 
     if not args.logfile.is_file():
         raise UsageError(f"{args.logfile}: no such file")
     facts = parse_file(args.logfile)
-    reason = facts.refusal.kind if facts.refusal else ("ready" if facts.ready_lines else None)
+    reason = facts.refusal.kind if facts.refusal else (Reason.ready if facts.ready_lines else None)
     record = {"vllm_version": facts.vllm_version, "reason": reason, "kv": facts.kv.model_dump(),
               "refusal": facts.refusal.model_dump() if facts.refusal else None,
               "timeline": facts.timeline.model_dump(mode="json")}
     if args.json:
         print(json.dumps(record, indent=2))
         return ExitCode.OK
-    out.print(f"[bold]{args.logfile}[/]  vLLM {facts.vllm_version or '?'}  ({facts.lines} lines)", highlight=False)
+    say = say_to(out)
+    say(Text.assemble((str(args.logfile), "bold"), f"  vLLM {facts.vllm_version or '?'}  ({facts.lines} lines)"))
     for key, value in record["kv"].items():
         if value is not None:
-            out.print(f"  {key}: {value}", highlight=False)
+            say(f"  {key}: {value}")
     if facts.refusal:
         r = facts.refusal
-        out.print(f"  refusal: [yellow]{r.kind}[/]", highlight=False)
+        say(Text.assemble("  refusal: ", (str(r.kind), "yellow")))
         for key in ("max_seq_len", "needed_gib", "available_gib", "estimated_max_model_len", "derived_max_model_len"):
             if getattr(r, key) is not None:
-                out.print(f"    {key}: {getattr(r, key)}", highlight=False)
-        out.print(f"    message: {r.message}", highlight=False, markup=False)
+                say(f"    {key}: {getattr(r, key)}")
+        say(f"    message: {r.message}")
     elif facts.ready_lines:
-        out.print("  ready: " + facts.ready_lines[-1], highlight=False, markup=False)
+        say("  ready: " + facts.ready_lines[-1])
     else:
-        out.print("  no refusal and no readiness line", highlight=False)
+        say("  no refusal and no readiness line")
     _print_timeline(facts.timeline, out)
     return ExitCode.OK
 

@@ -8,7 +8,7 @@ import math
 
 from rich.console import Console
 
-from harness.cli.common import USAGE_EXIT, add_command
+from harness.cli.common import USAGE_EXIT, add_command, say_to
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
 from harness.predict.platforms import HELP, PLATFORMS
@@ -64,24 +64,22 @@ def register(sub: argparse._SubParsersAction) -> dict:
 def cmd_plan(args: argparse.Namespace, out: Console) -> int:
     from harness.cells import expand_cells, select_cells
     from harness.matrix.load import load_matrix
-    from harness.predict.plan import plan_cells
+    from harness.predict.plan import Logged, plan_cells
     from harness.report.kv import render_plan
     from harness.results.store import load_run
-    from harness.runtime import make_runtime
 
     loaded = load_matrix(args.matrix)
     cells = select_cells(expand_cells(loaded.matrix, str(args.matrix)), args.select, loaded.matrix)
     prior = None
     if args.prior:
         run, _ = load_run(args.prior)
-        prior = {c.cell_id: c for c in run.cells}
-    runtime = make_runtime(loaded)
-    read = getattr(runtime, "read_server_file", None) or (lambda cell, path: None)
-    planned = plan_cells(cells, read, prior, args.platform, args.vllm_version)
+        prior = {c.cell_id: Logged(c.kv, c.refusal, c.vllm_version) for c in run.cells}
+    runtime = args.runtimes(loaded)
+    planned = plan_cells(cells, runtime.read_server_file, prior, args.platform, args.vllm_version)
     if args.json:
         print(json.dumps({"matrix": str(args.matrix), "cells": [p.to_dict() for p in planned]}, indent=2))
     else:
-        out.print(render_plan(planned), soft_wrap=True)
+        say_to(out)(render_plan(planned))
     return ExitCode.FAILED if any(p.agrees is False for p in planned) else ExitCode.OK
 
 
@@ -120,5 +118,5 @@ def cmd_kv(args: argparse.Namespace, out: Console) -> int:
     if args.json:
         print(json.dumps(p.model_dump(mode="json"), indent=2))
     else:
-        out.print(render_prediction(p), soft_wrap=True)
+        say_to(out)(render_prediction(p))
     return ExitCode.OK if p.fits is not False else ExitCode.FAILED

@@ -13,6 +13,7 @@ from harness.cli.common import USAGE_EXIT, add_command, add_matrix, add_parallel
 from harness.selection import selected
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
+from harness.results.model import RunStatus
 
 
 def register(sub: argparse._SubParsersAction) -> dict:
@@ -63,10 +64,11 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
         say(f"shard {sel.shard}: none of the {sel.total} selected cells hashes into this shard — nothing to boot; "
             "writing an empty complete run")
     if args.dry_run:
-        for cell, tokens, steps in planned_commands(sel.loaded, sel.cells, options):
+        for cell, tokens, steps in planned_commands(sel.loaded, sel.cells, options, args.runtimes(sel.loaded)):
             print("\n".join([f"# {cell.id}", *(f"#   {step}" for step in steps), format_shell(tokens)]))
         return ExitCode.OK
-    session = RunSession.open(sel.loaded, sel.cells, options, say=say, pull_observer=PullDisplay(err))
+    session = RunSession.open(sel.loaded, sel.cells, options, runtime=args.runtimes(sel.loaded), say=say,
+                              pull_observer=PullDisplay(err))
     _report_sweep(session, say)
     if session.plan is not None:
         say(f"run directory: {session.run_dir}  ({len(session.todo)} of {len(session.cells)} cells to boot"
@@ -98,11 +100,12 @@ def cmd_repro(args: argparse.Namespace, out: Console) -> int:
     if not args.exec:
         RunOptions(timeout_s=args.timeout_s)  # the same checks as --exec: a bad --timeout-s is exit 2 either way
         print(format_shell(repro_command(sel.loaded, cell, args.results_dir, args.port, say=say_to(err),
-                                         pull_observer=PullDisplay(err))))
+                                         runtime=args.runtimes(sel.loaded), pull_observer=PullDisplay(err))))
         return ExitCode.OK
     options = RunOptions(results_dir=args.results_dir, selection=[cell.id], timeout_s=args.timeout_s,
                          echo=lambda line: print(line, flush=True))
-    session = RunSession.open(sel.loaded, [cell], options, say=say_to(err), pull_observer=PullDisplay(err))
+    session = RunSession.open(sel.loaded, [cell], options, runtime=args.runtimes(sel.loaded), say=say_to(err),
+                              pull_observer=PullDisplay(err))
     _report_sweep(session, say_to(err))
     try:
         session.run()
@@ -121,7 +124,7 @@ def _report_sweep(session: RunSession, say) -> None:
 def _finish(session: RunSession, out: Console) -> int:
     from harness.report.live import print_summary
 
-    run = session.finish("complete")
+    run = session.finish(RunStatus.complete)
     if session.cells:
         print_summary(run, out)
     say_to(out)(f"results: {session.run_dir / 'results.json'}")

@@ -8,13 +8,14 @@ import time
 from collections.abc import Callable
 
 from harness.errors import UsageError
-from harness.results.model import GpuInfo
+from harness.gpu.records import GpuInfo
 
 GIB = 1024**3
 
 
 class FakeInventory:
     kind = "fake"
+    slots = 1
 
     def __init__(self, count: int, total_gib: float = 80.0, idle_used_gib: float = 0.5,
                  clock: Callable[[], float] = time.monotonic, name: str = "Fake GPU"):

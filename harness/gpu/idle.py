@@ -11,10 +11,9 @@ the GPU was not idle.
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from harness.clock import SYSTEM, Clock
 from harness.gpu.inventory import Inventory
 
 MIB = 1024**2
@@ -46,7 +45,7 @@ class IdleWait:
 class IdleBaseline:
     def __init__(self, inventory: Inventory, tolerance_bytes: int = DEFAULT_TOLERANCE,
                  timeout_s: float = DEFAULT_TIMEOUT_S, poll_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Clock = SYSTEM):
         self.inventory = inventory
         self.tolerance = tolerance_bytes
         self.timeout_s = timeout_s
@@ -80,18 +79,17 @@ class IdleBaseline:
             return used - self.baseline[index] - self.tolerance
 
     def wait(self, indices: list[int], stop: threading.Event | None = None) -> IdleWait:
-        """Block until every GPU in `indices` is idle, `timeout_s` passes, or `stop` is set."""
-        t0 = self.clock()
+        """Block until every GPU in `indices` is idle, `timeout_s` passes, or `stop` is set; every pause is the
+        clock's, so a test on a FakeClock waits minutes in microseconds."""
+        stop = stop if stop is not None else threading.Event()
+        t0 = self.clock.now()
         while True:
             over = {i: o for i in indices if (o := self.over(i)) is not None and o > 0}
-            waited = self.clock() - t0
+            waited = self.clock.now() - t0
             if not over:
                 return IdleWait(True, round(waited, 3))
             over_gib = {i: round((o + self.tolerance) / GIB, 3) for i, o in over.items()}
             if waited >= self.timeout_s:
                 return IdleWait(False, round(waited, 3), over_gib)
-            if stop is not None:
-                if stop.wait(min(self.poll_s, max(0.0, self.timeout_s - waited))):
-                    return IdleWait(False, round(self.clock() - t0, 3), over_gib, stopped=True)
-            else:
-                time.sleep(min(self.poll_s, max(0.0, self.timeout_s - waited)))
+            if self.clock.wait(stop, min(self.poll_s, max(0.0, self.timeout_s - waited))):
+                return IdleWait(False, round(self.clock.now() - t0, 3), over_gib, stopped=True)

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
 from harness.errors import UsageError
-from harness.results.model import GpuInfo
+from harness.gpu.records import GpuInfo
 
 #: How many CPU cells `--parallel auto` boots at once on a host without GPUs (default 1).
 CPU_SLOTS_ENV = "BOOT_HARNESS_CPU_SLOTS"
@@ -26,6 +26,8 @@ FAKE_GPUS_ENV = "BOOT_HARNESS_FAKE_GPUS"
 class Inventory(Protocol):
     #: "nvml", "cpu" or "fake": printed, so a run log says where its GPU numbers came from.
     kind: str
+    #: How many cells may boot at once when none gets GPUs of its own (CPU cells): the CPU inventory's count, else 1.
+    slots: int
 
     def devices(self) -> list[int]:
         """Indices of the GPUs that may be handed out; [] on a host (or inventory) without GPUs."""
@@ -150,7 +152,7 @@ def resolve_parallel(spec: str | int | None, inventory: Inventory, gpus_per_cell
             raise UsageError(f"--parallel {wanted}: every cell gets the matrix's `gpus`, so cells at once would share "
                              "GPUs; set `gpus_per_cell` to hand each cell its own")
         return 1, "1: every cell gets the matrix's `gpus` (set gpus_per_cell to run cells at once)"
-    slots = getattr(inventory, "slots", 1)
+    slots = inventory.slots
     if wanted is None:
         return slots, f"auto: {slots} CPU slot(s) (no GPUs handed out; {CPU_SLOTS_ENV} sets more)"
     return wanted, f"{wanted} CPU cell(s) at once (no GPUs handed out)"

@@ -14,13 +14,10 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from harness.results.model import GpuInfo
+from harness.gpu.records import GpuInfo
+from harness.errors import NvmlUnavailable  # re-exported: callers import it from here
 
 GIB = 1024**3
-
-
-class NvmlUnavailable(Exception):
-    """No NVML here: the library is missing, the driver does not answer, or it sees no GPU."""
 
 
 def _text(value: Any) -> str:
@@ -29,6 +26,7 @@ def _text(value: Any) -> str:
 
 class NvmlInventory:
     kind = "nvml"
+    slots = 1
 
     def __init__(self, nvml: Any, indices: list[int], id_kind: str = "index"):
         if id_kind not in ("index", "uuid"):

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from harness.verdict.catalogue import Reason
+
 from . import patterns as p
 from .model import MESSAGE_MAX_CHARS, Refusal
 from .text import QUIET_LEVELS
 
-GENERIC_KIND = "engine_init_failed"
+GENERIC_KIND = Reason.engine_init_failed
 
 
 def _trim(message: str) -> str:
@@ -31,7 +33,7 @@ def _kv_insufficient(msg: str) -> Refusal | None:
         return None
     est = p.KV_ESTIMATED.search(msg, m.end())
     return Refusal(
-        kind="kv_insufficient",
+        kind=Reason.kv_insufficient,
         message=_trim(msg),
         max_seq_len=p.to_int(m.group(1)),
         needed_gib=p.to_float(m.group(2)),
@@ -43,13 +45,13 @@ def _kv_insufficient(msg: str) -> Refusal | None:
 def _no_cache_memory(msg: str) -> Refusal | None:
     if not p.NO_CACHE_MEMORY.search(msg):
         return None
-    return Refusal(kind="no_cache_memory", message=_trim(msg))
+    return Refusal(kind=Reason.no_cache_memory, message=_trim(msg))
 
 
 def _autofit_impossible(msg: str) -> Refusal | None:
     if not p.AUTOFIT_IMPOSSIBLE.search(msg):
         return None
-    return Refusal(kind="autofit_impossible", message=_trim(msg))
+    return Refusal(kind=Reason.autofit_impossible, message=_trim(msg))
 
 
 def _max_len_exceeds(msg: str) -> Refusal | None:
@@ -62,7 +64,7 @@ def _max_len_exceeds(msg: str) -> Refusal | None:
     if p.MAX_LEN_WARNING_MARK in msg or not raised:
         return None
     return Refusal(
-        kind="max_len_exceeds_model",
+        kind=Reason.max_len_exceeds_model,
         message=_trim(msg),
         max_seq_len=p.to_int(m.group(1)),
         derived_max_model_len=p.to_int(m.group(2)),
@@ -80,7 +82,7 @@ def _memory_busy(msg: str) -> Refusal | None:
         return None
     req = p.BUSY_REQUESTED.search(msg, m.end() - len("is less than"))
     return Refusal(
-        kind="gpu_memory_busy",
+        kind=Reason.gpu_memory_busy,
         message=_trim(msg),
         available_gib=p.to_float(m.group(1)),
         needed_gib=p.to_float(req.group(1)) if req else None,
@@ -91,14 +93,14 @@ def _profiling_busy(msg: str) -> Refusal | None:
     m = p.PROFILING_BUSY.search(msg)
     if not m:
         return None
-    return Refusal(kind="gpu_memory_busy", message=_trim(msg), available_gib=p.to_float(m.group(1)))
+    return Refusal(kind=Reason.gpu_memory_busy, message=_trim(msg), available_gib=p.to_float(m.group(1)))
 
 
-def _with_allocation(kind: str, msg: str) -> Refusal:
+def _with_allocation(kind: Reason, msg: str) -> Refusal:
     tried = p.OOM_TRIED.search(msg)
     free = p.OOM_FREE.search(msg)
     return Refusal(
-        kind=kind,  # type: ignore[arg-type]
+        kind=kind,
         message=_trim(msg),
         needed_gib=_gib(*tried.groups()) if tried else None,
         available_gib=_gib(*free.groups()) if free else None,
@@ -108,13 +110,13 @@ def _with_allocation(kind: str, msg: str) -> Refusal:
 def _weights_dont_fit(msg: str) -> Refusal | None:
     if not p.WEIGHTS_DONT_FIT.search(msg):
         return None
-    return _with_allocation("weights_dont_fit", msg)
+    return _with_allocation(Reason.weights_dont_fit, msg)
 
 
 def _oom(msg: str) -> Refusal | None:
     if not p.OOM.search(msg):
         return None
-    return _with_allocation("oom", msg)
+    return _with_allocation(Reason.oom, msg)
 
 
 def _engine_init_failed(msg: str) -> Refusal | None:

@@ -11,18 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .timeline import Milestone, Timeline, skipped
+from harness.verdict.catalogue import RefusalKind
 
-RefusalKind = Literal[
-    "kv_insufficient",
-    "no_cache_memory",
-    "autofit_impossible",
-    "max_len_exceeds_model",
-    "gpu_memory_busy",
-    "oom",
-    "weights_dont_fit",
-    "engine_init_failed",
-]
+from .timeline import Milestone, Timeline, skipped
 
 MESSAGE_MAX_CHARS = 2000
 

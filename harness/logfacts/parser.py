@@ -94,6 +94,8 @@ class LogParser:
                 if first:
                     self._phases.mark(Milestone.first_line)
                     first = False
+                if p.CPU_WORKER_FILE in segment and not self._ready:
+                    self._kv["device"] = "cpu"  # only the CPU backend has this worker (the block is then 128)
                 if parts.process.startswith("(EngineCore") and not self._phases.reached(Milestone.engine_started):
                     self._phases.mark(Milestone.engine_started)
                 seen = self._feed_message(parts.level, parts.message, parts.process)

@@ -23,6 +23,7 @@ EXC = r"\A(?:[A-Za-z_][\w.]{0,100}(?:Error|Exception|Exit)\s*:\s*|Value error,\s
 
 KEYWORDS: tuple[str, ...] = (
     "version",
+    CPU_WORKER_FILE := "cpu_worker.py",  # the CPU backend's worker names itself in every header it logs
     "KV cache",
     "KV Cache",
     "Model loading took",

@@ -10,13 +10,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from harness.errors import UnsetVariable  # re-exported: callers import it from here
+
 _REF = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-((?:[^}$]|\$(?!\{))*))?\}|\$\{([^}]*)\}?")
-
-
-class UnsetVariable(Exception):
-    def __init__(self, path: str, message: str, name: str | None = None):
-        self.path, self.message, self.name = path, message, name
-        super().__init__(message)
 
 
 def expand_string(text: str, environ: Mapping[str, str], path: str) -> str:

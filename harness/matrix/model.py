@@ -7,12 +7,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator
 
-from harness.verdict.catalogue import ReasonName, check_reason
-
-from harness.verdict.catalogue import Outcome as _OutcomeEnum  # noqa: E402
-
-Outcome = Literal[tuple(o.value for o in _OutcomeEnum)]  # type: ignore[valid-type]
-OUTCOMES: tuple[str, ...] = tuple(o.value for o in _OutcomeEnum)
+from harness.verdict.catalogue import OutcomeName, ReasonName, check_reason
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -150,7 +145,7 @@ class ExpectRule(_Strict):
     """First matching rule gives a cell's expected outcome (and, optionally, reason)."""
 
     where: Selector = {}
-    outcome: Outcome
+    outcome: OutcomeName
     reason: ReasonName | None = Field(None, description="one of the catalogue's reasons for `outcome` "
                                                         "(harness.verdict.catalogue; docs/results.md)")
     within_s: float | None = Field(None, gt=0, allow_inf_nan=False,

@@ -19,6 +19,7 @@ from harness.predict.prediction import FactCheck, KvPrediction, PredictionRecord
 from harness.predict.predictor import draft_model_path, predict
 from harness.predict.serve_flags import parse_serve_flags
 from harness.predict.versions import DEFAULT_VERSION, rules_for
+from harness.verdict.catalogue import Outcome, Reason
 
 #: reads a file as the server sees it; None when it cannot
 Reader = Callable[[str], "bytes | None"]
@@ -55,7 +56,7 @@ def _available(kv: KvFacts, flag_bytes: int | None, refusal: Refusal | None,
         if value is not None and value > 0:
             mid = int(value * GIB)
             return max(1, mid - HALF_CENT_GIB), mid + HALF_CENT_GIB, f"{what} ({value} GiB, ±0.005)"
-    if refusal is not None and refusal.kind == "kv_insufficient" and refusal.available_gib:
+    if refusal is not None and refusal.kind == Reason.kv_insufficient and refusal.available_gib:
         mid = int(refusal.available_gib * GIB) + null_block
         return (max(1, mid - HALF_CENT_GIB), mid + HALF_CENT_GIB,
                 f"the refusal's available ({refusal.available_gib} GiB, ±0.005)")
@@ -80,14 +81,14 @@ def _gib2(b: int) -> float:
 
 
 def checks(low: KvPrediction, high: KvPrediction, kv: KvFacts, refusal: Refusal | None,
-           outcome: str, reason: str | None) -> list[FactCheck]:
+           outcome: Outcome | None, reason: Reason | None) -> list[FactCheck]:
     out: list[FactCheck] = []
     if kv.kv_tokens is not None and low.kv_tokens is not None:
         out.append(_check("kv_tokens", low.kv_tokens, high.kv_tokens, kv.kv_tokens))
     if kv.max_concurrency is not None and low.max_concurrency is not None:
         out.append(_check("max_concurrency", low.max_concurrency, high.max_concurrency, kv.max_concurrency,
                           lambda v: round(v, 2)))
-    if refusal is not None and refusal.kind == "kv_insufficient":
+    if refusal is not None and refusal.kind == Reason.kv_insufficient:
         if refusal.needed_gib is not None:
             out.append(_check("need_gib", low.need_bytes, low.need_bytes, refusal.needed_gib, _gib2))
         if refusal.available_gib is not None and low.available_bytes is not None:
@@ -109,11 +110,11 @@ def checks(low: KvPrediction, high: KvPrediction, kv: KvFacts, refusal: Refusal 
         padded = sum(g.padding_layers for g in low.groups if first and (g.kind, g.page_bytes, g.sliding_window) ==
                      (first.kind, first.page_bytes, first.sliding_window))
         out.append(_check("padding_layers", padded, padded, kv.padding_layers))
-    decided = outcome == "booted" or (outcome == "refused" and reason == "kv_insufficient")
+    decided = outcome == Outcome.booted or (outcome == Outcome.refused and reason == Reason.kv_insufficient)
     if decided and low.fits is not None:
-        want = "booted" if outcome == "booted" else "refused"
+        want = Outcome.booted if outcome == Outcome.booted else Outcome.refused
         if low.fits == high.fits:
-            got = "booted" if low.fits else "refused"
+            got = Outcome.booted if low.fits else Outcome.refused
             out.append(FactCheck(fact="outcome", predicted=got, logged=want, agrees=got == want))
         else:
             out.append(FactCheck(fact="outcome", predicted="either (the pool's rounding decides)", logged=want,
@@ -148,8 +149,8 @@ def platform_of(kv: KvFacts) -> str:
     return "cpu-bf16" if kv.cpu_ssm_dtype else "cpu"
 
 
-def predict_cell(server_args: list[str], read: Reader, kv: KvFacts, refusal: Refusal | None, outcome: str,
-                 reason: str | None, vllm_version: str | None, platform: str | None = None) -> PredictionRecord:
+def predict_cell(server_args: list[str], read: Reader, kv: KvFacts, refusal: Refusal | None,
+                 outcome: Outcome | None, reason: Reason | None, vllm_version: str | None, platform: str | None = None) -> PredictionRecord:
     """The cell's prediction and its checks; a record that says why when no prediction can be made. `read` reads a
     file as the server sees it (the runtime's `read_server_file`); `platform` overrides what the log tells."""
     try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from harness.predict.kinds import LayerKind
 from harness.predict.pages import Page
 
 
@@ -45,9 +46,9 @@ class Grouping:
 
 def _uniform_type(pages: list[Page]) -> bool:
     kinds = {p.layer.kind for p in pages}
-    if kinds <= {"full", "mla"}:
+    if kinds <= {LayerKind.full, LayerKind.mla}:
         return len(kinds) == 1 and len({p.block_size for p in pages}) == 1
-    if kinds == {"sliding"}:
+    if kinds == {LayerKind.sliding}:
         return len({p.layer.sliding_window for p in pages}) == 1 and len({p.block_size for p in pages}) == 1
     return False
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from harness.errors import UsageError
+from harness.predict.kinds import LayerKind
 from harness.predict.states import StateSpec, state_layer_kinds, state_spec
 
-LayerKind = Literal["full", "mla", "sliding", "state"]
 Origin = Literal["decoder", "mtp", "draft"]
 
 
@@ -122,30 +122,30 @@ def _read(where: str, raw: dict[str, Any]) -> ModelShape:
     if uses_mla:
         # MLA caches one latent per token: kv_lora_rank + the decoupled rope dims, shared by all heads (vLLM's
         # MLAAttentionSpec: num_kv_heads 1, head_size kv_lora_rank + qk_rope_head_dim, no separate V).
-        attn = Layer("mla", kv_heads=1, head_size=int(cfg["kv_lora_rank"]) + int(cfg["qk_rope_head_dim"]))
+        attn = Layer(LayerKind.mla, kv_heads=1, head_size=int(cfg["kv_lora_rank"]) + int(cfg["qk_rope_head_dim"]))
         if cfg.get("index_topk") is not None:
             # DSA (DeepSeek-V3.2, GLM-5): each MLA layer also caches the indexer's keys, pooled per index_kpool tokens,
             # and GLM-5-next a ring of the open pool; their specs differ from the latent's and group apart
             unmodelled.append("the DSA indexer's key cache and its pooling tail (index_topk): a few per cent of the "
                               "per-token bytes, not modelled")
     else:
-        attn = Layer("full", kv_heads=kv_heads, head_size=head, head_size_v=head_v or head)
+        attn = Layer(LayerKind.full, kv_heads=kv_heads, head_size=head, head_size_v=head_v or head)
 
     kinds = _layer_kinds(cfg, n_layers, unmodelled)
     window = _int(cfg, "sliding_window")
-    spec = state_spec(cfg) if "state" in kinds else None
-    if "state" in kinds and spec is None:
+    spec = state_spec(cfg) if LayerKind.state in kinds else None
+    if LayerKind.state in kinds and spec is None:
         unmodelled.append(f"state layers of model type {cfg.get('model_type')!r}: their per-sequence state is not "
                           "modelled (mamba1, mamba2, GDN, KDA, short conv families are)")
     layers: list[Layer] = []
     for kind in kinds:
-        if kind == "sliding" and window:
-            layers.append(Layer("sliding", kv_heads=attn.kv_heads, head_size=attn.head_size,
+        if kind == LayerKind.sliding and window:
+            layers.append(Layer(LayerKind.sliding, kv_heads=attn.kv_heads, head_size=attn.head_size,
                                 head_size_v=attn.head_size_v, sliding_window=window))
-        elif kind == "state":
+        elif kind == LayerKind.state:
             if spec is not None:
-                layers.append(Layer("state", state=spec))
-        elif kind != "none":
+                layers.append(Layer(LayerKind.state, state=spec))
+        elif kind != LayerKind.none:
             layers.append(attn)
 
     mtp = _int(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers") or 0
@@ -165,7 +165,7 @@ _NO_CACHE_TYPES = {"mlp", "moe"}
 _SLIDING_TYPES = {"sliding_attention", "sliding_window", "local_attention", "chunked_attention"}
 
 
-def _layer_kinds(cfg: dict[str, Any], n_layers: int, unmodelled: list[str]) -> list[str]:
+def _layer_kinds(cfg: dict[str, Any], n_layers: int, unmodelled: list[str]) -> list[LayerKind]:
     """Each decoder layer's cache type, from the config's own description where it has one (`layer_types`), else from
     the model family's rule as vLLM's model file applies it."""
     hybrid = state_layer_kinds(cfg, n_layers)
@@ -177,29 +177,29 @@ def _layer_kinds(cfg: dict[str, Any], n_layers: int, unmodelled: list[str]) -> l
         for t in types[:n_layers]:
             t = str(t)
             if t in _SLIDING_TYPES:
-                kinds.append("sliding")
+                kinds.append(LayerKind.sliding)
             elif t in _STATE_TYPES:
-                kinds.append("state")
+                kinds.append(LayerKind.state)
             elif t in _NO_CACHE_TYPES:
-                kinds.append("none")
+                kinds.append(LayerKind.none)
             else:
                 if t not in ("full_attention", "attention", "global", "full", "indexed_attention"):
                     unmodelled.append(f"layer type {t!r} is taken as full attention")
-                kinds.append("full")
+                kinds.append(LayerKind.full)
         return kinds
     model_type = cfg.get("model_type")
     window = cfg.get("sliding_window")
     if not window:
-        return ["full"] * n_layers
+        return [LayerKind.full] * n_layers
     if model_type == "gemma2":
         # vLLM gemma2.py: layers with an even index use the sliding window
-        return ["sliding" if i % 2 == 0 else "full" for i in range(n_layers)]
+        return [LayerKind.sliding if i % 2 == 0 else LayerKind.full for i in range(n_layers)]
     if model_type in ("gemma3", "gemma3_text"):
         pattern = _int(cfg, "sliding_window_pattern") or 6
-        return ["full" if (i + 1) % pattern == 0 else "sliding" for i in range(n_layers)]
+        return [LayerKind.full if (i + 1) % pattern == 0 else LayerKind.sliding for i in range(n_layers)]
     if model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and not cfg.get("use_sliding_window"):
-        return ["full"] * n_layers
+        return [LayerKind.full] * n_layers
     if model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
         first_full = _int(cfg, "max_window_layers") or n_layers
-        return ["full" if i < first_full else "sliding" for i in range(n_layers)]
-    return ["sliding"] * n_layers
+        return [LayerKind.full if i < first_full else LayerKind.sliding for i in range(n_layers)]
+    return [LayerKind.sliding] * n_layers

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.predict.kinds import LayerKind
 from harness.errors import UsageError
 from harness.predict.dtypes import DTYPE_BYTES
 from harness.predict.model import Layer, ModelShape
@@ -73,14 +74,14 @@ class Page:
         """`cdiv(max_memory_usage_bytes, page_size_bytes)` for this layer."""
         if self.state_page is not None:
             return self.state_blocks + (-(-max_model_len // self.block_size) if self.state_per_block else 0)
-        if self.layer.kind == "sliding" and self.layer.sliding_window:
+        if self.layer.kind == LayerKind.sliding and self.layer.sliding_window:
             tokens = min(self.layer.sliding_window - 1 + extra_retained + in_flight_tokens, max_model_len)
             return -(-tokens // self.block_size) + 1
         return -(-max_model_len // self.block_size)
 
 
 def page_for(layer: Layer, block_size: int, tp: int, kv_bytes: int, kv_dtype_flag: str) -> Page:
-    if layer.kind == "mla":
+    if layer.kind == LayerKind.mla:
         # MLA's latent is replicated on every rank, not split by TP (get_num_kv_heads returns 1 under MLA)
         per_token = DS_MLA_TOKEN_BYTES if (kv_dtype_flag or "").lower() == "fp8_ds_mla" else layer.head_size * kv_bytes
         return Page(layer, block_size, 1, per_token)

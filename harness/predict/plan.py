@@ -7,22 +7,31 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.cells import Cell
-from harness.logfacts import KvFacts
+from harness.logfacts import KvFacts, Refusal
 from harness.predict.cell import predict_cell
 from harness.predict.prediction import PredictionRecord
-from harness.results.model import CellResult
+from harness.verdict.catalogue import Outcome
+
+
+@dataclass(frozen=True)
+class Logged:
+    """What an earlier boot of a cell logged, as `plan --from RUN` hands it over (the caller reads the run)."""
+
+    kv: KvFacts
+    refusal: Refusal | None = None
+    vllm_version: str | None = None
 
 
 @dataclass(frozen=True)
 class PlannedCell:
     cell: Cell
     record: PredictionRecord
-    #: "booted", "refused", or None when the pool is unknown or the model unreadable
-    outcome: str | None
+    #: booted or refused; None when the pool is unknown or the model unreadable
+    outcome: Outcome | None
     why: str
 
     @property
-    def expected(self) -> str | None:
+    def expected(self) -> Outcome | None:
         return self.cell.expected.outcome if self.cell.expected else None
 
     @property
@@ -39,7 +48,7 @@ class PlannedCell:
                 "skipped": self.record.skipped}
 
 
-def plan_cells(cells: list[Cell], read: Callable[[Cell, str], bytes | None], prior: dict[str, CellResult] | None = None,
+def plan_cells(cells: list[Cell], read: Callable[[Cell, str], bytes | None], prior: dict[str, Logged] | None = None,
                platform: str | None = None, vllm_version: str | None = None) -> list[PlannedCell]:
     out = []
     for cell in cells:
@@ -47,7 +56,7 @@ def plan_cells(cells: list[Cell], read: Callable[[Cell, str], bytes | None], pri
         kv = before.kv if before else KvFacts()
         version = vllm_version or (before.vllm_version if before else None)
         record = predict_cell(cell.server_args, lambda path, cell=cell: read(cell, path), kv,
-                              before.refusal if before else None, "", None, version, platform)
+                              before.refusal if before else None, None, None, version, platform)
         p = record.prediction
         if p is None:
             out.append(PlannedCell(cell, record, None, record.skipped or "not predicted"))
@@ -66,5 +75,5 @@ def plan_cells(cells: list[Cell], read: Callable[[Cell, str], bytes | None], pri
                       f"estimated max {p.estimated_max_model_len:,}"
             if gap:
                 why += "; not modelled: " + "; ".join(gap)
-            out.append(PlannedCell(cell, record, "booted" if p.fits else "refused", why))
+            out.append(PlannedCell(cell, record, Outcome.booted if p.fits else Outcome.refused, why))
     return out

@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.predict.kinds import CachedKind
+
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -15,7 +17,7 @@ class _Record(BaseModel):
 class LayerGroup(_Record):
     """One KV cache group: layers sharing a block table."""
 
-    kind: Literal["full", "mla", "sliding", "state"]
+    kind: CachedKind
     origins: list[str] = Field(description="where the group's layers come from: decoder, mtp, draft")
     layers: int
     padding_layers: int = 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.predict.kinds import LayerKind
 from harness.errors import UsageError
 from harness.predict.groups import Grouping, group_layers
 from harness.predict.hybrid import plan_states
@@ -147,14 +148,14 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
         block = CPU_MLA_BLOCK if reference_mla else CPU_BLOCK
     else:
         block = GPU_BLOCK
-    layers = [layer for layer in shape.layers if layer.kind != "state"]
+    layers = [layer for layer in shape.layers if layer.kind != LayerKind.state]
     layers += _speculative_layers(shape, flags, draft, notes, unmodelled)
-    state_layers = [layer for layer in shape.layers if layer.kind == "state"]
+    state_layers = [layer for layer in shape.layers if layer.kind == LayerKind.state]
     tp = flags.tensor_parallel_size
     state_pages: list[Page] = []
     states = None
     if state_layers:
-        attn = next((layer for layer in shape.layers if layer.kind in ("full", "mla", "sliding")), None)
+        attn = next((layer for layer in shape.layers if layer.kind in (LayerKind.full, LayerKind.mla, LayerKind.sliding)), None)
         attn_token = page_for(attn, 1, tp, kv_bytes, flags.kv_cache_dtype).token_bytes if attn else None
         states = plan_states(state_layers, attn_token, block, flags=flags, platform=platform, model_dtype=dtype,
                              uses_mla=shape.uses_mla, version=version, notes=notes, unmodelled=unmodelled)
@@ -163,12 +164,12 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
     if not pages and not state_pages:
         raise UsageError(f"{shape.path}: no attention or state layer to size (this model keeps no KV cache)")
     pages += state_pages
-    if any(p.layer.kind in ("full", "sliding") and tp > p.layer.kv_heads for p in pages):
+    if any(p.layer.kind in (LayerKind.full, LayerKind.sliding) and tp > p.layer.kv_heads for p in pages):
         notes.append(f"tensor_parallel_size {tp} exceeds the KV heads: each rank keeps one head (replicated)")
     grouping = group_layers(pages)
     if grouping.approximate:
         unmodelled.append(grouping.approximate)
-    windowed = any(p.layer.kind == "sliding" for p in pages)
+    windowed = any(p.layer.kind == LayerKind.sliding for p in pages)
     extra = 0
     if is_mtp(flags.speculative.get("method")) and shape.mtp_layers > 1:
         extra = max(0, int(flags.speculative.get("num_speculative_tokens") or 1) - 1)
@@ -181,7 +182,7 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
         vllm_version=version, model=shape.path, max_model_len=mml, tensor_parallel_size=tp, dtype=dtype,
         kv_cache_dtype=kv_dtype, block_size=block,
         bytes_per_token=sum(p.token_bytes for p in pages),
-        state_bytes_per_seq=bpb * sum(g.page.state_blocks for g in grouping.groups if g.page.layer.kind == "state"
+        state_bytes_per_seq=bpb * sum(g.page.state_blocks for g in grouping.groups if g.page.layer.kind == LayerKind.state
                                       and not g.page.state_per_block),
         bytes_per_block=bpb,
         state_content_bytes=states.content_bytes if states else None,

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from harness.errors import UsageError
 from harness.predict.dtypes import DTYPE_BYTES
+from harness.predict.kinds import LayerKind
 
 Family = Literal["mamba1", "mamba2", "gdn", "kda", "linear", "short_conv"]
 #: which cache dtype each tensor follows: `conv` = --mamba-cache-dtype (auto: the model's), `ssm` =
@@ -135,25 +136,26 @@ def state_spec(cfg: dict[str, Any]) -> StateSpec | None:
     return None
 
 
-def state_layer_kinds(cfg: dict[str, Any], n_layers: int) -> list[str] | None:
+def state_layer_kinds(cfg: dict[str, Any], n_layers: int) -> list[LayerKind] | None:
     """Which decoder layers keep state, for families that do not spell it out in `layer_types`; None: not such a
     family (the caller reads `layer_types` or the attention rules)."""
     model_type = cfg.get("model_type")
     if model_type == "jamba":
         period, offset = _i(cfg, "attn_layer_period"), _i(cfg, "attn_layer_offset")
-        return ["full" if i % period == offset else "state" for i in range(n_layers)]
+        return [LayerKind.full if i % period == offset else LayerKind.state for i in range(n_layers)]
     if model_type == "nemotron_h":
         pattern = cfg.get("hybrid_override_pattern")
         if isinstance(pattern, str) and pattern:
             # M: mamba2, *: attention, - and E: MLP / MoE (no cache)
-            return [{"M": "state", "*": "full"}.get(ch, "none") for ch in pattern]
+            return [{"M": LayerKind.state, "*": LayerKind.full}.get(ch, LayerKind.none) for ch in pattern]
         types = cfg.get("layers_block_type")  # newer transformers spell the pattern out
         if isinstance(types, list):
-            kinds = {"mamba": "state", "linear_attention": "state", "attention": "full", "full_attention": "full"}
-            return [kinds.get(str(t), "none") for t in types]
+            kinds = {"mamba": LayerKind.state, "linear_attention": LayerKind.state, "attention": LayerKind.full,
+                     "full_attention": LayerKind.full}
+            return [kinds.get(str(t), LayerKind.none) for t in types]
     if model_type == "kimi_linear":
         kda = set((cfg.get("linear_attn_config") or {}).get("kda_layers") or ())
-        return ["state" if i + 1 in kda else "full" for i in range(n_layers)]  # kda_layers counts from 1
+        return [LayerKind.state if i + 1 in kda else LayerKind.full for i in range(n_layers)]  # kda_layers counts from 1
     if model_type == "qwen3_next" and not isinstance(cfg.get("layer_types"), list):
         interval = _i(cfg, "full_attention_interval")
         return ["full" if (i + 1) % interval == 0 else "state" for i in range(n_layers)]

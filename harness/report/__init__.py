@@ -1,7 +1,7 @@
 """Reports of a run: the outcome grid (terminal, markdown, single-file HTML) and the KV plot.
 
     from harness.report import build_report, grid_text
-    rep = build_report(run, run_dir)          # grids + analysis + plot, once
+    rep = build_report(run)                   # grids + analysis + plot, once
     Path("r.html").write_text(rep.html()); print(rep.markdown()); print(grid_text(run_dir))
 """
 
@@ -37,13 +37,13 @@ class Report:
         return render_markdown(self.run, self.grids, self.analysis, plot_link, self.notes)
 
 
-def build_report(run: RunResult, run_dir: Path | None = None, split: str | None = None,
-                 length_override: str | None = None, plot: bool = True) -> Report:
-    grids = build_grids(run, split, run_dir, length_override)
+def build_report(run: RunResult, split: str | None = None, length_override: str | None = None,
+                 plot: bool = True) -> Report:
+    grids = build_grids(run, split, length_override)
     notes: list[str] = []
     analysis = png = None
     try:
-        analysis = analyze_run(run, run_dir, length_override)
+        analysis = analyze_run(run, length_override)
     except UsageError as exc:
         notes.append(f"no KV analysis: {exc}")
     if plot and analysis is not None:

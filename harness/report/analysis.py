@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.analysis.fit import Analysis, Line
+from harness.analysis.fit import Analysis, Line, Severity
 from harness.units import fmt_bytes
 
 def _line_text(line: Line | None, why: str) -> str:
@@ -12,22 +12,23 @@ def _line_text(line: Line | None, why: str) -> str:
 def render(analysis: Analysis):
     """Rich renderables, one block per group."""
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
+
+    from harness.report.text import PlainTable
 
     blocks: list = [Text(f"run {analysis.run_id}: {len(analysis.groups)} group(s) over {analysis.length_axis}",
                          style="bold")]
     for g in analysis.groups:
         blocks.append(Text(""))
         blocks.append(Text(f"▸ {g.label}   (block {g.block} tokens: {g.block_source})", style="bold cyan"))
-        t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        t = PlainTable(show_header=True, header_style="bold", box=None, pad_edge=False)
         for col in ("line", "fit", "how", "max |residual|"):
             t.add_column(col)
         for name, line, why in g.lines():
             t.add_row(name, _line_text(line, why), line.method if line else "",
                       fmt_bytes(line.max_residual) if line and line.points else "")
         blocks.append(t)
-        inputs = Table(show_header=True, header_style="dim", box=None, pad_edge=False, title_justify="left")
+        inputs = PlainTable(show_header=True, header_style="dim", box=None, pad_edge=False, title_justify="left")
         for col in ("cell", "length", "outcome", "cap", "need", "need from", "residual"):
             inputs.add_column(col, justify="right" if col in ("length", "cap", "need", "residual") else "left")
         resid = {}
@@ -38,7 +39,7 @@ def render(analysis: Analysis):
             res = [fmt_bytes(resid[(c.cell_id, t)], signed=True) for t in ("need", "cap") if (c.cell_id, t) in resid]
             inputs.add_row(c.cell_id, f"{c.length:,}" if c.length else "?", c.outcome,
                            fmt_bytes(c.cap.bytes) if c.cap else "—", fmt_bytes(c.need.bytes) if c.need else "—",
-                           c.need.source if c.need else "", " / ".join(res))
+                           c.need.where if c.need else "", " / ".join(res))
         blocks.append(inputs)
         blocks.append(Text(f"crossover: {g.cross.text}"))
         for f in g.floors:
@@ -52,6 +53,6 @@ def render(analysis: Analysis):
             for n in f.notes:
                 blocks.append(Text(f"    note: {n}", style="dim"))
         for fd in g.findings:
-            style = {"inconsistent": "bold red", "warning": "yellow"}.get(fd.severity, "dim")
+            style = {Severity.inconsistent: "bold red", Severity.warning: "yellow"}.get(fd.severity, "dim")
             blocks.append(Text(f"{fd.severity}: {fd.cell_id + ': ' if fd.cell_id else ''}{fd.text}", style=style))
     return Group(*blocks)

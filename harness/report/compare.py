@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 from harness.analysis.compare import Change, Pair, RunDiff
-from harness.report.style import STYLE
+from harness.report.style import outcome_text
 from harness.results.model import CellResult
 from harness.units import fmt_seconds
+from harness.verdict import Outcome
 
-def _o(c: CellResult | None) -> str:
+
+def _o(c: CellResult | None):
+    """`booted (ready) ✓`, the outcome in its colour."""
+    from rich.text import Text
+
     if c is None:
-        return "—"
+        return Text("—")
     mark = {True: " ✓", False: " ✗", None: ""}[c.matched]
-    return f"[{STYLE.get(c.outcome, '')}]{c.outcome}[/]" + (f" ({c.reason})" if c.reason else "") + mark
+    return Text.assemble(outcome_text(c.outcome), (f" ({c.reason})" if c.reason else "") + mark)
 
 
 def render_pairs(pairs: list[Pair], run_id: str):
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
+
+    from harness.report.text import PlainTable
 
     if not pairs:
         return Text(f"run {run_id}: no two cells differ in that axis alone")
@@ -27,12 +33,11 @@ def render_pairs(pairs: list[Pair], run_id: str):
                       style="bold")]
     for p in pairs:
         shared = ", ".join(f"{k}={v}" for k, v in p.shared.items()) or "(no other axis)"
-        head = Text.from_markup(
-            f"{'[bold red]FLIPPED[/] ' if p.flipped else ''}[bold]{shared}[/]: {axis}={p.a.axes.get(axis)} "
-            f"{_o(p.a)}  vs  {axis}={p.b.axes.get(axis)} {_o(p.b)}")
+        head = Text.assemble(("FLIPPED ", "bold red") if p.flipped else "", (shared, "bold"),
+                             f": {axis}={p.a.axes.get(axis)} ", _o(p.a), f"  vs  {axis}={p.b.axes.get(axis)} ", _o(p.b))
         out.append(Text(""))
         out.append(head)
-        t = Table(box=None, pad_edge=False, show_header=True, header_style="dim")
+        t = PlainTable(box=None, pad_edge=False, show_header=True, header_style="dim")
         for col in ("", str(p.a.axes.get(axis)), str(p.b.axes.get(axis)), "difference"):
             t.add_column(col, justify="left" if col == "" else "right")
         for n in p.numbers:
@@ -44,15 +49,16 @@ def render_pairs(pairs: list[Pair], run_id: str):
         if t.row_count:
             out.append(t)
         for c in (p.a, p.b):
-            if c.detail and c.outcome != "booted":
+            if c.detail and c.outcome != Outcome.booted:
                 out.append(Text(f"  {c.cell_id}: {c.detail[:300]}", style="dim"))
     return Group(*out)
 
 
 def render_diff(d: RunDiff):
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
+
+    from harness.report.text import PlainTable
 
     out: list = [Text(f"{d.a_id} → {d.b_id}: {len(d.regressions)} regression(s), {len(d.fixes)} fix(es), "
                       f"{len(d.changed)} other change(s), {d.unchanged} unchanged, {len(d.only_a)} only in A, "
@@ -65,7 +71,7 @@ def render_diff(d: RunDiff):
     def changes(title: str, items: list[Change], style: str) -> None:
         if not items:
             return
-        t = Table(title=title, title_justify="left", title_style=style, box=None, pad_edge=False)
+        t = PlainTable(title=title, title_justify="left", title_style=style, box=None, pad_edge=False)
         for col in ("cell", "A", "B", "why"):
             t.add_column(col, overflow="fold")
         for c in items:
@@ -82,7 +88,7 @@ def render_diff(d: RunDiff):
     for title, items, style in ((f"TIME REGRESSIONS beyond {d.time_tolerance.describe()}", d.slower, "bold red"),
                                 (f"faster beyond {d.time_tolerance.describe()}", d.faster, "bold green")):
         if items:
-            t = Table(title=title, title_justify="left", title_style=style, box=None, pad_edge=False)
+            t = PlainTable(title=title, title_justify="left", title_style=style, box=None, pad_edge=False)
             for col in ("cell", "what", "A", "B", "change"):
                 t.add_column(col, justify="right" if col in ("A", "B", "change") else "left", overflow="fold")
             for x in items:
@@ -90,7 +96,7 @@ def render_diff(d: RunDiff):
                           f"{x.rel:+.0%}" if x.rel is not None else "from 0")
             out.extend([Text(""), t])
     if d.drift:
-        t = Table(title=f"KV drift beyond {d.tolerance:.1%}", title_justify="left", title_style="bold", box=None,
+        t = PlainTable(title=f"KV drift beyond {d.tolerance:.1%}", title_justify="left", title_style="bold", box=None,
                   pad_edge=False)
         for col in ("cell", "number", "A", "B", "change"):
             t.add_column(col, justify="right" if col in ("A", "B", "change") else "left", overflow="fold")

@@ -8,9 +8,14 @@ from harness.analysis.frontier import GroupFrontier
 
 
 def render_frontiers(found: list[GroupFrontier], run_dir: Path | None = None):
-    from rich.table import Table
+    """The heading is a line of its own, not the table's title: a title wraps at the table's width, a run
+    directory's path is often wider."""
+    from rich.console import Group
+    from rich.text import Text
 
-    t = Table(title=f"frontier{f' ({run_dir})' if run_dir else ''}", title_justify="left")
+    from harness.report.text import PlainTable
+
+    t = PlainTable()
     for col in ("group", "frontier", "refuses at", "boots", "probes", "status"):
         t.add_column(col, justify="right" if col in ("frontier", "refuses at", "boots") else "left")
     for g in found:
@@ -18,4 +23,4 @@ def render_frontiers(found: list[GroupFrontier], run_dir: Path | None = None):
         t.add_row(g.label, "—" if s.frontier is None else f"{s.frontier:,}",
                   "—" if s.refused_at is None else f"{s.refused_at:,}", str(s.boots),
                   " → ".join(p.short() for p in s.probes), s.text)
-    return t
+    return Group(Text(f"frontier{f' ({run_dir})' if run_dir else ''}", style="italic"), t)

@@ -19,12 +19,16 @@ from harness.units import fmt_bytes
 from harness.errors import UsageError
 from harness.results.model import CellResult, RunResult
 from harness.results.store import load_run
-from harness.report.style import SYMBOL
+from harness.report.style import SYMBOL, outcome_text
 from harness.report.timeline import time_summary
+from harness.verdict import Outcome, Reason
 
 DEFAULT_SPLIT = "image"
-RICH_STYLE = {"booted": "bold green", "refused": "bold yellow", "crashed": "bold red", "timeout": "bold magenta",
-              "error": "bold red"}
+
+
+def outcome_counts(summary: dict) -> str:
+    """`3 booted, 1 refused, 0 crashed, 0 timeout, 0 error`: every outcome, in the catalogue's order."""
+    return ", ".join(f"{summary.get(o, 0)} {o}" for o in Outcome)
 
 
 def expectation_mark(c: CellResult) -> str:
@@ -38,7 +42,7 @@ def expectation_mark(c: CellResult) -> str:
 
 def inconsistent(k: CellKv) -> bool:
     """A boot whose need exceeds its cap beyond rounding: the numbers and the outcome contradict each other."""
-    return k.cell.outcome == "booted" and k.need is not None and k.cap is not None and k.need.lo > k.cap.hi
+    return k.cell.outcome == Outcome.booted and k.need is not None and k.cap is not None and k.need.lo > k.cap.hi
 
 
 #: What the numbers in a grid cell mean: printed under every grid (terminal, markdown, HTML).
@@ -55,7 +59,7 @@ def key_numbers(k: CellKv) -> list[str]:
     out = []
     if inconsistent(k):
         out.append(f"⚠ need {fmt_bytes(k.need.bytes)} > cap {fmt_bytes(k.cap.bytes)}, yet booted")
-    elif k.cell.outcome == "refused" and k.need is not None:
+    elif k.cell.outcome == Outcome.refused and k.need is not None:
         out.append(f"need {fmt_bytes(k.need.bytes)}" + (f" > cap {fmt_bytes(k.cap.bytes)}" if k.cap else ""))
     elif k.cap is not None:
         out.append(f"cap {fmt_bytes(k.cap.bytes)}")
@@ -63,7 +67,7 @@ def key_numbers(k: CellKv) -> list[str]:
         out.append(f"{c.kv.kv_tokens:,} tok" + (f" · {c.kv.max_concurrency:.2f}x" if c.kv.max_concurrency else ""))
     if c.refusal is not None and c.refusal.estimated_max_model_len:
         out.append(f"est. max {c.refusal.estimated_max_model_len:,}")
-    elif c.refusal is not None and c.refusal.kind == "max_len_exceeds_model" and c.refusal.derived_max_model_len:
+    elif c.refusal is not None and c.refusal.kind == Reason.max_len_exceeds_model and c.refusal.derived_max_model_len:
         out.append(f"model limit {c.refusal.derived_max_model_len:,}")
     if (t := time_summary(c)) is not None:
         out.append(t)
@@ -92,8 +96,7 @@ class Grid:
         return self.cells.get((row, col))
 
 
-def build_grids(run: RunResult, split: str | None = None, run_dir: Path | None = None,
-                length_override: str | None = None) -> list[Grid]:
+def build_grids(run: RunResult, split: str | None = None, length_override: str | None = None) -> list[Grid]:
     axes = axis_order(run)
     if split is not None and split not in axes:
         raise UsageError(f"--axis {split}: the run has no such axis (axes are: {', '.join(axes) or 'none'})")
@@ -120,7 +123,7 @@ def build_grids(run: RunResult, split: str | None = None, run_dir: Path | None =
             c.axes.get(row_axis) == r for c in cells)] if row_axis else rows, col_axes, cols)
         for c in cells:
             g.cells[(c.axes.get(row_axis, "") if row_axis else "", tuple(c.axes.get(a, "") for a in col_axes))] = \
-                cell_kv(c, length_axis(run, length_override), run_dir)
+                cell_kv(c, length_axis(run, length_override))
         grids.append(g)
     return grids
 
@@ -128,17 +131,17 @@ def build_grids(run: RunResult, split: str | None = None, run_dir: Path | None =
 # ---------------------------------------------------------------- terminal
 
 
-def grid_renderable(run: RunResult, split: str | None = None, run_dir: Path | None = None,
-                    length_override: str | None = None):
+def grid_renderable(run: RunResult, split: str | None = None, length_override: str | None = None):
     """A rich renderable of every grid (what the pytest plugin prints at the end of a session)."""
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
+    from harness.report.text import PlainTable
+
     tables = []
-    for g in build_grids(run, split, run_dir, length_override):
+    for g in build_grids(run, split, length_override):
         title = f"{g.title}  ({run.run_id})" if g.split_axis else g.title
-        t = Table(title=title, title_justify="left", show_lines=True)
+        t = PlainTable(title=title, title_justify="left", show_lines=True)
         t.add_column(g.row_axis or "", justify="right", style="bold")
         for col in g.cols:
             t.add_column(g.col_label(col, "\n"))
@@ -150,8 +153,8 @@ def grid_renderable(run: RunResult, split: str | None = None, run_dir: Path | No
                     cells.append(Text("—", style="dim"))
                     continue
                 c = k.cell
-                text = Text(f"{SYMBOL.get(c.outcome, '?')} {c.outcome}", style=RICH_STYLE.get(c.outcome, ""))
-                if c.reason and c.reason != "ready":
+                text = outcome_text(c.outcome, f"{SYMBOL.get(c.outcome, '?')} {c.outcome}", bold=True)
+                if c.reason and c.reason != Reason.ready:
                     text.append(f" ({c.reason})")
                 mark = expectation_mark(c)
                 if mark:
@@ -162,9 +165,7 @@ def grid_renderable(run: RunResult, split: str | None = None, run_dir: Path | No
             t.add_row(row, *cells)
         tables.append(t)
     s = run.summary
-    foot = Text(f"{s.get('cells', len(run.cells))} cells: {s.get('booted', 0)} booted, {s.get('refused', 0)} refused, "
-                f"{s.get('crashed', 0)} crashed, {s.get('timeout', 0)} timeout, {s.get('error', 0)} error; "
-                f"{s.get('mismatched', 0)} mismatched")
+    foot = Text(f"{s.get('cells', len(run.cells))} cells: {outcome_counts(s)}; {s.get('mismatched', 0)} mismatched")
     return Group(*tables, foot, Text(NUMBERS_LEGEND, style="dim"))
 
 
@@ -173,11 +174,10 @@ def grid_text(run: RunResult | Path | str, width: int = 120, color: bool = False
     plugin's terminal summary. Never raises for a run without a length axis (rows are then the first axis)."""
     from rich.console import Console
 
-    run_dir = None
     if not isinstance(run, RunResult):
-        run, run_dir = load_run(Path(run))
+        run, _ = load_run(Path(run))
     buf = StringIO()
     console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
-                      no_color=not color, highlight=False)
-    console.print(grid_renderable(run, split, run_dir))
+                      no_color=not color, highlight=False, markup=False, emoji=False)
+    console.print(grid_renderable(run, split))
     return buf.getvalue()

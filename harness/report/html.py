@@ -14,13 +14,17 @@ from pathlib import Path
 
 from harness.analysis.fit import Analysis
 from harness.units import fmt_bytes
-from harness.report.grid import NUMBERS_LEGEND, Grid, expectation_mark, inconsistent, key_numbers
+from harness.report.grid import NUMBERS_LEGEND, Grid, expectation_mark, inconsistent, key_numbers, outcome_counts
 from harness.report import timeline
 from harness.report.style import SYMBOL
 from harness.results.model import RunResult
+from harness.verdict import Outcome, Reason
 
-COLOURS = {"booted": ("#c8e6c9", "#1b5e20"), "refused": ("#fff3c4", "#7a5b00"), "crashed": ("#ffcdd2", "#b71c1c"),
-           "timeout": ("#e1bee7", "#4a148c"), "error": ("#ef9a9a", "#7f0000")}
+#: (background, text) colours, by outcome.
+COLOURS: dict[Outcome, tuple[str, str]] = {
+    Outcome.booted: ("#c8e6c9", "#1b5e20"), Outcome.refused: ("#fff3c4", "#7a5b00"),
+    Outcome.crashed: ("#ffcdd2", "#b71c1c"), Outcome.timeout: ("#e1bee7", "#4a148c"),
+    Outcome.error: ("#ef9a9a", "#7f0000")}
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;margin:24px;color:#1a1a1a;
@@ -63,7 +67,7 @@ def _cell_td(g: Grid, row: str, col: tuple[str, ...]) -> str:
     c = k.cell
     state = {True: "matched", False: "mismatched", None: "unexpected"}[c.matched]
     cid = escape(c.cell_id, quote=True)
-    reason = "" if not c.reason or c.reason == "ready" else f" <span class=\"reason\">({escape(c.reason)})</span>"
+    reason = "" if not c.reason or c.reason == Reason.ready else f" <span class=\"reason\">({escape(c.reason)})</span>"
     mark = expectation_mark(c)
     mark_html = f'<span class="mark">{escape(mark)}</span>' if mark else ""
     kv = "".join(f'<div class="kv">{escape(line)}</div>' for line in key_numbers(k))
@@ -123,10 +127,8 @@ def _analysis_html(a: Analysis) -> str:
 def render_html(run: RunResult, grids: list[Grid], analysis: Analysis | None, png: bytes | None,
                 notes: list[str] | None = None) -> str:
     s = run.summary
-    summary = (f"{s.get('cells', len(run.cells))} cells: {s.get('booted', 0)} booted, {s.get('refused', 0)} refused, "
-               f"{s.get('crashed', 0)} crashed, {s.get('timeout', 0)} timeout, {s.get('error', 0)} error — "
-               f"{s.get('matched', 0)} matched, {s.get('mismatched', 0)} mismatched, {s.get('unexpected', 0)} "
-               "without expectation")
+    summary = (f"{s.get('cells', len(run.cells))} cells: {outcome_counts(s)} — {s.get('matched', 0)} matched, "
+               f"{s.get('mismatched', 0)} mismatched, {s.get('unexpected', 0)} without expectation")
     legend = "".join(f'<span class="{o}">{SYMBOL[o]} {o}</span>' for o in COLOURS)
     body = [f"<h1>boot-harness report: {escape(run.run_id)}</h1>",
             f'<p class="meta">matrix <b>{escape(run.matrix.name)}</b> ({escape(run.matrix.path)}) · runtime '

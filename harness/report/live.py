@@ -8,15 +8,17 @@ import time
 
 from rich.console import Console, RenderableType
 from rich.live import Live
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from harness.analysis.kv import cell_kv, length_axis
 from harness.cells import Cell
 from harness.logfacts.timeline import Milestone, Milestones, phase_at, skipped
-from harness.report.style import STYLE
+from harness.report.style import outcome_text
+from harness.report.text import PlainTable, plain_console
 from harness.results.model import CellResult, RunResult
 from harness.units import fmt_bytes, fmt_seconds, fmt_tokens
+from harness.verdict import Outcome
 
 
 def _verdict(r: CellResult) -> str:
@@ -54,7 +56,7 @@ class LiveProgress:
     """Implements the executor's Observer. On a terminal a live table; elsewhere one line per event."""
 
     def __init__(self, cells: list[Cell], console: Console | None = None):
-        self.console = console or Console(stderr=True)
+        self.console = console or plain_console(stderr=True)
         self.cells = cells
         self.state: dict[str, str] = {c.id: "pending" for c in cells}
         self.started: dict[str, float] = {}
@@ -75,7 +77,7 @@ class LiveProgress:
 
     def __rich__(self) -> Table:
         done = sum(1 for s in self.state.values() if s not in ("pending", "booting"))
-        table = Table(title=f"{done}/{len(self.cells)} cells")
+        table = PlainTable(title=f"{done}/{len(self.cells)} cells")
         table.add_column("cell", overflow="fold")
         table.add_column("state", overflow="fold")
         table.add_column("verdict after start", justify="right")
@@ -91,8 +93,7 @@ class LiveProgress:
                 phase = phase_at(Milestones(**self.reached.get(c.id, {})), now, skip).describe()
             else:
                 el = fmt_seconds(r.timings.verdict_s) if r else ""
-            shown = f"[{STYLE[r.outcome]}]{_verdict(r)}[/]" if r else st
-            table.add_row(c.id, shown, el, escape(phase))
+            table.add_row(c.id, outcome_text(r.outcome, _verdict(r)) if r else st, el, phase)
         return table
 
     def _say(self, text: str) -> None:
@@ -130,22 +131,22 @@ def summary(run: RunResult, console: Console) -> RenderableType | str:
     if not console.is_terminal:
         lines = [f"run {run.run_id} ({run.status}): {run.summary.get('cells', 0)} cells, "
                  f"{run.summary.get('matched', 0)} matched, {run.summary.get('mismatched', 0)} mismatched, "
-                 f"{run.summary.get('error', 0)} errors"]
+                 f"{run.summary.get(Outcome.error, 0)} errors"]
         for r in run.cells:
             need, cap, tokens = _numbers(r, axis)
             lines.append(f"{r.cell_id}: {_verdict(r)} — {_expected(r)} — KV needed {need}, KV pool {cap}, "
                          f"KV tokens {tokens} — {_times(r)}")
         return "\n".join(lines)
-    table = Table(title=f"run {run.run_id} ({run.status})")
+    table = PlainTable(title=f"run {run.run_id} ({run.status})")
     for col in ("cell", "verdict", "expected", "KV needed", "KV pool", "KV tokens", "verdict after start",
                 "longest phase"):
         table.add_column(col, overflow="fold", justify="right" if col.startswith("KV") or col.startswith("verdict a")
                          else "left")
     for r in run.cells:
         need, cap, tokens = _numbers(r, axis)
-        mark = {True: "[green]✓[/] ", False: "[red]✗[/] ", None: ""}[r.matched]
-        table.add_row(r.cell_id, f"[{STYLE[r.outcome]}]{_verdict(r)}[/]", mark + _expected(r), need, cap, tokens,
-                      fmt_seconds(r.timings.verdict_s), _longest(r))
+        mark = {True: ("✓ ", "green"), False: ("✗ ", "red"), None: ""}[r.matched]
+        table.add_row(r.cell_id, outcome_text(r.outcome, _verdict(r)), Text.assemble(mark, _expected(r)), need, cap,
+                      tokens, fmt_seconds(r.timings.verdict_s), _longest(r))
     return table
 
 

@@ -3,13 +3,15 @@ then the KV analysis. Images are not inlined (job summaries do not show data: UR
 
 from __future__ import annotations
 
-from harness.analysis.fit import Analysis
+from harness.analysis.fit import Analysis, Severity
 from harness.units import fmt_bytes
-from harness.report.grid import NUMBERS_LEGEND, Grid, expectation_mark, key_numbers
+from harness.report.grid import NUMBERS_LEGEND, Grid, expectation_mark, key_numbers, outcome_counts
 from harness.report import timeline
 from harness.results.model import RunResult
+from harness.verdict import Outcome, Reason
 
-BADGE = {"booted": "🟢", "refused": "🟡", "crashed": "🔴", "timeout": "🟣", "error": "⛔"}
+BADGE: dict[Outcome, str] = {Outcome.booted: "🟢", Outcome.refused: "🟡", Outcome.crashed: "🔴",
+                             Outcome.timeout: "🟣", Outcome.error: "⛔"}
 
 
 def _esc(text: str) -> str:
@@ -22,7 +24,7 @@ def _cell_md(g: Grid, row: str, col: tuple[str, ...]) -> str:
         return "—"
     c = k.cell
     head = f"{BADGE.get(c.outcome, '')} **{c.outcome}**"
-    if c.reason and c.reason != "ready":
+    if c.reason and c.reason != Reason.ready:
         head += f" ({c.reason})"
     mark = expectation_mark(c)
     if mark:
@@ -61,7 +63,7 @@ def _analysis_md(a: Analysis) -> list[str]:
             else:
                 lines.append(f"- floor for `{f.cell_id}`: unknown — {f.basis}")
         for fd in g.findings:
-            icon = "⚠️ " if fd.severity == "inconsistent" else ""
+            icon = "⚠️ " if fd.severity == Severity.inconsistent else ""
             who = f"`{fd.cell_id}`: " if fd.cell_id else ""
             lines.append(f"- {icon}{fd.severity}: {who}{_esc(fd.text)}")
         lines.append("")
@@ -73,9 +75,8 @@ def render_markdown(run: RunResult, grids: list[Grid], analysis: Analysis | None
     s = run.summary
     lines = [f"## boot-harness report: `{run.run_id}`", "",
              f"matrix **{_esc(run.matrix.name)}** · runtime {run.runtime} · {run.status} · "
-             f"{s.get('cells', len(run.cells))} cells: {s.get('booted', 0)} booted, {s.get('refused', 0)} refused, "
-             f"{s.get('crashed', 0)} crashed, {s.get('timeout', 0)} timeout, {s.get('error', 0)} error — "
-             f"**{s.get('mismatched', 0)} mismatched**", ""]
+             f"{s.get('cells', len(run.cells))} cells: {outcome_counts(s)} — **{s.get('mismatched', 0)} mismatched**",
+             ""]
     for g in grids:
         lines += _grid_md(g)
     if grids:

@@ -7,6 +7,7 @@ import io
 
 from harness.analysis.fit import Analysis, GroupAnalysis
 from harness.analysis.kv import GIB, MIB
+from harness.verdict import Outcome
 
 MISSING = "matplotlib is not installed: pip install 'boot-harness[analysis]' for the plot"
 
@@ -53,9 +54,9 @@ def plot_png(analysis: Analysis, dpi: int = 100) -> bytes | None:
         xs = [0.0, x_max]
         for what, colour, marker in (("need", "#c62828", "o"), ("cap", "#1565c0", "s")):
             booted = [(c.length, getattr(c, what).bytes / scale) for c in g.cells
-                      if c.length is not None and getattr(c, what) is not None and c.outcome == "booted"]
+                      if c.length is not None and getattr(c, what) is not None and c.outcome == Outcome.booted]
             other = [(c.length, getattr(c, what).bytes / scale) for c in g.cells
-                     if c.length is not None and getattr(c, what) is not None and c.outcome != "booted"]
+                     if c.length is not None and getattr(c, what) is not None and c.outcome != Outcome.booted]
             if booted:
                 ax.scatter(*zip(*booted), color=colour, marker=marker, zorder=3,
                            label=f"{what} (booted cells)")

@@ -2,6 +2,25 @@
 
 from __future__ import annotations
 
-#: rich styles, by outcome.
-STYLE = {"booted": "green", "refused": "yellow", "crashed": "red", "timeout": "magenta", "error": "red bold"}
-SYMBOL = {"booted": "●", "refused": "◐", "crashed": "✖", "timeout": "◷", "error": "⚠"}
+from typing import TYPE_CHECKING
+
+from harness.verdict import Outcome
+
+if TYPE_CHECKING:
+    from rich.text import Text
+
+#: rich styles, by outcome (the grid shows them bold).
+STYLE: dict[Outcome, str] = {Outcome.booted: "green", Outcome.refused: "yellow", Outcome.crashed: "red",
+                             Outcome.timeout: "magenta", Outcome.error: "bold red"}
+SYMBOL: dict[Outcome, str] = {Outcome.booted: "●", Outcome.refused: "◐", Outcome.crashed: "✖",
+                              Outcome.timeout: "◷", Outcome.error: "⚠"}
+
+
+def outcome_text(outcome: Outcome | str, label: str | None = None, *, bold: bool = False) -> Text:
+    """`label` (default: the outcome) in the outcome's colour, as Text: literal whatever the label holds."""
+    from rich.text import Text
+
+    style = STYLE.get(outcome, "")
+    if bold and style and "bold" not in style.split():
+        style = f"bold {style}"
+    return Text(str(outcome) if label is None else label, style=style)

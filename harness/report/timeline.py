@@ -10,6 +10,7 @@ from html import escape
 from harness.logfacts.timeline import PHASES, Milestone, PhaseSpan
 from harness.results.model import CellResult, RunResult
 from harness.units import fmt_seconds
+from harness.verdict import Outcome
 
 #: One colour per phase (the milestone that ends it), for the bars and their legend.
 PHASE_COLOURS: dict[Milestone, str] = {
@@ -79,7 +80,7 @@ def time_summary(c: CellResult) -> str | None:
     t = c.timings.verdict_s
     if t is None:
         return None
-    if c.outcome == "timeout" and c.timeline.phase is not None:
+    if c.outcome == Outcome.timeout and c.timeline.phase is not None:
         return f"⏱ {fmt_seconds(t)}: {c.timeline.phase.describe()}"
     slow = c.timeline.longest()
     return f"⏱ {fmt_seconds(t)}" + (f" · {slow.name} {fmt_seconds(slow.seconds)}" if slow else "")

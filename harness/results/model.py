@@ -7,13 +7,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.names import Named
 from harness.logfacts import KvFacts, Refusal
 from harness.logfacts.timeline import Timeline
+from harness.gpu.records import GpuInfo
 from harness.runtime.records import AppliedPatch, CompileCacheUse, ContainerInfo
-from harness.matrix.model import Outcome
 from harness.predict.prediction import PredictionRecord
 from harness.units import fmt_seconds
-from harness.verdict.catalogue import OUTCOME_MEANINGS, REASONS, ReasonName
+from harness.verdict.catalogue import OUTCOME_MEANINGS, REASONS, OutcomeMember, ReasonMember
 
 #: The catalogue, as the schema's descriptions say it.
 _OUTCOMES_DOC = "; ".join(f"{o.value}: {m}" for o, m in OUTCOME_MEANINGS.items())
@@ -22,13 +23,22 @@ _REASONS_DOC = "; ".join(f"{r.value} ({i.outcome.value}): {i.meaning}" for r, i 
 SCHEMA_VERSION = 1
 
 
+class RunStatus(Named):
+    running = "running"
+    complete = "complete"
+    interrupted = "interrupted"
+
+
+RunStatusName = Literal[tuple(RunStatus)]  # type: ignore[valid-type]
+
+
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
 class Expected(_Record):
-    outcome: Outcome
-    reason: ReasonName | None = None
+    outcome: OutcomeMember
+    reason: ReasonMember | None = None
     within_s: float | None = Field(None, description="the verdict had to come within this many seconds")
 
     def describe(self) -> str:
@@ -52,26 +62,14 @@ class Timings(_Record):
 
 
 
-class GpuInfo(_Record):
-    """A GPU as a cell saw it when it started (NVML); `id` is what the runtime was told (index or UUID)."""
-
-    index: int
-    id: str | None = None
-    uuid: str | None = None
-    name: str | None = None
-    driver: str | None = None
-    total_gib: float | None = None
-    free_gib: float | None = None
-
-
 class CellResult(_Record):
     cell_id: str
     axes: dict[str, str]
     runtime: str
     argv: list[str]
     env: dict[str, str] = Field(description="the cell's own env (matrix + fragments), secrets masked")
-    outcome: Outcome = Field(description=_OUTCOMES_DOC)
-    reason: ReasonName | None = Field(None, description=_REASONS_DOC)
+    outcome: OutcomeMember = Field(description=_OUTCOMES_DOC)
+    reason: ReasonMember | None = Field(None, description=_REASONS_DOC)
     detail: str | None = Field(None, description="a human sentence behind the reason")
     expected: Expected | None = None
     matched: bool | None = Field(None, description="null when the cell has no expectation")
@@ -138,7 +136,7 @@ class MergeSource(_Record):
 
     run_id: str
     shard: str | None = None
-    status: Literal["running", "complete", "interrupted"]
+    status: RunStatusName
     host: HostInfo
     started_at: datetime
     finished_at: datetime | None = None
@@ -153,7 +151,7 @@ class RunResult(_Record):
     runtime: str
     started_at: datetime
     finished_at: datetime | None = None
-    status: Literal["running", "complete", "interrupted"] = "running"
+    status: RunStatusName = RunStatus.running
     host: HostInfo
     harness_version: str
     selection: list[str] = []

@@ -19,7 +19,8 @@ from pydantic import ValidationError
 from harness import __version__
 from harness.errors import UsageError
 from harness.matrix.load import LoadedMatrix
-from harness.results.model import CellResult, HostInfo, MatrixRef, RunResult
+from harness.results.model import CellResult, HostInfo, MatrixRef, RunResult, RunStatus
+from harness.verdict import Outcome
 
 
 def now() -> datetime:
@@ -60,7 +61,7 @@ def host_info() -> HostInfo:
 
 def summarize(cells: list[CellResult]) -> dict[str, int]:
     counts = Counter(c.outcome for c in cells)
-    summary = {k: counts.get(k, 0) for k in ("booted", "refused", "crashed", "timeout", "error")}
+    summary = {o.value: counts.get(o, 0) for o in Outcome}
     summary["cells"] = len(cells)
     summary["matched"] = sum(1 for c in cells if c.matched is True)
     summary["mismatched"] = sum(1 for c in cells if c.matched is False)
@@ -153,7 +154,7 @@ class RunStore:
             self._cells[cell.cell_id] = cell
             self._write_run()
 
-    def finish(self, status: str) -> RunResult:
+    def finish(self, status: RunStatus) -> RunResult:
         with self._lock:
             self.run.status = status  # type: ignore[assignment]
             self.run.finished_at = now()
@@ -184,3 +185,13 @@ def load_run(path: Path) -> tuple[RunResult, Path]:
 
 def dump_json(obj: object) -> str:
     return json.dumps(obj, indent=2, sort_keys=True)
+
+
+def write_run(run: RunResult, results_dir: Path) -> Path:
+    """Write `run` as a run directory (results.json and cells/*.json), as `boot-harness run` would."""
+    run_dir = Path(results_dir) / run.run_id
+    for c in run.cells:
+        atomic_write_text(run_dir / "cells" / f"{c.cell_id}.json", c.model_dump_json(indent=2))
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run_dir / "results.json", run.model_dump_json(indent=2))
+    return run_dir

@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from harness.matrix.load import LoadedMatrix
 from harness.runtime.base import CellContext, LineSink, Runtime, Server
 
-
-#: Test hook: `fake` makes every run boot its cells on the in-process FakeRuntime (all boot): how the docs check runs
-#: the commands the docs show, as written, on a machine without the matrix's engine, image or GPU.
-RUNTIME_ENV = "BOOT_HARNESS_RUNTIME"
+#: What builds a matrix's runtime: `make_runtime`, or (a test, the docs check) one that hands out a fake; passed as an
+#: argument (harness.cli.app.main(runtimes=...), the plugin's `boot_runtime` fixture), never chosen by a hidden switch.
+RuntimeFactory = Callable[[LoadedMatrix], Runtime]
 
 
 def make_runtime(loaded: LoadedMatrix) -> Runtime:
-    import os
-
-    if os.environ.get(RUNTIME_ENV) == "fake":
-        from harness.runtime.fake import FakeRuntime
-
-        return FakeRuntime()
+    """The runtime the matrix asks for: a local process, or a container through docker or podman."""
     m = loaded.matrix
     if m.runtime == "process":
         from harness.runtime.process import ProcessRuntime
@@ -28,4 +24,4 @@ def make_runtime(loaded: LoadedMatrix) -> Runtime:
     return ContainerRuntime.for_matrix(loaded)
 
 
-__all__ = ["CellContext", "LineSink", "Runtime", "Server", "make_runtime"]
+__all__ = ["CellContext", "LineSink", "Runtime", "RuntimeFactory", "Server", "make_runtime"]

@@ -13,6 +13,7 @@ from typing import Protocol, runtime_checkable
 
 from harness.cells import Cell
 from harness.logfacts.timeline import Milestone
+from harness.runtime.pull import PullObserver
 from harness.runtime.records import AppliedPatch, ContainerInfo
 from harness.masking import Masker
 
@@ -48,8 +49,11 @@ class Server(Protocol):
     """A started server. Every method is safe to call from the watch loop; `stop` is idempotent and final."""
 
     base_url: str
-    port: int | None
     argv: list[str]
+
+    @property
+    def port(self) -> int | None:
+        """The host port the server listens on (None when the engine has not said yet)."""
 
     def wait(self, timeout: float | None = None) -> int | None:
         """The exit code once the server has exited, None if still running after `timeout`."""
@@ -68,7 +72,14 @@ class Server(Protocol):
 
 
 class Runtime(Protocol):
+    """Every member a caller uses is here, so callers trust it and a fake is a small class (harness.runtime.fake)."""
+
     name: str
+    #: Lines to say once preflight is done (what the GPU probe found, patch warnings); empty when nothing to say.
+    notes: list[str]
+    #: Told about image pulls as they go (the live progress); None: pulls are silent. Runtimes that pull nothing
+    #: keep it and never call it.
+    pull_observer: PullObserver | None
 
     def preflight(self, cells: list[Cell], gpu_checks: bool = True) -> None:
         """Raise RuntimeUnavailable (exit 2, before any cell runs) when this runtime cannot run these cells here.

@@ -6,6 +6,9 @@ testcontainers' own waiting and cleanup do not fit a boot harness: its HTTP wait
 the refusal message, and Ryuk cannot start where images cannot be pulled. So the harness watches the log and the
 container state itself, reads the exit code and OOMKilled before removing, and labels every container so `gc` can
 remove leftovers of a harness that was killed.
+
+What the container is (image, command, env, mounts, ports, GPUs, ...) is one `ContainerSpec`
+(harness.runtime.container_spec), rendered for the API here and for the shell in `repro`.
 """
 
 from __future__ import annotations
@@ -17,25 +20,26 @@ import socket
 import tarfile
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 from harness.cells import Cell
+from harness.clock import SYSTEM, Clock
 from harness.errors import CellStartError, RuntimeUnavailable, UsageError
 from harness.logfacts.timeline import Milestone
 from harness.matrix.load import LoadedMatrix
 from harness.matrix.model import Mount, PatchSpec
 from harness.runtime.records import AppliedPatch, ContainerInfo
-from harness.runtime import compile_cache, engine as eng
+from harness.runtime import engine as eng
 from harness.runtime.base import CellContext, LineSink, read_host_file
 from harness.runtime.patching import PATCH_ARGS, PatchError, PreparedPatch, patch_file
 from harness.runtime.pull import PullObserver, pull
-from harness.runtime.process import SERVER_ENV
+from harness.runtime.container_spec import (HOST, ContainerSpec, build_spec, cache_volume, container_env,
+                                            host_path, mount_source, to_cli_tokens, to_engine_kwargs)
 from harness.runtime.reader import pump_chunks
-from harness.masking import is_secret_key
-from harness.shell import Raw, secret_safe_argv
 
-HOST = "127.0.0.1"
+#: How often the host port and the exit code are looked for again, and how many times the port.
+PORT_POLL_S, PORT_POLLS = 0.05, 50
+EXIT_POLL_S, WAIT_RETRY_S = 0.1, 0.2
 
 
 def owner_labels() -> dict[str, str]:
@@ -61,8 +65,9 @@ def log_stream(container):
 
 class ContainerServer:
     def __init__(self, runtime: ContainerRuntime, tc, argv: list[str], image: str,
-                 image_id: str, repo_digest: str | None, patches: list[AppliedPatch]):
+                 image_id: str, repo_digest: str | None, patches: list[AppliedPatch], clock: Clock = SYSTEM):
         self.runtime, self.tc = runtime, tc
+        self.clock = clock
         self.container = tc.get_wrapped_container()
         self.argv = argv
         self.image, self.image_id, self.repo_digest = image, image_id, repo_digest
@@ -75,14 +80,14 @@ class ContainerServer:
 
     def _host_port(self) -> int | None:
         key = f"{self.runtime.matrix.container_port}/tcp"
-        for _ in range(50):
+        for _ in range(PORT_POLLS):
             self.container.reload()
             bindings = (self.container.attrs.get("NetworkSettings", {}).get("Ports") or {}).get(key)
             if bindings:
                 return int(bindings[0]["HostPort"])
             if self.container.status in ("exited", "dead"):
                 return None
-            time.sleep(0.05)
+            self.clock.sleep(PORT_POLL_S)
         return None
 
     def wait(self, timeout: float | None = None) -> int | None:
@@ -94,13 +99,13 @@ class ContainerServer:
                     code = self._exit_code()
                     if code is not None or self._stopped:
                         return code
-                    time.sleep(0.2)
-        deadline = time.monotonic() + timeout
+                    self.clock.sleep(WAIT_RETRY_S)
+        deadline = self.clock.now() + timeout
         while True:
             code = self._exit_code()
-            if code is not None or time.monotonic() >= deadline:
+            if code is not None or self.clock.now() >= deadline:
                 return code
-            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+            self.clock.sleep(min(EXIT_POLL_S, max(0.0, deadline - self.clock.now())))
 
     def _exit_code(self) -> int | None:
         if self._state is not None:
@@ -159,15 +164,10 @@ class ContainerServer:
         return list(self._patches)
 
 
-def host_path(path: Path | str) -> str:
-    """A bind-mount source as the engine must get it: absolute. dockerd reads a relative source as a volume *name*
-    (`results/x/gpu_worker.py` → "invalid volume name"), podman resolves it against its own working directory."""
-    return os.path.abspath(os.fspath(path))
-
-
 class ContainerRuntime:
-    def __init__(self, loaded: LoadedMatrix, engine: str):
+    def __init__(self, loaded: LoadedMatrix, engine: str, clock: Clock = SYSTEM):
         self.name = engine
+        self.clock = clock  # its servers' polls and waits
         self.loaded = loaded
         self.matrix = loaded.matrix
         self._client = None
@@ -183,8 +183,8 @@ class ContainerRuntime:
         self._container_class = eng.container_class()
 
     @classmethod
-    def for_matrix(cls, loaded: LoadedMatrix) -> ContainerRuntime:
-        return cls(loaded, loaded.matrix.runtime)
+    def for_matrix(cls, loaded: LoadedMatrix, clock: Clock = SYSTEM) -> ContainerRuntime:
+        return cls(loaded, loaded.matrix.runtime, clock)
 
     @property
     def client(self):
@@ -258,8 +258,7 @@ class ContainerRuntime:
         return found
 
     def mount_source(self, mount: Mount) -> Path:
-        p = Path(mount.source)
-        return p if p.is_absolute() else (self.loaded.base_dir / p).resolve()
+        return mount_source(self.loaded.base_dir, mount)
 
     def read_server_file(self, cell: Cell, path: str) -> bytes | None:
         """Through the cell's bind mounts (the longest target that holds `path`), else the image's own file, copied
@@ -324,6 +323,7 @@ class ContainerRuntime:
             d = dest / f"{i}-{Path(spec.target).name}"
             d.mkdir(parents=True, exist_ok=True)
             for f in prepared.patched_file.parent.iterdir():
+                (d / f.name).unlink(missing_ok=True)  # a copy kept before is read-only (repro twice, as non-root)
                 (d / f.name).write_bytes(f.read_bytes())
             patched = d / prepared.patched_file.name
             patched.chmod(0o444)
@@ -332,13 +332,18 @@ class ContainerRuntime:
 
     # ---- one cell
     def container_env(self, cell: Cell, ctx: CellContext) -> dict[str, str]:
-        cache = compile_cache.server_env(compile_cache.CONTAINER_DIR) if ctx.compile_cache else {}
-        return {**SERVER_ENV, **cache, **cell.env}
+        return container_env(cell, ctx.compile_cache)
 
     @staticmethod
     def cache_volume(ctx: CellContext) -> dict[str, tuple[str, str]]:
-        """The compile cache, read-write, at the same path in every cell's container."""
-        return {host_path(ctx.compile_cache): (compile_cache.CONTAINER_DIR, "rw")} if ctx.compile_cache else {}
+        return cache_volume(ctx.compile_cache)
+
+    def spec(self, cell: Cell, ctx: CellContext, *, image: str, patched: list[tuple[str, str]], name: str,
+             host_port: int | None = None, remove: bool = False, labels: dict[str, str] | None = None) -> ContainerSpec:
+        """The cell's container as `start` starts it and `repro` prints it; only what the caller says differs."""
+        return build_spec(self.matrix, cell, engine=self.engine, image=image, name=name, base_dir=self.loaded.base_dir,
+                          patched=patched, cache_dir=ctx.compile_cache, gpu_ids=ctx.gpu_ids,
+                          labels=ctx.labels if labels is None else labels, host_port=host_port, remove=remove)
 
     def start(self, cell: Cell, ctx: CellContext, on_line: LineSink) -> ContainerServer:
         image_id, repo_digest = self.resolve_image(cell.image)
@@ -347,27 +352,11 @@ class ContainerRuntime:
             kept = self._kept_patches(cell, ctx.run_dir / "patches" / cell.id)
         except (PatchError, UsageError) as exc:
             raise CellStartError(str(exc)) from None
-        volumes = {host_path(self.mount_source(m)): (m.target, "ro" if m.read_only else "rw") for m in cell.mounts}
-        volumes.update({host_path(path): (p.target, "ro") for p, path in kept})
-        volumes.update(self.cache_volume(ctx))
-        port_key = f"{self.matrix.container_port}/tcp"
-        tc = self._container_class(repo_digest or image_id, docker_client_kw=eng.client_kwargs(self.name))
-        tc.with_command(list(cell.server_args))
-        tc.with_envs(**self.container_env(cell, ctx))
-        for source, (target, mode) in volumes.items():
-            tc.with_volume_mapping(source, target, mode)
-        tc.ports[port_key] = (HOST, None)  # a free host port on loopback, chosen by the engine
-        name = f"bh-{ctx.labels.get('boot-harness.run', 'run')}-{cell.id}"[:200]
-        tc.with_name(name)
-        kwargs = dict(labels={**ctx.labels, **owner_labels()}, init=True,
-                      device_requests=eng.device_requests(self.engine, self.matrix.gpus, ctx.gpu_ids) or None)
-        if self.matrix.ipc:
-            kwargs["ipc_mode"] = self.matrix.ipc
-        if self.matrix.shm_size:
-            kwargs["shm_size"] = self.matrix.shm_size
-        if self.matrix.entrypoint:
-            kwargs["entrypoint"] = list(self.matrix.entrypoint)
-        tc.with_kwargs(**{k: v for k, v in kwargs.items() if v is not None})  # one call: with_kwargs replaces
+        spec = self.spec(cell, ctx, image=repo_digest or image_id,
+                         patched=[(p.target, host_path(path)) for p, path in kept],
+                         name=f"bh-{ctx.labels.get('boot-harness.run', 'run')}-{cell.id}"[:200],
+                         labels={**ctx.labels, **owner_labels()})
+        tc = self._testcontainer(spec)
         try:
             tc.start()
         except Exception as exc:  # noqa: BLE001 - docker-py's errors, image or device trouble
@@ -380,18 +369,33 @@ class ContainerRuntime:
         wrapped = tc.get_wrapped_container()
         threading.Thread(target=pump_chunks, args=(log_stream(wrapped), on_line), daemon=True,
                          name=f"log-{cell.id}").start()
-        entry = self.matrix.entrypoint or (self.client.images.get(image_id).attrs.get("Config", {}).get("Entrypoint") or [])
+        entry = list(spec.entrypoint) or (
+            self.client.images.get(image_id).attrs.get("Config", {}).get("Entrypoint") or [])
         patches = [AppliedPatch(target=p.target, patch=p.patch, base_sha256=p.base_sha256,
                                 patched_sha256=p.patched_sha256, patched_file=str(path.relative_to(ctx.run_dir)),
                                 patch_output=p.patch_output, warnings=list(p.warnings))
                    for p, path in kept]
-        return ContainerServer(self, tc, [*entry, *cell.server_args], cell.image, image_id, repo_digest, patches)
+        return ContainerServer(self, tc, [*entry, *spec.args], cell.image, image_id, repo_digest, patches, self.clock)
+
+    def _testcontainer(self, spec: ContainerSpec):
+        """testcontainers' container for `spec`: its own setters for what it passes to docker-py itself, the rest
+        through `with_kwargs` (one call: it replaces)."""
+        kw = to_engine_kwargs(spec)
+        tc = self._container_class(kw.pop("image"), docker_client_kw=eng.client_kwargs(self.name))
+        tc.with_command(kw.pop("command"))
+        tc.with_envs(**kw.pop("environment"))
+        for source, bind in kw.pop("volumes").items():
+            tc.with_volume_mapping(source, bind["bind"], bind["mode"])
+        tc.ports.update(kw.pop("ports"))
+        tc.with_name(kw.pop("name"))
+        tc.with_kwargs(**kw)
+        return tc
 
     def command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> list[str]:
         """`docker run` (or `podman run`) doing what `start` does, with the patched files prepared under ctx.run_dir."""
         image_id, repo_digest = self.resolve_image(cell.image)
         kept = [(p.target, host_path(path)) for p, path in self._kept_patches(cell, ctx.run_dir / "patches" / cell.id)]
-        return self._run_tokens(cell, ctx, host_port, repo_digest or image_id, kept)
+        return to_cli_tokens(self._repro_spec(cell, ctx, host_port, repo_digest or image_id, kept))
 
     def planned_command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> tuple[list[str], list[str]]:
         """What `command_line` would give, and how each patched file would be made, without touching anything: no
@@ -410,29 +414,11 @@ class ContainerRuntime:
                             f"(pull: {self.matrix.pull})")
         if self.wants_gpus():
             steps.append(f"would probe the {self.engine} engine's GPU request in a short container first")
-        return self._run_tokens(cell, ctx, host_port, cell.image, kept), steps
+        return to_cli_tokens(self._repro_spec(cell, ctx, host_port, cell.image, kept)), steps
 
-    def _run_tokens(self, cell: Cell, ctx: CellContext, host_port: int, image: str,
-                    kept: list[tuple[str, str]]) -> list[str]:
-        port = self.matrix.container_port
-        tokens: list[str] = [self.engine, "run", "--rm", "--init", "--name", f"bh-repro-{cell.id}",
-                             *eng.gpu_cli_args(self.engine, self.matrix.gpus, ctx.gpu_ids)]
-        if self.matrix.ipc:
-            tokens += ["--ipc", self.matrix.ipc]
-        if self.matrix.shm_size:
-            tokens += ["--shm-size", self.matrix.shm_size]
-        tokens += ["-p", f"{HOST}:{host_port}:{port}"]
-        for m in cell.mounts:
-            tokens += ["-v", f"{host_path(self.mount_source(m))}:{m.target}:{'ro' if m.read_only else 'rw'}"]
-        for target, path in kept:
-            tokens += ["-v", f"{path}:{target}:ro"]
-        for source, (target, mode) in self.cache_volume(ctx).items():
-            tokens += ["-v", f"{source}:{target}:{mode}"]
-        for k, v in self.container_env(cell, ctx).items():
-            tokens += ["-e", Raw(f'{k}="${k}"') if is_secret_key(k) else f"{k}={v}"]
-        extra: list[str] = []
-        if self.matrix.entrypoint:  # docker takes one word for --entrypoint; the rest leads the command
-            tokens += ["--entrypoint", self.matrix.entrypoint[0]]
-            extra = self.matrix.entrypoint[1:]
-        tokens.append(image)
-        return [*tokens, *extra, *secret_safe_argv(cell.server_args, {**os.environ, **cell.env})]
+    def _repro_spec(self, cell: Cell, ctx: CellContext, host_port: int, image: str,
+                    kept: list[tuple[str, str]]) -> ContainerSpec:
+        """The pasted container: removed on exit, and without the owner labels, so `gc` never takes it for a leftover
+        of a dead harness."""
+        return self.spec(cell, ctx, image=image, patched=kept, name=f"bh-repro-{cell.id}", host_port=host_port,
+                         remove=True)

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from harness.runtime.pull import PullObserver
 from harness.cells import Cell
+from harness.clock import SYSTEM, Clock
 from harness.errors import CellStartError
 from harness.logfacts.timeline import Milestone
 from harness.runtime.records import AppliedPatch, ContainerInfo
@@ -88,7 +90,7 @@ class Script:
     def full_boot(cls, line_delay_s: float = 0.0, until: str | None = None) -> Script:
         """A GPU boot of vLLM 0.32 line by line, one line per phase (BOOT_LINES); with `until` (a milestone's name)
         the server logs the lines before that milestone's and then hangs in its phase."""
-        lines = []
+        lines: list[str] = []
         for milestone, text in BOOT_LINES:
             if milestone == until:
                 return cls(tuple(lines), then="hang", line_delay_s=line_delay_s)
@@ -145,8 +147,8 @@ class _Listener(http.server.ThreadingHTTPServer):
 class FakeServer:
     """A Server (harness.runtime.base) playing one Script."""
 
-    def __init__(self, cell: Cell, script: Script, on_line: LineSink):
-        self.script, self.on_line = script, on_line
+    def __init__(self, cell: Cell, script: Script, on_line: LineSink, clock: Clock = SYSTEM):
+        self.script, self.on_line, self.clock = script, on_line, clock
         self.argv = ["fake-vllm", *cell.server_args]
         self._listener = _Listener()
         self.port = self._listener.server_address[1]
@@ -155,12 +157,14 @@ class FakeServer:
         self._exited = threading.Event()
         self._stopped = threading.Event()
         self._lock = threading.Lock()
-        threading.Thread(target=self._listener.serve_forever, daemon=True, name=f"fake-http-{cell.id}").start()
+        # a short poll: `stop` waits for serve_forever to notice its shutdown, 0.5 s by default, on every teardown
+        threading.Thread(target=self._listener.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True,
+                         name=f"fake-http-{cell.id}").start()
         threading.Thread(target=self._play, daemon=True, name=f"fake-{cell.id}").start()
 
     def _play(self) -> None:
         for line in self.script.lines:
-            if self._stopped.wait(self.script.line_delay_s):
+            if self.clock.wait(self._stopped, self.script.line_delay_s):
                 break
             self.on_line(line)
         if not self._stopped.is_set():
@@ -206,11 +210,15 @@ class FakeRuntime:
     name = "fake"
 
     def __init__(self, scripts: Mapping[str, Script | Sequence[Script]] | None = None,
-                 default: Script = Script.booted()):
+                 default: Script = Script.booted(), clock: Clock = SYSTEM):
+        """`clock`: what a script's `line_delay_s` passes on (a FakeClock: a slow boot without the wait)."""
         self.scripts = dict(scripts or {})
+        self.clock = clock
         self.default = default
         self.started: list[str] = []
         self.preflighted: list[list[str]] = []
+        self.notes: list[str] = []
+        self.pull_observer: PullObserver | None = None
         self._lock = threading.Lock()
 
     def script_for(self, cell: Cell) -> Script:
@@ -231,7 +239,7 @@ class FakeRuntime:
             raise CellStartError(script.start_error)
         time.sleep(0)  # a real start yields; keep the ordering of threads realistic
         ctx.mark(Milestone.started)
-        return FakeServer(cell, script, on_line)
+        return FakeServer(cell, script, on_line, self.clock)
 
     def command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> list[str]:
         return ["fake-vllm", *cell.server_args, "--port", str(host_port)]

@@ -16,11 +16,12 @@ import signal
 import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from harness.runtime.pull import PullObserver
 from harness.cells import Cell
+from harness.clock import SYSTEM, Clock
 from harness.errors import CellStartError, RuntimeUnavailable
 from harness.logfacts.timeline import Milestone
 from harness.runtime.records import AppliedPatch, ContainerInfo
@@ -38,6 +39,10 @@ _PR_SET_PDEATHSIG = 1
 #: Marks every process of a server (children inherit it) with the id its active/ record holds: gc kills a recorded
 #: process group only while a process in it still carries the id, never a group that merely reuses the number.
 SERVER_ID_VAR = "BOOT_HARNESS_SERVER_ID"
+#: How often a stop looks again whether the group is gone.
+STOP_POLL_S = 0.05
+#: How long a stop keeps SIGKILLing a group whose members linger after the leader was reaped.
+REAP_S = 5.0
 
 
 def _child_setup() -> None:
@@ -111,8 +116,10 @@ def live_group_members(pgid: int) -> set[int] | None:
 
 
 class ProcessServer:
-    def __init__(self, proc: subprocess.Popen[bytes], argv: list[str], port: int, pid_file: Path):
+    def __init__(self, proc: subprocess.Popen[bytes], argv: list[str], port: int, pid_file: Path,
+                 clock: Clock = SYSTEM):
         self.proc, self.argv, self.port = proc, argv, port
+        self.clock = clock
         self.base_url = f"http://{HOST}:{port}"
         self.pgid = proc.pid  # start_new_session: the leader's pid is the group id
         self._pid_file = pid_file
@@ -161,22 +168,22 @@ class ProcessServer:
     def _terminate(self, grace_s: float) -> None:
         # The leader may have exited while engine children still hold the group: signal the group either way.
         if self._signal_group(signal.SIGTERM):
-            deadline = time.monotonic() + grace_s
-            while time.monotonic() < deadline:
+            deadline = self.clock.now() + grace_s
+            while self.clock.now() < deadline:
                 self.proc.poll()
                 if not self.group_alive():
                     break
-                time.sleep(0.05)
+                self.clock.sleep(STOP_POLL_S)
             else:
                 self._signal_group(signal.SIGKILL)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
-        deadline = time.monotonic() + 5
-        while self.group_alive() and time.monotonic() < deadline:
+        deadline = self.clock.now() + REAP_S
+        while self.group_alive() and self.clock.now() < deadline:
             self._signal_group(signal.SIGKILL)
-            time.sleep(0.05)
+            self.clock.sleep(STOP_POLL_S)
 
     def container_info(self) -> ContainerInfo | None:
         return None
@@ -189,10 +196,13 @@ class ProcessRuntime:
     name = "process"
 
     def __init__(self, command: list[str], base_env: dict[str, str] | None = None,
-                 port_picker: Callable[[], int] | None = None):
+                 port_picker: Callable[[], int] | None = None, clock: Clock = SYSTEM):
         self.command = list(command)
+        self.clock = clock  # its servers' stop grace
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.pick_port = port_picker or (lambda: free_port(HOST))
+        self.notes: list[str] = []
+        self.pull_observer: PullObserver | None = None  # nothing to pull: a process runs what is installed
 
     def preflight(self, cells: list[Cell], gpu_checks: bool = True) -> None:
         exe = self.command[0]
@@ -227,7 +237,7 @@ class ProcessRuntime:
         pid_file.write_text(json.dumps({"runtime": "process", "pgid": proc.pid, "owner_pid": os.getpid(),
                                         "cell_id": cell.id, "server_id": env[SERVER_ID_VAR]}))
         threading.Thread(target=pump_lines, args=(proc.stdout, on_line), daemon=True, name=f"log-{cell.id}").start()
-        return ProcessServer(proc, argv, port, pid_file)
+        return ProcessServer(proc, argv, port, pid_file, self.clock)
 
     def command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> list[str]:
         cache = compile_cache.server_env(str(ctx.compile_cache)) if ctx.compile_cache else {}

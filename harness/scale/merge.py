@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.results.model import CellResult, RunResult
+from harness.results.model import CellResult, RunResult, RunStatus
 from harness.results.store import atomic_write_text, load_run, summarize
 from harness.scale.shard import parse_shard
 
@@ -95,7 +95,7 @@ def check_compatible(runs: list[tuple[Path, RunResult]]) -> tuple[bool, list[str
                 raise UsageError(f"cell {c.cell_id} is in both {owner[c.cell_id]} and {d}: shards must not overlap")
             owner[c.cell_id] = d
     for d, r in runs:
-        if r.status != "complete":
+        if r.status != RunStatus.complete:
             warnings.append(f"{d} is {r.status}: the merged run is marked interrupted")
     return not warnings, warnings
 
@@ -156,7 +156,7 @@ def merge_runs(run_dirs: list[Path], out: Path, matrix_path: Path | None = None)
         run_id=out.name, matrix=first.matrix, runtime=first.runtime,
         started_at=min(r.started_at for _, r in runs),
         finished_at=max(finished) if finished else None,
-        status="complete" if complete else "interrupted",
+        status=RunStatus.complete if complete else RunStatus.interrupted,
         host=first.host,  # the first shard's; every shard's host is in merged_from / merge.json
         harness_version=first.harness_version, selection=list(first.selection), shard=None,
         cells=cells, summary=summarize(cells),

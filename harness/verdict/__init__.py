@@ -1,7 +1,6 @@
-"""What a boot's verdict can be (catalogue) and how raw evidence becomes one (policy): decided once, in one place."""
+"""What a boot's verdict can be (catalogue) and how raw evidence becomes one (harness.verdict.policy: decided once,
+in one place). The package exports the catalogue only, so the log facts can name their refusal kinds by it."""
 
 from harness.verdict.catalogue import OUTCOME_MEANINGS, REASONS, Outcome, Reason, reasons_of
-from harness.verdict.policy import Decision, Evidence, Finding, decide
 
-__all__ = ["OUTCOME_MEANINGS", "REASONS", "Decision", "Evidence", "Finding", "Outcome", "Reason", "decide",
-           "reasons_of"]
+__all__ = ["OUTCOME_MEANINGS", "REASONS", "Outcome", "Reason", "reasons_of"]

@@ -8,19 +8,13 @@ table in step).
 from __future__ import annotations
 
 import difflib
-import enum
 from dataclasses import dataclass
 from typing import Literal
 
-
-class _Named(str, enum.Enum):
-    """A name that prints as itself (`f"{Outcome.booted}"` is "booted") and equals its string."""
-
-    def __str__(self) -> str:
-        return self.value
+from harness.names import Named
 
 
-class Outcome(_Named):
+class Outcome(Named):
     booted = "booted"
     refused = "refused"
     crashed = "crashed"
@@ -43,7 +37,7 @@ class ReasonInfo:
     meaning: str
 
 
-class Reason(_Named):
+class Reason(Named):
     ready = "ready"
     kv_insufficient = "kv_insufficient"
     no_cache_memory = "no_cache_memory"
@@ -99,8 +93,18 @@ REASONS: dict[Reason, ReasonInfo] = {
 }
 
 
-#: For pydantic models: the reason names as a Literal, so the JSON Schemas enumerate them.
+#: For the records' pydantic models: the enum members as a Literal, so a record holds the enums while its JSON and
+#: its JSON Schema hold the plain names (inline, as when the records held strings).
+OutcomeMember = Literal[tuple(Outcome)]  # type: ignore[valid-type]
+ReasonMember = Literal[tuple(Reason)]  # type: ignore[valid-type]
+#: For what users write (the matrix): the plain names, so a validation error lists them as written.
+OutcomeName = Literal[tuple(o.value for o in Outcome)]  # type: ignore[valid-type]
 ReasonName = Literal[tuple(r.value for r in Reason)]  # type: ignore[valid-type]
+#: The reasons a log line can give by itself (harness.logfacts.classify): a refusal's kind is its reason.
+REFUSAL_KINDS: tuple[Reason, ...] = (
+    Reason.kv_insufficient, Reason.no_cache_memory, Reason.autofit_impossible, Reason.max_len_exceeds_model,
+    Reason.gpu_memory_busy, Reason.oom, Reason.weights_dont_fit, Reason.engine_init_failed)
+RefusalKind = Literal[REFUSAL_KINDS]  # type: ignore[valid-type]
 
 
 def check_reason(reason: str, outcome: str | None = None) -> str:

@@ -1,6 +1,6 @@
 """From raw evidence to a verdict, once: an ordered chain of small rules, the first that applies decides.
 
-The watch only says what it saw (a `Finding`: a refusal line, an exit, /health, the deadline); the runtime adds what
+The watch only says what it saw (a `Sighting`: a refusal line, an exit, /health, the deadline); the runtime adds what
 the engine knows (the container was OOM-killed); the executor adds what the earlier attempt and the GPU wait showed.
 `decide` turns all of it into (outcome, reason, detail). Whether that matched the cell's expectation is computed from
 the decision alone, by whoever builds the record, once.
@@ -10,19 +10,28 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 from harness.logfacts import Refusal
+from harness.names import Named
 from harness.verdict.catalogue import REASONS, Outcome, Reason
 
-FindingKind = Literal["refusal", "exit", "healthy", "probe_failed", "exit_after_health", "stale_listener", "deadline"]
+class SightingKind(Named):
+    """What kind of decisive thing the watch saw."""
+
+    refusal = "refusal"
+    exit = "exit"
+    healthy = "healthy"
+    probe_failed = "probe_failed"
+    exit_after_health = "exit_after_health"
+    stale_listener = "stale_listener"
+    deadline = "deadline"
 
 
 @dataclass(frozen=True)
-class Finding:
+class Sighting:
     """The decisive thing the watch observed, in its own words."""
 
-    kind: FindingKind
+    kind: SightingKind
     detail: str
     refusal: Refusal | None = None
     exit_code: int | None = None
@@ -33,7 +42,7 @@ class Evidence:
     """Everything known about one attempt at booting a cell."""
 
     #: What the watch saw; None when the server was never started.
-    finding: Finding | None = None
+    sighting: Sighting | None = None
     #: Why the server could not be started (the runtime's CellStartError).
     start_error: str | None = None
     #: The container engine says it OOM-killed the container.
@@ -65,23 +74,23 @@ def start_failed(ev: Evidence) -> Decision | None:
 
 
 def stale_listener(ev: Evidence) -> Decision | None:
-    if ev.finding and ev.finding.kind == "stale_listener":
-        return Decision(Outcome.error, Reason.stale_server, ev.finding.detail)
+    if ev.sighting and ev.sighting.kind == SightingKind.stale_listener:
+        return Decision(Outcome.error, Reason.stale_server, ev.sighting.detail)
     return None
 
 
-def _crash_of(f: Finding) -> Decision | None:
+def _crash_of(f: Sighting) -> Decision | None:
     """What an exit, a failed probe or the generic engine failure is, before anything else is known."""
-    if f.kind == "refusal" and f.refusal is not None and f.refusal.kind == "engine_init_failed":
+    if f.kind == SightingKind.refusal and f.refusal is not None and f.refusal.kind == Reason.engine_init_failed:
         return Decision(Outcome.crashed, Reason.engine_init_failed, f.detail)
-    if f.kind in ("exit", "exit_after_health"):
+    if f.kind in (SightingKind.exit, SightingKind.exit_after_health):
         code = f.exit_code if f.exit_code is not None else -1
         if code < 0:
             return Decision(Outcome.crashed, Reason.killed, f.detail)
-        if code == 0 and f.kind == "exit":
+        if code == 0 and f.kind == SightingKind.exit:
             return Decision(Outcome.crashed, Reason.exited_before_ready, f.detail)
         return Decision(Outcome.crashed, Reason.exited, f.detail)
-    if f.kind == "probe_failed":
+    if f.kind == SightingKind.probe_failed:
         return Decision(Outcome.crashed, Reason.probe_failed, f.detail)
     return None
 
@@ -89,17 +98,17 @@ def _crash_of(f: Finding) -> Decision | None:
 def oom_killed(ev: Evidence) -> Decision | None:
     """A container the engine OOM-killed died of that, whatever the watch saw it as (a crash, or a hang to the
     deadline); a refusal vLLM printed first stays the refusal."""
-    f = ev.finding
+    f = ev.sighting
     if not (ev.oom_killed and f):
         return None
-    if f.kind == "deadline" or _crash_of(f) is not None:
+    if f.kind == SightingKind.deadline or _crash_of(f) is not None:
         return Decision(Outcome.crashed, Reason.oom_killed, f"the engine OOM-killed the container; {f.detail}")
     return None
 
 
 def memory_held(ev: Evidence) -> Decision | None:
-    f = ev.finding
-    busy = f is not None and f.kind == "refusal" and f.refusal is not None and f.refusal.kind == "gpu_memory_busy"
+    f = ev.sighting
+    busy = f is not None and f.kind == SightingKind.refusal and f.refusal is not None and f.refusal.kind == Reason.gpu_memory_busy
     if busy and ev.retried_busy and ev.gpus_not_idle:
         return Decision(Outcome.error, Reason.gpu_memory_held,
                         f"refused gpu_memory_busy on both attempts, the second with {ev.gpus_not_idle}: memory held "
@@ -108,25 +117,25 @@ def memory_held(ev: Evidence) -> Decision | None:
 
 
 def refused(ev: Evidence) -> Decision | None:
-    f = ev.finding
-    if f and f.kind == "refusal" and f.refusal is not None and f.refusal.kind != "engine_init_failed":
+    f = ev.sighting
+    if f and f.kind == SightingKind.refusal and f.refusal is not None and f.refusal.kind != Reason.engine_init_failed:
         return Decision(Outcome.refused, Reason(f.refusal.kind), f.detail)
     return None
 
 
 def crashed(ev: Evidence) -> Decision | None:
-    return _crash_of(ev.finding) if ev.finding else None
+    return _crash_of(ev.sighting) if ev.sighting else None
 
 
 def booted(ev: Evidence) -> Decision | None:
-    if ev.finding and ev.finding.kind == "healthy":
-        return Decision(Outcome.booted, Reason.ready, ev.finding.detail)
+    if ev.sighting and ev.sighting.kind == SightingKind.healthy:
+        return Decision(Outcome.booted, Reason.ready, ev.sighting.detail)
     return None
 
 
 def timed_out(ev: Evidence) -> Decision | None:
-    if ev.finding and ev.finding.kind == "deadline":
-        return Decision(Outcome.timeout, Reason.deadline, ev.finding.detail)
+    if ev.sighting and ev.sighting.kind == SightingKind.deadline:
+        return Decision(Outcome.timeout, Reason.deadline, ev.sighting.detail)
     return None
 
 
@@ -139,4 +148,4 @@ def decide(ev: Evidence, rules: tuple[Rule, ...] = RULES) -> Decision:
         decision = rule(ev)
         if decision is not None:
             return decision
-    raise ValueError(f"no rule decides {ev}")  # a Finding kind without a rule: a bug, never a silent verdict
+    raise ValueError(f"no rule decides {ev}")  # a sighting kind without a rule: a bug, never a silent verdict

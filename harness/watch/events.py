@@ -7,11 +7,18 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
+
+from harness.names import Named
 
 Clock = Callable[[], float]
 
-EventKind = Literal["line", "eof", "exit", "healthy", "probed"]
+class EventKind(Named):
+    line = "line"
+    eof = "eof"
+    exit = "exit"
+    healthy = "healthy"
+    probed = "probed"
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,7 @@ class ThreadedEvents:
 
     def line_sink(self, text: str | None) -> None:
         if text is None:
-            self.put(Event("eof", self.clock()))
+            self.put(Event(EventKind.eof, self.clock()))
             return
         with self._room:
             while self._pending and self._pending + len(text) > self._max_pending and not self._closed:
@@ -61,14 +68,14 @@ class ThreadedEvents:
             if self._closed:
                 return  # the watch is over and nobody reads any more: drop, never block the reader for ever
             self._pending += len(text)
-        self.put(Event("line", self.clock(), text=text))
+        self.put(Event(EventKind.line, self.clock(), text=text))
 
     def get(self, timeout: float) -> Event | None:
         try:
             ev = self._q.get(timeout=max(0.0, timeout))
         except queue.Empty:
             return None
-        if ev.kind == "line":
+        if ev.kind == EventKind.line:
             with self._room:
                 self._pending -= len(ev.text or "")
                 self._room.notify_all()

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import requests
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, retry_if_result
 
-from harness.watch.events import Clock, Event, EventQueue
+from harness.watch.events import Clock, Event, EventKind, EventQueue
 
 
 def health_ok(session: requests.Session, url: str, timeout: float) -> bool:
@@ -69,7 +69,7 @@ class HealthPoller:
             retry_error_callback=lambda _: False,
         )
         if retrying(health_ok, self.session, self.url, self.request_timeout_s) and not self._stop.is_set():
-            self.events.put(Event("healthy", self.clock()))
+            self.events.put(Event(EventKind.healthy, self.clock()))
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Watching one boot: one deadline over four signals, a finding as soon as one of them is decisive.
+"""Watching one boot: one deadline over four signals, a sighting as soon as one of them is decisive.
 
 - a refusal line decides at once (vLLM takes seconds more to exit), then the exit code and the rest of the log are
   collected for `linger_s`;
@@ -6,7 +6,7 @@
 - /health 200 decides once the listener is proven ours and, with `probe`, one completion has been served;
 - the deadline decides.
 
-The watch says what it saw (harness.verdict.Finding); what that makes the cell — refused, crashed, ... — is the verdict
+The watch says what it saw (harness.verdict.policy.Sighting); what that makes the cell — refused, crashed, ... — is the verdict
 policy's to decide (harness.verdict.policy), with what the runtime and the executor know besides.
 """
 
@@ -21,8 +21,9 @@ from harness.logfacts import LogFacts, LogParser, Signal
 from harness.logfacts.timeline import Milestone, PhaseAt
 from harness.units import fmt_seconds
 from harness.runtime.base import Server
-from harness.verdict.policy import Finding, FindingKind
-from harness.watch.events import Clock, Event, EventQueue
+from harness.verdict.catalogue import Reason
+from harness.verdict.policy import Sighting, SightingKind
+from harness.watch.events import Clock, Event, EventKind, EventQueue
 from harness.watch.health import HealthPoller, ProbeResult, probe_completion
 from harness.watch.logsink import LogSink
 from harness.watch.timeline import TimelineRecorder
@@ -47,9 +48,9 @@ class WatchConfig:
 
 @dataclass
 class Observation:
-    """What one watch saw: the decisive finding, when each thing happened (seconds from the start) and the log's facts."""
+    """What one watch saw: the decisive sighting, when each thing happened (seconds from the start) and the log's facts."""
 
-    finding: Finding
+    sighting: Sighting
     exit_code: int | None = None
     ready_s: float | None = None
     ready_line_s: float | None = None
@@ -110,24 +111,24 @@ class Watch:
 
     def _exit_waiter(self) -> None:
         code = self.server.wait(None)
-        self.events.put(Event("exit", self.clock(), code=code))
+        self.events.put(Event(EventKind.exit, self.clock(), code=code))
 
-    def _found(self, kind: FindingKind, detail: str, event_t: float | None, ready_t: float | None = None) -> Observation:
-        refusal = self.parser.facts.refusal if kind == "refusal" else None
-        return Observation(Finding(kind, detail, refusal=refusal, exit_code=self.exit_code), exit_code=self.exit_code,
+    def _found(self, kind: SightingKind, detail: str, event_t: float | None, ready_t: float | None = None) -> Observation:
+        refusal = self.parser.facts.refusal if kind == SightingKind.refusal else None
+        return Observation(Sighting(kind, detail, refusal=refusal, exit_code=self.exit_code), exit_code=self.exit_code,
                            ready_s=self._rel(ready_t), ready_line_s=self._rel(self.ready_line_t),
                            event_s=self._rel(event_t), verdict_s=self._rel(self.clock()))
 
     def _take(self, ev: Event) -> Signal:
-        if ev.kind == "line":
+        if ev.kind == EventKind.line:
             self.sink.write(ev.text or "")
             signal = self.parser.feed(ev.text or "")
             for milestone in self.parser.take_milestones():
                 self.timeline.mark(milestone, ev.t)  # when the line arrived, on our clock
             return signal
-        if ev.kind == "eof":
+        if ev.kind == EventKind.eof:
             self.eof = True
-        elif ev.kind == "exit":
+        elif ev.kind == EventKind.exit:
             self.exit_code = ev.code
         return Signal.NONE
 
@@ -139,8 +140,8 @@ class Watch:
     def _refusal_found(self, t: float) -> Observation:
         refusal = self.parser.facts.refusal
         assert refusal is not None
-        generic = refusal.kind == "engine_init_failed"  # the line says only "failed": the root cause is the detail
-        return self._found("refusal", (self.parser.facts.error_line or refusal.message) if generic else refusal.message,
+        generic = refusal.kind == Reason.engine_init_failed  # the line says only "failed": the root cause is the detail
+        return self._found(SightingKind.refusal, (self.parser.facts.error_line or refusal.message) if generic else refusal.message,
                            t)
 
     def _drain_after_exit(self, t_exit: float) -> Observation:
@@ -155,14 +156,14 @@ class Watch:
         detail = _exit_detail(self.exit_code if self.exit_code is not None else -1)
         if self.parser.facts.error_line:
             detail = f"{detail}; last error: {self.parser.facts.error_line}"
-        return self._found("exit", detail, t_exit)
+        return self._found(SightingKind.exit, detail, t_exit)
 
     def _on_healthy(self, t: float) -> Observation:
         code = self.server.wait(0)
         if code is None and not self.server.owns_listener():
             code = self.server.wait(EXITED_AFTER_HEALTH_S)  # ours may have answered and died, socket and all
             if code is None:
-                return self._found("stale_listener", f"{self.server.base_url} answered /health 200 but the "
+                return self._found(SightingKind.stale_listener, f"{self.server.base_url} answered /health 200 but the "
                                    "listener is not our server", t)
         if code is not None:
             # Our own server exited around its first 200: a crash, whoever answered. `stale_server` would say that our
@@ -170,23 +171,23 @@ class Watch:
             return self._exited_after_health(code, "right after /health answered 200", t)
         self.timeline.mark(Milestone.healthy, t)
         if not self.config.probe:
-            return self._found("healthy", "/health answered 200", t, ready_t=t)
+            return self._found(SightingKind.healthy, "/health answered 200", t, ready_t=t)
         remaining = max(1.0, self.deadline - self.clock())
         result = self._probe(min(self.config.probe_timeout_s, remaining))
         if result.ok:
             self.timeline.mark(Milestone.served)
-            return self._found("healthy", f"/health answered 200; {result.detail}", t, ready_t=t)
+            return self._found(SightingKind.healthy, f"/health answered 200; {result.detail}", t, ready_t=t)
         self.sink.note(f"probe failed: {result.detail}")
         code = self.exit_code if self.exit_code is not None else self.server.wait(0)
         if code is None and result.connection_lost:
             code = self.server.wait(EXITED_AFTER_HEALTH_S)  # a lost connection: see whether our server went with it
         if code is not None:
             return self._exited_after_health(code, f"during the probe ({result.detail})", t)
-        return self._found("probe_failed", result.detail, t, ready_t=t)
+        return self._found(SightingKind.probe_failed, result.detail, t, ready_t=t)
 
     def _exited_after_health(self, code: int, when: str, t: float) -> Observation:
         self.exit_code = code
-        return self._found("exit_after_health", f"server exited with code {code} {when}", t, ready_t=t)
+        return self._found(SightingKind.exit_after_health, f"server exited with code {code} {when}", t, ready_t=t)
 
     def _probe(self, timeout_s: float) -> ProbeResult:
         """The probe runs in its own thread while this loop goes on writing the log: a first completion can take long
@@ -197,14 +198,14 @@ class Watch:
             try:
                 box.append(self._prober(self.server.base_url, timeout_s))
             finally:
-                self.events.put(Event("probed", self.clock()))
+                self.events.put(Event(EventKind.probed, self.clock()))
 
         threading.Thread(target=probe, daemon=True, name="probe").start()
         while True:
             ev = self._next(SLICE_S)
             if ev is None:
                 continue
-            if ev.kind == "probed":
+            if ev.kind == EventKind.probed:
                 break
             self._take(ev)
         return box[0] if box else ProbeResult(False, "the probe raised an exception")
@@ -224,7 +225,7 @@ class Watch:
             seen = self._watch(poller)
         finally:
             poller.stop()
-        if seen.finding.kind == "refusal":
+        if seen.sighting.kind == SightingKind.refusal:
             self._linger()
             seen.exit_code = self.exit_code
         seen.facts = self.parser.facts
@@ -242,7 +243,7 @@ class Watch:
         while True:
             now = self.clock()
             if now >= self.deadline:
-                return self._found("deadline", f"no verdict within {fmt_seconds(self.config.timeout_s)}: "
+                return self._found(SightingKind.deadline, f"no verdict within {fmt_seconds(self.config.timeout_s)}: "
                                    f"{self.phase(self.deadline).describe()}", self.deadline)
             ev = self._next(min(SLICE_S, self.deadline - now))
             if ev is None:
@@ -253,7 +254,7 @@ class Watch:
             if signal is Signal.READY:
                 self.ready_line_t = ev.t  # the last one ("Application startup complete.") is when it listens
                 poller.wake()
-            elif ev.kind == "exit":
+            elif ev.kind == EventKind.exit:
                 return self._drain_after_exit(ev.t)
-            elif ev.kind == "healthy":
+            elif ev.kind == EventKind.healthy:
                 return self._on_healthy(ev.t)

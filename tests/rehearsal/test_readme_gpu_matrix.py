@@ -137,7 +137,7 @@ def test_every_cell_of_the_gpu_matrix_carries_its_timeline(readme):
     from harness.report import build_report
     from harness.results.store import load_run
 
-    rep = build_report(*load_run(run_dir), plot=False)
+    rep = build_report(load_run(run_dir)[0], plot=False)
     html, md = rep.html(), rep.markdown()
     assert html.count('class="row" id="timeline-') == 12 and "boot time in 12 cells:" in html
     assert "### Boot timeline" in md and md.count("| mml") >= 12

@@ -105,7 +105,7 @@ _UNREAPED = textwrap.dedent("""
     from pathlib import Path
     ctypes.CDLL("libc.so.6").prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
     sys.path.insert(0, sys.argv[1])
-    from tests.unit.test_process_runtime import boot
+    from tests.integration.test_process_runtime import boot
     result, _ = boot(Path(tempfile.mkdtemp(dir=sys.argv[2])), "boot", env={"FAKE_VLLM_CHILD": "1"})
     print(json.dumps({"outcome": result.outcome, "teardown_s": result.timings.total_s - result.timings.verdict_s}))
 """)

@@ -12,16 +12,14 @@ from pathlib import Path
 import yaml
 
 from harness.analysis.frontier import (
-    Observation,
+    Answer,
     cpu_oracle,
     find_frontier,
     linear_sweep,
-    matrix_length_axis,
-    probe_cell,
 )
-from harness.boot.frontier import run_frontier
+from harness.boot.frontier import matrix_length_axis, run_frontier
 from harness.results.store import load_run
-from harness.cells import expand_cells, select_cells
+from harness.cells import expand_cells, select_cells, vary
 from harness.matrix.load import load_matrix
 from tests.conftest import ROOT
 
@@ -41,7 +39,7 @@ class Counting:
     def __init__(self, oracle):
         self.oracle, self.lengths = oracle, []
 
-    def __call__(self, length: int, why: str = "") -> Observation:
+    def __call__(self, length: int, why: str = "") -> Answer:
         self.lengths.append(length)
         return self.oracle(length, why)
 
@@ -78,10 +76,10 @@ def test_an_estimate_that_is_off_still_ends_at_the_true_frontier():
     truth = 2000
 
     def liar(bias: int):
-        def oracle(length: int, _why: str = "") -> Observation:
+        def oracle(length: int, _why: str = "") -> Answer:
             if length <= truth:
-                return Observation("booted", "ready")
-            return Observation("refused", "kv_insufficient", truth + bias)
+                return Answer("booted", "ready")
+            return Answer("refused", "kv_insufficient", truth + bias)
         return oracle
 
     for bias in (-700, -130, 0, 300, 1500):
@@ -90,7 +88,7 @@ def test_an_estimate_that_is_off_still_ends_at_the_true_frontier():
 
 
 def test_without_estimates_it_bisects_in_about_log2_boots():
-    oracle = Counting(lambda n, _w="": Observation("booted" if n <= 5000 else "refused", "kv_insufficient"))
+    oracle = Counting(lambda n, _w="": Answer("booted" if n <= 5000 else "refused", "kv_insufficient"))
     s = find_frontier(oracle, 16, 65536, 16)
     assert s.frontier <= 5000 < s.refused_at and s.refused_at - s.frontier <= 16
     assert s.boots <= math.ceil(math.log2(65536 / 16)) + 2
@@ -101,12 +99,12 @@ def test_the_edges_booting_at_hi_nothing_in_range_and_a_crash_end_the_search_wit
     assert (s.status, s.frontier, s.boots) == ("boots_at_hi", 4096, 1)
     s = find_frontier(cpu_oracle(128 * 1024, 1024), 128, 4096, 128)  # one block, held back
     assert s.status == "none_in_range" and s.frontier is None
-    s = find_frontier(lambda n, _w="": Observation("crashed", "engine_init_failed"), 128, 4096, 128)
+    s = find_frontier(lambda n, _w="": Answer("crashed", "engine_init_failed"), 128, 4096, 128)
     assert s.status == "stopped" and s.boots == 1 and "not a KV boundary" in s.text
 
 
 def test_outcomes_already_recorded_cost_no_boot():
-    known = [(2048, Observation("refused", "kv_insufficient", 1408)), (4096, Observation("refused", None, 1408))]
+    known = [(2048, Answer("refused", "kv_insufficient", 1408)), (4096, Answer("refused", None, 1408))]
     oracle = Counting(cpu_oracle(3 * MIB, 2048))
     s = find_frontier(oracle, 128, 4096, 128, known=known)
     assert s.frontier == 1408 and oracle.lengths == [1408, 1536] and s.boots == 2
@@ -125,7 +123,7 @@ def test_a_probe_is_the_groups_cell_with_its_length_replaced_everywhere():
     cells = select_cells(expand_cells(loaded.matrix), ["spec=draft,kv=tight"], loaded.matrix)
     axis, flag = matrix_length_axis(loaded.matrix)
     assert (axis, flag) == ("max_model_len", "--max-model-len")
-    probe = probe_cell(cells[0], loaded.matrix, axis, flag, 2944)
+    probe = vary(cells[0], loaded.matrix, axis, flag, "2944")
     assert probe.id == "mml2944-spec_draft-kv_tight"
     assert probe.axes == {"max_model_len": "2944", "spec": "draft", "kv": "tight"}
     i = probe.server_args.index("--max-model-len")

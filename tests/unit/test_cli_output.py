@@ -25,13 +25,15 @@ from harness.units import fmt_bytes
 from tests.builders import write_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE_ENV = {"BOOT_HARNESS_RUNTIME": "fake"}
+#: `boot-harness` with the FakeRuntime handed in (every cell boots): the docs check's stand-in.
+STANDIN_CLI = ROOT / "tests" / "standins" / "cli" / "boot-harness"
 
 
-def cli(*argv: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`boot-harness ARGV` through pipes, as a CI log sees it: no TTY, COLUMNS unset."""
+def cli(*argv: str, cwd: Path = ROOT, env: dict | None = None, fake: bool = False) -> subprocess.CompletedProcess:
+    """`boot-harness ARGV` through pipes, as a CI log sees it: no TTY, COLUMNS unset; `fake`: on the FakeRuntime."""
     environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    return subprocess.run([sys.executable, "-m", "harness.cli", *argv], cwd=cwd, capture_output=True, text=True,
+    entry = [str(STANDIN_CLI)] if fake else ["-m", "harness.cli"]
+    return subprocess.run([sys.executable, *entry, *argv], cwd=cwd, capture_output=True, text=True,
                           env={**environ, **(env or {})}, timeout=300)
 
 
@@ -49,7 +51,7 @@ def test_a_piped_run_log_keeps_every_long_id_whole_with_its_verdict_on_one_line(
     m = long_matrix(tmp_path)
     ids = [c.id for c in expand_cells(load_matrix(m).matrix)]
     assert all(len(i) > 60 for i in ids), "ids whose event lines are far longer than a pipe's 80 columns"
-    proc = cli("run", "--matrix", str(m), "--results-dir", str(tmp_path / "r"), env=FAKE_ENV)
+    proc = cli("run", "--matrix", str(m), "--results-dir", str(tmp_path / "r"), fake=True)
     assert proc.returncode == 0, proc.stderr
     events = proc.stderr.splitlines()
     for cell_id in ids:
@@ -173,7 +175,7 @@ def test_read_only_commands_work_on_the_cpu_example_without_setup_or_name_the_sc
 
 def test_analyze_says_below_as_its_json_does_and_suggests_no_patch_variable_where_there_is_no_patch():
     from harness.analysis.fit import analyze_run
-    from harness.analysis.synthetic import cpu_example_run
+    from tests.synthetic import cpu_example_run
 
     analysis = analyze_run(cpu_example_run())
     crossings = [g.cross for g in analysis.groups if g.cross.kind == "below"]
@@ -215,12 +217,11 @@ def test_no_argument_shape_ends_in_a_traceback(capsys, tmp_path_factory, monkeyp
     """Whatever is typed: exit 0, 1 or 2 (with one or more lines on stderr), never a traceback. Booting commands
     meet the fake runtime; results land in a temporary directory."""
     monkeypatch.chdir(ROOT)
-    monkeypatch.setenv("BOOT_HARNESS_RUNTIME", "fake")
     if "--results-dir" not in argv and argv[:1] in (["run"], ["frontier"], ["repro"]):
         argv = [*argv, "--results-dir", str(tmp_path_factory.mktemp("fuzz"))]
     argv = [a if a != "results" else str(tmp_path_factory.mktemp("res")) for a in argv]
     try:
-        code = main(argv)
+        code = main(argv, runtimes=lambda loaded: FakeRuntime())
     except SystemExit as exc:  # --help / --version
         code = exc.code
     out = capsys.readouterr()

@@ -1,6 +1,7 @@
 """How cells run at once: each on its own GPUs (a fake inventory here), after those GPUs are back at idle, with a
 `gpu_memory_busy` refusal retried once instead of reported, and Ctrl-C/SIGTERM leaving no server behind. The servers
-are real processes (tests/fakes/fake_vllm.py behind a small wrapper that records what each one was given)."""
+are real processes (tests/fakes/fake_vllm.py behind a small wrapper that records what each one was given); every wait
+of the harness's own (the idle wait) is on a FakeClock, and the test's own waits poll, so nothing here sleeps."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 import yaml
 
 from harness.cells import expand_cells, value_token
+from harness.clock import FakeClock
 from harness.gpu.fake import FakeInventory
 from harness.gpu.idle import IdleBaseline
 from harness.gpu.inventory import CpuInventory
@@ -24,6 +26,7 @@ from harness.results.model import RunResult
 from harness.results.store import RunStore
 from harness.boot.attempt import CellRunner, watch_config
 from harness.boot.executor import Executor
+from harness.boot.live import LiveServers
 from harness.boot.signals import Interrupted
 from harness.runtime.process import ProcessRuntime
 
@@ -71,14 +74,35 @@ def records(tmp_path: Path, cell_id: str) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((tmp_path / "rec").glob(f"{cell_id}.*.json"))]
 
 
+def poll(done, timeout_s: float = 15.0) -> bool:
+    """Wait (really: this is the test waiting for threads, not the harness waiting) until `done()`, in 10 ms steps."""
+    deadline = time.monotonic() + timeout_s
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return done()
+
+
+def main_thread_in(*calls: str) -> bool:
+    """Whether the main thread is, right now, in the chain of calls `calls` (outermost first, each calling the next
+    directly), read from its stack."""
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    names = []
+    while frame is not None:
+        names.append(frame.f_code.co_name)
+        frame = frame.f_back
+    names.reverse()
+    return any(names[i:i + len(calls)] == list(calls) for i in range(len(names)))
+
+
 def overlaps(timeline) -> list[tuple[str, str]]:
     return [(a[0], b[0]) for i, a in enumerate(timeline) for b in timeline[i + 1:] if a[2] < b[3] and b[2] < a[3]]
 
 
 def test_cells_run_at_once_on_disjoint_gpus_and_record_them_in_matrix_order(tmp_path):
     cells, runner, store = setup(tmp_path, {n: {} for n in "abcd"}, gpus_per_cell=2, delay=0.6)
-    inv = FakeInventory(4, total_gib=80)
-    sched = Executor(runner, inv, parallel=2, gpus_per_cell=2, idle=IdleBaseline(inv, poll_s=0.02))
+    clock = FakeClock()
+    inv = FakeInventory(4, total_gib=80, clock=clock.now)
+    sched = Executor(runner, inv, parallel=2, gpus_per_cell=2, idle=IdleBaseline(inv, poll_s=0.02, clock=clock))
     results = sched.run(cells)
     assert [r.cell_id for r in results] == [c.id for c in cells]
     assert all((r.outcome, r.matched) == ("booted", True) for r in results), [r.detail for r in results]
@@ -105,12 +129,13 @@ def test_cpu_cells_run_at_once_without_a_gpu_assignment(tmp_path):
 
 def test_a_cell_waits_for_its_gpu_to_return_to_idle_and_says_so_in_its_log(tmp_path):
     cells, runner, store = setup(tmp_path, {"a": {}})
-    inv = FakeInventory(1)
-    idle = IdleBaseline(inv, timeout_s=10, poll_s=0.02)
+    clock = FakeClock()
+    inv = FakeInventory(1, clock=clock.now)
+    idle = IdleBaseline(inv, timeout_s=10, poll_s=0.02, clock=clock)
     idle.capture()
     inv.hold(0, gib=30, for_s=0.5)  # the previous cell's server, still giving its memory back
-    t0 = time.monotonic()
-    sched = Executor(runner, inv, parallel=1, gpus_per_cell=1, idle=idle)
+    t0 = clock.now()
+    sched = Executor(runner, inv, parallel=1, gpus_per_cell=1, idle=idle, clock=clock)
     (r,) = sched.run(cells)
     assert sched.timeline[0][2] - t0 >= 0.45, "started only once the GPU was idle"
     assert r.gpus[0].free_gib == 79.5, "free memory at start is the idle figure"
@@ -120,8 +145,9 @@ def test_a_cell_waits_for_its_gpu_to_return_to_idle_and_says_so_in_its_log(tmp_p
 
 def test_a_busy_refusal_is_contaminated_and_retried_once_after_the_wait(tmp_path):
     cells, runner, store = setup(tmp_path, {"a": {"REC_BUSY": "first"}})
-    inv = FakeInventory(1)
-    (r,) = Executor(runner, inv, parallel=1, gpus_per_cell=1, idle=IdleBaseline(inv, poll_s=0.02)).run(cells)
+    clock = FakeClock()
+    inv = FakeInventory(1, clock=clock.now)
+    (r,) = Executor(runner, inv, parallel=1, gpus_per_cell=1, idle=IdleBaseline(inv, poll_s=0.02, clock=clock)).run(cells)
     assert (r.outcome, r.attempts) == ("booted", 2), r.detail
     assert r.contaminated
     first = (store.run_dir / "logs" / f"{r.cell_id}.attempt1.log").read_text()
@@ -132,15 +158,17 @@ def test_a_busy_refusal_is_contaminated_and_retried_once_after_the_wait(tmp_path
 
 def test_a_second_busy_refusal_on_an_idle_gpu_is_the_configurations_verdict(tmp_path):
     cells, runner, _ = setup(tmp_path, {"a": {"REC_BUSY": "always"}})
-    inv = FakeInventory(1)
-    (r,) = Executor(runner, inv, parallel=1, gpus_per_cell=1, idle=IdleBaseline(inv, poll_s=0.02)).run(cells)
+    clock = FakeClock()
+    inv = FakeInventory(1, clock=clock.now)
+    (r,) = Executor(runner, inv, parallel=1, gpus_per_cell=1, idle=IdleBaseline(inv, poll_s=0.02, clock=clock)).run(cells)
     assert (r.outcome, r.reason, r.attempts, r.matched) == ("refused", "gpu_memory_busy", 2, False)
 
 
 def test_a_second_busy_refusal_while_memory_is_still_held_is_never_the_verdict(tmp_path):
     cells, runner, _ = setup(tmp_path, {"a": {"REC_BUSY": "always"}})
-    inv = FakeInventory(1)
-    idle = IdleBaseline(inv, timeout_s=0.2, poll_s=0.02)
+    clock = FakeClock()
+    inv = FakeInventory(1, clock=clock.now)
+    idle = IdleBaseline(inv, timeout_s=0.2, poll_s=0.02, clock=clock)
     idle.capture()
     inv.hold(0, gib=60)  # something outside the harness holds the GPU all along
     (r,) = Executor(runner, inv, parallel=1, gpus_per_cell=1, idle=idle).run(cells)
@@ -154,11 +182,8 @@ def test_an_interrupt_stops_every_running_server_keeps_finished_cells_and_marks_
     sched = Executor(runner, CpuInventory(3), parallel=3)
 
     def interrupt_when_the_fast_cell_is_recorded():
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and not (store.cells_dir / "c_fast.json").exists():
-            time.sleep(0.05)
-        while len(sched.live.running()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        poll(lambda: (store.cells_dir / "c_fast.json").exists())
+        poll(lambda: len(sched.live.running()) >= 2)
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=interrupt_when_the_fast_cell_is_recorded, daemon=True).start()
@@ -188,8 +213,10 @@ def test_an_interrupt_returns_only_after_every_worker_has_finished_its_teardown(
     torn_down: list[str] = []
 
     def slow_remove(work, keep):
-        # the first worker is the one the main thread waits on when the signal comes: its teardown is the long one
-        time.sleep(1.0 if threading.current_thread().name == "cell-worker-0" else 0.0)
+        # the first worker is the one the main thread waits on when the signal comes: its teardown is the long one,
+        # lasting until the main thread has come to join it
+        if threading.current_thread().name == "cell-worker-0":
+            poll(lambda: main_thread_in("_shutdown", "join"), timeout_s=5)
         real_remove(work, keep)
         torn_down.append(work.name)
 
@@ -197,10 +224,8 @@ def test_an_interrupt_returns_only_after_every_worker_has_finished_its_teardown(
     sched = Executor(runner, CpuInventory(2), parallel=2)
 
     def interrupt_when_both_run():
-        deadline = time.monotonic() + 15
-        while len(sched.live.running()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.3)  # the main thread is back in its wait for the workers
+        poll(lambda: len(sched.live.running()) >= 2)
+        poll(lambda: main_thread_in("_wait_for"))  # the main thread is back in its wait for the workers
         os.kill(os.getpid(), signal.SIGINT)
 
     threading.Thread(target=interrupt_when_both_run, daemon=True).start()
@@ -217,7 +242,7 @@ def test_a_runtime_bug_in_one_worker_stops_the_others_and_is_raised(tmp_path):
 
     def start(cell, ctx, on_line):
         if cell.id == "c_bug":
-            time.sleep(0.5)
+            poll(lambda: records(tmp_path, "c_hang"), timeout_s=10)  # the bug strikes once the other server runs
             raise RuntimeError("a bug in the runtime")
         return real_start(cell, ctx, on_line)
 
@@ -244,9 +269,7 @@ class _SlowStop:
 
 
 def test_a_server_the_main_thread_stops_voids_its_cells_verdict_before_the_stop_returns():
-    from harness.boot.executor import _LiveServers
-
-    live = _LiveServers()
+    live = LiveServers()
     slow, quick = _SlowStop(), _SlowStop(quick=True)
     live.add("slow", slow)
     live.add("quick", quick)
@@ -254,9 +277,7 @@ def test_a_server_the_main_thread_stops_voids_its_cells_verdict_before_the_stop_
     owner_first.stop()  # its worker began the teardown itself: its verdict stands
     t = threading.Thread(target=live.stop_all)
     t.start()
-    deadline = time.monotonic() + 2
-    while not live.was_killed("slow") and time.monotonic() < deadline:
-        time.sleep(0.01)
+    poll(lambda: live.was_killed("slow"), timeout_s=2)
     assert live.was_killed("slow") and t.is_alive(), "void at once, though its stop is still going"
     slow.release.set()
     t.join(5)

@@ -1,14 +1,15 @@
 """GPU hand-out without a GPU: the NVML inventory over a stand-in for pynvml, the pool that never gives one GPU to two
-cells, `--parallel auto|N`, and the wait for a GPU's memory to return to its idle baseline."""
+cells, `--parallel auto|N`, and the wait for a GPU's memory to return to its idle baseline (on a FakeClock: the
+waits of minutes the harness makes take no time here)."""
 
 from __future__ import annotations
 
 import threading
-import time
 from types import SimpleNamespace
 
 import pytest
 
+from harness.clock import FakeClock
 from harness.errors import UsageError
 from harness.gpu.fake import FakeInventory
 from harness.gpu.idle import GIB, IdleBaseline
@@ -97,8 +98,8 @@ def test_the_pool_never_gives_a_gpu_to_two_cells_at_once():
     got = []
     t = threading.Thread(target=lambda: got.append(pool.reserve(stop)))
     t.start()
-    time.sleep(0.1)
-    assert got == [], "blocks while every GPU is held"
+    t.join(0.05)
+    assert got == [] and t.is_alive(), "blocks while every GPU is held"
     pool.release(a)
     t.join(2)
     assert got == [[0, 1]]
@@ -130,39 +131,61 @@ def test_parallel_without_gpus_per_cell_is_cpu_slots_unless_the_matrix_shares_gp
 
 
 def test_the_idle_wait_returns_once_memory_is_back_at_the_baseline():
-    inv = FakeInventory(2)
-    idle = IdleBaseline(inv, timeout_s=5, poll_s=0.02)
+    clock = FakeClock()
+    inv = FakeInventory(2, clock=clock.now)
+    idle = IdleBaseline(inv, timeout_s=180, poll_s=1.0, clock=clock)
     idle.capture()
-    inv.hold(1, gib=30, for_s=0.3)  # a server that is still dying
-    assert idle.wait([0]).idle and idle.wait([0]).waited_s < 0.1
-    t0 = time.monotonic()
+    inv.hold(1, gib=30, for_s=30)  # a server that is still dying
+    assert idle.wait([0]).idle and idle.wait([0]).waited_s == 0 and clock.slept == []
+    t0 = clock.now()
     w = idle.wait([0, 1])
-    assert w.idle and 0.25 <= time.monotonic() - t0 < 2, w
-    assert "idle baseline" in w.describe()
+    assert w.idle and clock.now() - t0 == w.waited_s == 30, w
+    assert clock.slept == [1.0] * 30, "polled every poll_s until the memory came back"
+    assert "idle baseline (waited 30.0 s)" in w.describe()
 
 
 def test_the_idle_wait_is_bounded_and_says_what_is_still_held():
-    inv = FakeInventory(1)
-    idle = IdleBaseline(inv, timeout_s=0.2, poll_s=0.02)
+    clock = FakeClock()
+    inv = FakeInventory(1, clock=clock.now)
+    idle = IdleBaseline(inv, timeout_s=180, poll_s=1.0, clock=clock)
     idle.capture()
     inv.hold(0, gib=12)
     w = idle.wait([0])
-    assert not w.idle and w.over_gib == {0: 12.0} and "still above" in w.describe()
+    assert not w.idle and w.waited_s == 180 and w.over_gib == {0: 12.0} and "still above" in w.describe()
     stop = threading.Event()
     stop.set()
     idle.timeout_s, idle.poll_s = 30, 5
-    t0 = time.monotonic()
-    assert idle.wait([0], stop).stopped and time.monotonic() - t0 < 1, "a stop ends the wait at once"
+    t0 = clock.now()
+    assert idle.wait([0], stop).stopped and clock.now() == t0, "a stop ends the wait at once"
+
+
+def test_a_stop_while_the_idle_wait_sleeps_ends_it_there():
+    stop = threading.Event()
+
+    class InterruptedClock(FakeClock):
+        def sleep(self, seconds):
+            super().sleep(seconds)
+            if len(self.slept) == 3:  # Ctrl-C during the third poll's sleep
+                stop.set()
+
+    clock = InterruptedClock()
+    inv = FakeInventory(1, clock=clock.now)
+    idle = IdleBaseline(inv, timeout_s=180, poll_s=1.0, clock=clock)
+    idle.capture()
+    inv.hold(0, gib=12)
+    w = idle.wait([0], stop)
+    assert w.stopped and w.waited_s == 3 and not w.idle and "stopped while waiting" in w.describe()
 
 
 def test_a_run_that_started_while_memory_was_held_learns_the_lower_idle_level():
-    inv = FakeInventory(1)
-    inv.hold(0, gib=20, for_s=0.1)
-    idle = IdleBaseline(inv, timeout_s=1, poll_s=0.02)
+    clock = FakeClock()
+    inv = FakeInventory(1, clock=clock.now)
+    inv.hold(0, gib=20, for_s=10)
+    idle = IdleBaseline(inv, timeout_s=60, poll_s=1.0, clock=clock)
     idle.capture()  # baseline includes the 20 GiB
-    time.sleep(0.15)
+    clock.advance(15)  # the memory was given back meanwhile
     assert idle.wait([0]).idle
     assert idle.baseline[0] == int(0.5 * GIB), "lowered to what the free GPU really uses"
     inv.hold(0, gib=20)
-    idle.timeout_s = 0.1
+    idle.timeout_s = 10
     assert not idle.wait([0]).idle, "and holds the GPU to it"

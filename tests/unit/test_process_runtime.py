@@ -1,134 +1,106 @@
-"""The process runtime and the runner on real processes: a scripted fake server (tests/fakes/fake_vllm.py) shows the
-shapes real vLLM cannot be made to show on demand, in well under a second each."""
+"""The process runtime without a process: its preflight, and how a stop treats a process group (SIGTERM, the grace,
+SIGKILL, members that linger), on a FakeClock and a group on paper. The same runtime on real processes, with a
+scripted fake vLLM, is tests/integration/test_process_runtime.py."""
 
 from __future__ import annotations
 
-import os
-import sys
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import signal
 from pathlib import Path
 
 import pytest
 
-from harness.cells import expand_cells
-from harness.matrix.load import load_matrix
-from harness.boot.session import RunOptions, RunSession
-from harness.runtime.ports import free_port
-from harness.runtime.process import ProcessRuntime
-from tests.builders import FAKE_VLLM, fake_matrix
-
-FAKE = str(FAKE_VLLM)
-
-
-def boot(tmp_path: Path, scenario: str, runtime: ProcessRuntime | None = None, **top):
-    loaded = load_matrix(fake_matrix(tmp_path / "fake.yaml", [scenario], **{"linger_s": 3, **top}))
-    cell = expand_cells(loaded.matrix)[0]
-    session = RunSession.open(loaded, [cell], RunOptions(results_dir=tmp_path / "results"), runtime=runtime)
-    (result,) = session.run()
-    return result, session.store
-
-
-def group_gone(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return False
-    except ProcessLookupError:
-        return True
-
-
-def test_a_booting_server_is_booted_and_then_stopped(tmp_path):
-    result, store = boot(tmp_path, "boot")
-    assert (result.outcome, result.reason) == ("booted", "ready")
-    assert result.kv.kv_tokens == 10720 and result.vllm_version == "0.0.0-fake"
-    assert result.argv[-4:] == ["--host", "127.0.0.1", "--port", str(result.port)]
-    assert (store.run_dir / result.log_path).read_text().count("Application startup complete") == 1
-    assert not list((store.run_dir / "active").glob("*.json")), "the process-group record is removed after teardown"
-
-
-def test_a_refusing_server_is_refused_with_its_numbers(tmp_path):
-    result, _ = boot(tmp_path, "refuse")
-    assert (result.outcome, result.reason, result.exit_code) == ("refused", "kv_insufficient", 1)
-    assert result.refusal.estimated_max_model_len == 3072
-
-
-def test_a_refusal_followed_by_a_hang_is_decided_at_the_line_and_the_server_killed(tmp_path):
-    t0 = time.monotonic()
-    result, _ = boot(tmp_path, "refuse_hang", linger_s=1)
-    assert (result.outcome, result.reason) == ("refused", "kv_insufficient")
-    assert result.timings.verdict_s < 3 and time.monotonic() - t0 < 10
-
-
-def test_a_server_that_ignores_sigterm_is_killed_at_the_deadline(tmp_path):
-    result, store = boot(tmp_path, "ignore_term", timeout_s=2)
-    assert (result.outcome, result.reason) == ("timeout", "deadline")
-    assert result.exit_code == -9, "SIGTERM ignored, so the group got SIGKILL after the grace"
-
-
-@pytest.mark.parametrize("scenario,reason", [("crash", "exited"), ("exit0", "exited_before_ready"),
-                                             ("probe_fail", "probe_failed")])
-def test_crash_shapes(tmp_path, scenario, reason):
-    result, _ = boot(tmp_path, scenario)
-    assert (result.outcome, result.reason) == ("crashed", reason)
-
-
-def test_binary_garbage_in_the_log_does_not_stop_the_boot(tmp_path):
-    result, _ = boot(tmp_path, "garbage")
-    assert result.outcome == "booted"
+from harness.clock import FakeClock
+from harness.errors import RuntimeUnavailable
+from harness.runtime.process import REAP_S, ProcessRuntime, ProcessServer
 
 
 def test_a_missing_command_is_a_clear_preflight_error(tmp_path):
-    from harness.errors import RuntimeUnavailable
-
     with pytest.raises(RuntimeUnavailable, match="not on PATH"):
         ProcessRuntime(["no-such-vllm-binary"]).preflight([])
 
 
-class _Foreign(BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.end_headers()
+class _Leader:
+    """The Popen of the group's leader, as much of it as a stop uses."""
 
-    def log_message(self, *a):
-        pass
+    pid = 424242
+    returncode: int | None = None
 
+    def poll(self) -> int | None:
+        return self.returncode
 
-def test_a_server_already_on_the_port_is_an_error_never_booted(tmp_path):
-    port = free_port()
-    foreign = ThreadingHTTPServer(("127.0.0.1", port), _Foreign)
-    threading.Thread(target=foreign.serve_forever, daemon=True).start()
-    try:
-        result, _ = boot(tmp_path, "boot", runtime=ProcessRuntime([sys.executable, FAKE], port_picker=lambda: port))
-    finally:
-        foreign.shutdown()
-    assert (result.outcome, result.reason) == ("error", "start_failed")
+    def wait(self, timeout: float | None = None) -> int | None:
+        return self.returncode
 
 
-def test_a_stale_listener_that_appears_after_start_is_never_taken_for_ours(tmp_path):
-    port = free_port()
-    holder: list[ThreadingHTTPServer] = []
+class _Group(ProcessServer):
+    """A server whose process group is on paper: SIGTERM ends it `term_s` later (never: it ignores SIGTERM), SIGKILL
+    ends the leader at once and the rest of the group `linger_s` later."""
 
-    def picker() -> int:
-        # our server will never bind; a foreign one takes the port right after the harness checked it was free
-        def later():
-            time.sleep(0.3)
-            holder.append(ThreadingHTTPServer(("127.0.0.1", port), _Foreign))
-            holder[0].serve_forever()
-        threading.Thread(target=later, daemon=True).start()
-        return port
+    def __init__(self, tmp_path: Path, clock: FakeClock, term_s: float | None = 0.0, linger_s: float = 0.0):
+        (tmp_path / "c.json").write_text("{}")
+        super().__init__(_Leader(), ["vllm", "serve"], 8000, tmp_path / "c.json", clock)  # type: ignore[arg-type]
+        self.term_s, self.linger_s = term_s, linger_s
+        self.signals: list[int] = []
+        self.gone_at: float | None = None
 
-    try:
-        result, _ = boot(tmp_path, "never_bind", runtime=ProcessRuntime([sys.executable, FAKE], port_picker=picker))
-    finally:
-        if holder:
-            holder[0].shutdown()
-    assert (result.outcome, result.reason) == ("error", "stale_server")
+    def _signal_group(self, sig: int) -> bool:
+        if not self.group_alive():
+            return False
+        self.signals.append(sig)
+        now = self.clock.now()
+        if sig == signal.SIGKILL:
+            self.proc.returncode = -9
+            self.gone_at = min(self.gone_at or float("inf"), now + self.linger_s)
+        elif self.term_s is not None and self.gone_at is None:
+            self.gone_at = now + self.term_s
+        return True
+
+    def group_alive(self) -> bool:
+        alive = self.gone_at is None or self.clock.now() < self.gone_at
+        if not alive and self.proc.returncode is None:
+            self.proc.returncode = -15
+        return alive
 
 
-def test_secrets_in_env_and_argv_never_reach_the_record_or_the_log(tmp_path):
-    secret = "hf_abcdefghijklmnop"
-    result, store = boot(tmp_path, "boot", env={"HF_TOKEN": secret}, args=["--api-key", "sk-verysecret123"])
-    files = [p.read_text() for p in store.run_dir.rglob("*") if p.is_file()]
-    assert result.env["HF_TOKEN"] == "***"
-    assert not any(secret in f or "sk-verysecret123" in f for f in files)
+def test_a_group_that_ends_on_sigterm_is_never_killed(tmp_path):
+    clock = FakeClock()
+    server = _Group(tmp_path, clock, term_s=1.2)
+    assert server.stop(grace_s=3.0) == -15
+    assert server.signals == [signal.SIGTERM]
+    assert 1.2 <= sum(clock.slept) < 1.3, "polled until the group was gone, not for the whole grace"
+    assert not (tmp_path / "c.json").exists(), "the group's record goes with it"
+
+
+def test_a_group_that_ignores_sigterm_is_killed_when_the_grace_runs_out(tmp_path):
+    clock = FakeClock()
+    server = _Group(tmp_path, clock, term_s=None)
+    assert server.stop(grace_s=3.0) == -9
+    assert server.signals == [signal.SIGTERM, signal.SIGKILL]
+    assert 3.0 <= sum(clock.slept) < 3.1
+
+
+def test_members_that_outlive_the_leader_are_killed_again_until_gone(tmp_path):
+    clock = FakeClock()
+    server = _Group(tmp_path, clock, term_s=None, linger_s=0.5)
+    t0 = clock.now()
+    server.stop(grace_s=1.0)
+    assert server.signals[:2] == [signal.SIGTERM, signal.SIGKILL] and set(server.signals[2:]) == {signal.SIGKILL}
+    assert len(server.signals) > 3 and not server.group_alive()
+    assert 1.5 <= clock.now() - t0 < 1.6
+
+
+def test_a_group_that_will_not_die_is_given_up_on_after_the_reap_bound(tmp_path):
+    clock = FakeClock()
+    server = _Group(tmp_path, clock, term_s=None, linger_s=3600)
+    t0 = clock.now()
+    server.stop(grace_s=1.0)
+    assert server.group_alive(), "gc reaps it later from its record; the stop does not hang"
+    assert 1.0 + REAP_S <= clock.now() - t0 < 1.0 + REAP_S + 0.1
+
+
+def test_a_stop_is_final(tmp_path):
+    clock = FakeClock()
+    server = _Group(tmp_path, clock)
+    server.stop()
+    server.stop()
+    assert server.signals == [signal.SIGTERM]

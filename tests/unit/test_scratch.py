@@ -4,9 +4,8 @@ the next run — but only a dead harness's, never a live run's or one kept on pu
 from __future__ import annotations
 
 import json
+import os
 import socket
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -24,10 +23,17 @@ def _cell(results: Path, run: str, cell: str) -> tuple[Path, Path]:
     return work, Path(env["TMPDIR"])
 
 
+#: Above Linux's largest possible pid (PID_MAX_LIMIT, 2**22): no process has it, so its harness is dead.
+DEAD_PID = 2**22 + 1
+
+
 def _dead_pid() -> int:
-    p = subprocess.Popen([sys.executable, "-c", "pass"])
-    p.wait()
-    return p.pid
+    return DEAD_PID
+
+
+def _live_pid() -> int:
+    """Another process of this host that is alive for as long as this test runs: the one that started pytest."""
+    return os.getppid()
 
 
 def _own(work: Path, pid: int, host: str | None = None) -> None:
@@ -53,22 +59,17 @@ def test_kept_scratch_stays_and_is_no_longer_swept(tmp_path):
 def test_gc_removes_a_dead_harness_scratch_and_nothing_else(tmp_path):
     dead, dead_tmp = _cell(tmp_path, "killed", "c1")
     _own(dead, _dead_pid())
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        live, live_tmp = _cell(tmp_path, "running", "c1")
-        _own(live, sleeper.pid)
-        mine, _ = _cell(tmp_path, "mine", "c1")  # claimed by this process
-        elsewhere, _ = _cell(tmp_path, "other-host", "c1")
-        _own(elsewhere, _dead_pid(), host="another-host")
-        unclaimed = tmp_path / "old" / "work" / "c1"
-        unclaimed.mkdir(parents=True)
-        swept = sweep(tmp_path, [])
-        assert swept.work_dirs == [dead]
-        assert not dead.exists() and not dead_tmp.exists()
-        assert all(p.exists() for p in (live, live_tmp, mine, elsewhere, unclaimed))
-    finally:
-        sleeper.kill()
-        sleeper.wait()
+    live, live_tmp = _cell(tmp_path, "running", "c1")
+    _own(live, _live_pid())
+    mine, _ = _cell(tmp_path, "mine", "c1")  # claimed by this process
+    elsewhere, _ = _cell(tmp_path, "other-host", "c1")
+    _own(elsewhere, _dead_pid(), host="another-host")
+    unclaimed = tmp_path / "old" / "work" / "c1"
+    unclaimed.mkdir(parents=True)
+    swept = sweep(tmp_path, [])
+    assert swept.work_dirs == [dead]
+    assert not dead.exists() and not dead_tmp.exists()
+    assert all(p.exists() for p in (live, live_tmp, mine, elsewhere, unclaimed))
     for work in (live, mine, elsewhere):
         scratch.remove(work)
 

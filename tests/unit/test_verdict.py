@@ -12,15 +12,16 @@ import pytest
 from harness.logfacts import Refusal
 from harness.logfacts.model import RefusalKind
 from harness.matrix.load import load_matrix
-from harness.verdict import REASONS, Evidence, Finding, Outcome, Reason, decide
+from harness.verdict import REASONS, Outcome, Reason
+from harness.verdict.policy import Evidence, Sighting, decide
 from harness.verdict.catalogue import reason_table
 from tests.builders import write_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def refusal(kind: str) -> Finding:
-    return Finding("refusal", f"{kind} said so", refusal=Refusal(kind=kind, message="m"))
+def refusal(kind: str) -> Sighting:
+    return Sighting("refusal", f"{kind} said so", refusal=Refusal(kind=kind, message="m"))
 
 
 def test_every_reason_belongs_to_one_outcome_and_every_refusal_kind_is_a_reason():
@@ -36,27 +37,27 @@ def test_docs_results_md_holds_the_catalogues_table():
 
 
 @pytest.mark.parametrize(("evidence", "outcome", "reason"), [
-    (Evidence(finding=refusal("kv_insufficient")), "refused", "kv_insufficient"),
-    (Evidence(finding=refusal("engine_init_failed")), "crashed", "engine_init_failed"),
-    (Evidence(finding=Finding("exit", "x", exit_code=3)), "crashed", "exited"),
-    (Evidence(finding=Finding("exit", "x", exit_code=0)), "crashed", "exited_before_ready"),
-    (Evidence(finding=Finding("exit", "x", exit_code=-9)), "crashed", "killed"),
-    (Evidence(finding=Finding("exit", "x")), "crashed", "killed"),
-    (Evidence(finding=Finding("exit_after_health", "x", exit_code=1)), "crashed", "exited"),
-    (Evidence(finding=Finding("healthy", "x")), "booted", "ready"),
-    (Evidence(finding=Finding("probe_failed", "x")), "crashed", "probe_failed"),
-    (Evidence(finding=Finding("deadline", "x")), "timeout", "deadline"),
-    (Evidence(finding=Finding("stale_listener", "x")), "error", "stale_server"),
+    (Evidence(sighting=refusal("kv_insufficient")), "refused", "kv_insufficient"),
+    (Evidence(sighting=refusal("engine_init_failed")), "crashed", "engine_init_failed"),
+    (Evidence(sighting=Sighting("exit", "x", exit_code=3)), "crashed", "exited"),
+    (Evidence(sighting=Sighting("exit", "x", exit_code=0)), "crashed", "exited_before_ready"),
+    (Evidence(sighting=Sighting("exit", "x", exit_code=-9)), "crashed", "killed"),
+    (Evidence(sighting=Sighting("exit", "x")), "crashed", "killed"),
+    (Evidence(sighting=Sighting("exit_after_health", "x", exit_code=1)), "crashed", "exited"),
+    (Evidence(sighting=Sighting("healthy", "x")), "booted", "ready"),
+    (Evidence(sighting=Sighting("probe_failed", "x")), "crashed", "probe_failed"),
+    (Evidence(sighting=Sighting("deadline", "x")), "timeout", "deadline"),
+    (Evidence(sighting=Sighting("stale_listener", "x")), "error", "stale_server"),
     (Evidence(start_error="no such image"), "error", "start_failed"),
     # the engine's OOM kill explains a crash or a hang, not a refusal vLLM printed first
-    (Evidence(finding=Finding("exit", "x", exit_code=137), oom_killed=True), "crashed", "oom_killed"),
-    (Evidence(finding=Finding("deadline", "x"), oom_killed=True), "crashed", "oom_killed"),
-    (Evidence(finding=refusal("engine_init_failed"), oom_killed=True), "crashed", "oom_killed"),
-    (Evidence(finding=refusal("kv_insufficient"), oom_killed=True), "refused", "kv_insufficient"),
+    (Evidence(sighting=Sighting("exit", "x", exit_code=137), oom_killed=True), "crashed", "oom_killed"),
+    (Evidence(sighting=Sighting("deadline", "x"), oom_killed=True), "crashed", "oom_killed"),
+    (Evidence(sighting=refusal("engine_init_failed"), oom_killed=True), "crashed", "oom_killed"),
+    (Evidence(sighting=refusal("kv_insufficient"), oom_killed=True), "refused", "kv_insufficient"),
     # memory busy: the configuration's verdict unless the retry's GPUs were still held
-    (Evidence(finding=refusal("gpu_memory_busy")), "refused", "gpu_memory_busy"),
-    (Evidence(finding=refusal("gpu_memory_busy"), retried_busy=True), "refused", "gpu_memory_busy"),
-    (Evidence(finding=refusal("gpu_memory_busy"), retried_busy=True, gpus_not_idle="GPU 0 +60 GiB"),
+    (Evidence(sighting=refusal("gpu_memory_busy")), "refused", "gpu_memory_busy"),
+    (Evidence(sighting=refusal("gpu_memory_busy"), retried_busy=True), "refused", "gpu_memory_busy"),
+    (Evidence(sighting=refusal("gpu_memory_busy"), retried_busy=True, gpus_not_idle="GPU 0 +60 GiB"),
      "error", "gpu_memory_held"),
 ])
 def test_the_first_rule_that_applies_decides(evidence, outcome, reason):

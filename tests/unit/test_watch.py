@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.masking import Masker
-from harness.verdict import Evidence, decide
+from harness.verdict.policy import Evidence, decide
 from harness.watch.events import Event, ThreadedEvents
 from harness.watch.health import ProbeResult
 from harness.watch.logsink import LogSink
@@ -106,7 +106,7 @@ def watch(tmp_path: Path, script, *, timeout_s=900.0, probe=True, probe_ok=True,
               else lambda url, t: prober(server))
     seen = w.run()
     sink.close()
-    return Seen(seen, decide(Evidence(finding=seen.finding)))
+    return Seen(seen, decide(Evidence(sighting=seen.sighting)))
 
 
 class Seen:

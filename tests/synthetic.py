@@ -3,7 +3,8 @@
 They are ordinary `RunResult`/`CellResult` objects (the one schema), so every analysis and report command works on
 them; tests, docs and demos use them where a real boot would only repeat numbers already measured.
 
-    from harness.analysis.synthetic import seed_run, write_run
+    from harness.results.store import write_run
+    from tests.synthetic import seed_run
     write_run(seed_run(), Path("results"))        # then: boot-harness analyze results/seed-measured
 """
 
@@ -14,7 +15,8 @@ from pathlib import Path
 
 from harness.logfacts import KvFacts, Refusal
 from harness.results.model import CellResult, Expected, HostInfo, MatrixRef, RunResult
-from harness.results.store import atomic_write_text, summarize
+from harness.results.store import summarize
+from harness.verdict import Reason
 
 _T0 = datetime(2026, 9, 30, 16, 0, tzinfo=timezone.utc)
 KV_MSG = ("To serve at least one request with the model's max seq len ({n}), ({need} GiB KV cache is needed, which is "
@@ -28,7 +30,7 @@ def make_cell(cell_id: str, axes: dict[str, str], outcome: str, *, reason: str |
               log_tail: list[str] | None = None) -> CellResult:
     """A cell record; `reason` defaults to `ready` for a boot and to the refusal's kind for a refusal."""
     ref = Refusal(**{"message": "", **refusal}) if refusal else None
-    if ref is not None and ref.kind == "kv_insufficient" and not ref.message:
+    if ref is not None and ref.kind == Reason.kv_insufficient and not ref.message:
         msg = KV_MSG.format(n=ref.max_seq_len, need=ref.needed_gib, avail=ref.available_gib)
         if ref.estimated_max_model_len:
             msg += KV_EST.format(est=ref.estimated_max_model_len)
@@ -48,16 +50,6 @@ def make_run(run_id: str, cells: list[CellResult], name: str = "synthetic") -> R
                      runtime="process", started_at=_T0, finished_at=_T0, status="complete",
                      host=HostInfo(hostname="synthetic", platform="synthetic", python="3"), harness_version="0",
                      cells=cells, summary=summarize(cells))
-
-
-def write_run(run: RunResult, results_dir: Path) -> Path:
-    """Write `run` as a run directory (results.json and cells/*.json), as `boot-harness run` would."""
-    run_dir = Path(results_dir) / run.run_id
-    for c in run.cells:
-        atomic_write_text(run_dir / "cells" / f"{c.cell_id}.json", c.model_dump_json(indent=2))
-    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / "results.json", run.model_dump_json(indent=2))
-    return run_dir
 
 
 def _fork_argv(length: int, mtp: bool) -> list[str]:
@@ -111,10 +103,11 @@ def cpu_cell(length: int, spec: str, kv: str, kv_bytes: int, *, per_token: int |
     tail = [CPU_TAIL[0].replace("0 tokens", f"{blocks * block:,} tokens")]
     if usable >= length:
         return make_cell(cid, axes, "booted", argv=argv, expected=expected, log_tail=tail,
-                         kv={"reserved_gib": gib, "kv_tokens": blocks * block,
+                         kv={"reserved_gib": gib, "device": "cpu", "kv_tokens": blocks * block,
                              "max_concurrency": round(blocks * block / length, 2), "concurrency_tokens": length})
     need = round((-(-length // block) + 1) * block * per_token / (1 << 30), 2)
-    return make_cell(cid, axes, "refused", argv=argv, expected=expected, log_tail=tail, kv={"reserved_gib": gib},
+    return make_cell(cid, axes, "refused", argv=argv, expected=expected, log_tail=tail,
+                     kv={"reserved_gib": gib, "device": "cpu"},
                      refusal={"kind": "kv_insufficient", "max_seq_len": length, "needed_gib": need,
                               "available_gib": gib, "estimated_max_model_len": usable if usable > 0 else None})
 
