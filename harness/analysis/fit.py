@@ -16,6 +16,7 @@ The math is in docs/analysis.md.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -345,14 +346,22 @@ def _cap_line(cells: list[CellKv], excluded: list[str]) -> tuple[Line | None, st
     return line, ("" if line else _why_no_line(pts, "cap", excluded))
 
 
+def _with_held_back(need: Line | None, cells: list[CellKv]) -> Line | None:
+    """The need line as the pool must hold it (the block vLLM holds back added), for where it meets the cap."""
+    held = max((c.held_bytes for c in cells), default=0.0)
+    return dataclasses.replace(need, intercept=need.intercept + held) if need is not None and held else need
+
+
 def _floor(c: CellKv, need_line: Line | None, floor_env_applies: bool = False) -> Floor:
     r = c.cell.refusal
     notes: list[str] = []
     fitted = need_line.at(c.length) if need_line and c.length is not None else None
     if c.need is not None:
-        top, basis = c.need.hi, f"need from {c.need.where}, upper end"
+        top, basis = c.need.hi + c.held_bytes, f"need from {c.need.where}, upper end" + (
+            f", plus the {fmt_bytes(c.held_bytes)} block vLLM holds back" if c.held_bytes else "")
     elif fitted is not None and need_line is not None:
-        top, basis = fitted + need_line.max_residual, "fitted need + largest residual"
+        top, basis = fitted + need_line.max_residual + c.held_bytes, "fitted need + largest residual" + (
+            " + the held-back block" if c.held_bytes else "")
     else:
         top, basis = None, "no need figure for this cell and no need line: boot it once with a large KV to measure"
     floor_bytes = floor_gib = None
@@ -374,7 +383,7 @@ def _floor(c: CellKv, need_line: Line | None, floor_env_applies: bool = False) -
     fitted_max = None
     if need_line is not None and need_line.slope > 0 and c.cap is not None:
         blk = c.block
-        fitted_max = int(max(0.0, (c.cap.bytes - need_line.intercept) / need_line.slope) // blk * blk)
+        fitted_max = int(max(0.0, (c.cap.bytes - c.held_bytes - need_line.intercept) / need_line.slope) // blk * blk)
     estimate = r.estimated_max_model_len if r else None
     if estimate and fitted_max:
         off = (fitted_max - estimate) / estimate
@@ -395,7 +404,7 @@ def _findings(cells: list[CellKv], excluded: list[str]) -> list[Finding]:
                 f"booted although its need {fmt_bytes(c.need.bytes)} ({c.need.where}) exceeds its cap "
                 f"{fmt_bytes(c.cap.bytes)} ({c.cap.where}): a number is wrong, or this boot did not go through the "
                 "cap the same way — check its log", c.cell_id))
-        if c.kv_refused and c.need.hi < c.cap.lo:
+        if c.kv_refused and c.need.hi + c.held_bytes < c.cap.lo:
             out.append(Finding(
                 Severity.inconsistent,
                 f"refused for KV although its need {fmt_bytes(c.need.bytes)} is below the cap "
@@ -434,7 +443,8 @@ def analyze_run(run: RunResult, length_override: str | None = None,
         cap_line, cap_why = _cap_line(cells, excluded)
         blk = cells[0].block
         g = GroupAnalysis(dict(zip(others, key)), cells, blk, cells[0].block_source, need_line, need_why, cap_line,
-                          cap_why, crossover(cap_line, need_line, blk), [], _findings(cells, excluded))
+                          cap_why, crossover(cap_line, _with_held_back(need_line, cells), blk), [],
+                          _findings(cells, excluded))
         g.floors = [_floor(c, need_line, forked) for c in cells if c.kv_refused]
         g.predicted_line = least_squares(_predicted_points(cells), "the predictor at each cell's length")
         g.findings += prediction_findings(need_line, g.predicted_line, cells)

@@ -23,9 +23,10 @@ import math
 from dataclasses import dataclass
 from harness.errors import UsageError
 from harness.names import Named
+from harness.predict.versions import DEFAULT_VERSION, rules_for
 from harness.results.model import CellResult, RunResult
 from harness.verdict import Outcome, Reason
-from harness.units import human_int
+from harness.units import fmt_bytes, human_int
 
 GIB = float(1 << 30)
 MIB = float(1 << 20)
@@ -71,6 +72,11 @@ class Source(Named):
     #: the predictor's figure (harness.predict), beside the measured ones
     predicted = "predicted"
 
+    @property
+    def derived(self) -> bool:
+        """Worked out from other figures (vLLM printed none precise enough): shown as ≈, with its precision."""
+        return self in (Source.estimate_scaled, Source.cap_per_token, Source.cap_per_concurrency)
+
 
 @dataclass(frozen=True)
 class Quantity:
@@ -97,8 +103,15 @@ class Quantity:
 
     @property
     def where(self) -> str:
-        """The source as reports print it ("scaled from vLLM's estimate 3,072")."""
-        return f"{self.source} {self.detail}" if self.detail else str(self.source)
+        """The source as reports print it ("scaled from vLLM's estimate 3,072"; a derived figure with its precision)."""
+        text = f"{self.source} {self.detail}" if self.detail else str(self.source)
+        if self.source.derived and self.bytes:
+            text += f", derived ±{max(self.hi - self.bytes, self.bytes - self.lo) / self.bytes:.1%}"
+        return text
+
+    def shown(self) -> str:
+        """The figure as tables print it: `≈` marks one the harness derived rather than read."""
+        return ("≈" if self.source.derived else "") + fmt_bytes(self.bytes)
 
     @property
     def err(self) -> float:
@@ -217,17 +230,24 @@ def available_of(cell: CellResult) -> Quantity | None:
     return None
 
 
+def held_back(cell: CellResult) -> int:
+    """Blocks of the pool vLLM holds back from every request (the BlockPool's null block, from 0.29 on)."""
+    return 1 if rules_for(cell.vllm_version or DEFAULT_VERSION).null_block_in_check else 0
+
+
 def _blocks_for(length: int, block: int) -> int:
-    """Blocks one request of `length` tokens needs, plus the one block vLLM holds back (its null block)."""
-    return math.ceil(length / block) + 1
+    """Blocks one request of `length` tokens needs (vLLM's "KV cache is needed" counts these, not the held-back one)."""
+    return math.ceil(length / block)
 
 
 def need_of(cell: CellResult, length: int | None, cap: Quantity | None, block: int) -> Quantity | None:
-    """The smallest KV pool that serves one request of `length` tokens, from this cell's log (None if it cannot be
-    derived honestly). `hi` is the top of what the log allows, so a floor built on it boots."""
+    """What one request of `length` tokens needs, in vLLM's own terms (its "X GiB KV cache is needed": the request's
+    blocks, not the block the pool holds back — the predictor's need is the same figure), from this cell's log; None
+    if it cannot be derived honestly. `hi` is the top of what the log allows (a floor adds the held-back block)."""
     if length is None:
         return None
     r = cell.refusal
+    held = held_back(cell)
     if r is not None and r.needed_gib is not None and r.kind == Reason.kv_insufficient:
         logged = _gib(r.needed_gib, Source.needed_refusal)
         if logged is not None and not logged.coarse:
@@ -236,11 +256,11 @@ def need_of(cell: CellResult, length: int | None, cap: Quantity | None, block: i
         return None
     rel = cap.err / cap.bytes if cap.bytes else 0.0
     if r is not None and r.kind == Reason.kv_insufficient and r.estimated_max_model_len:
-        # vLLM's estimate M is the longest request the cap holds: the cap is M/block + 1 whole blocks (one is held
-        # back) and less than one more, so a token costs at most cap / (M + block): `length` needs that many blocks.
+        # vLLM's estimate M is the longest request the cap holds: the cap is M/block whole blocks plus those held back,
+        # and less than one more, so a block costs at most cap / (M/block + held): `length` needs that many blocks.
         m = r.estimated_max_model_len
-        upper = cap.bytes * _blocks_for(length, block) / (m / block + 1)
-        lower = cap.bytes * _blocks_for(length, block) / (m / block + 2)
+        upper = cap.bytes * _blocks_for(length, block) / (m / block + held)
+        lower = cap.bytes * _blocks_for(length, block) / (m / block + held + 1)
         return Quantity(upper, Source.estimate_scaled, lower * (1 - rel), upper * (1 + rel), detail=f"{m:,}")
     if cell.outcome == Outcome.booted:
         tokens = cell.kv.kv_tokens
@@ -268,6 +288,24 @@ class CellKv:
     cap: Quantity | None
     need: Quantity | None
     available: Quantity | None
+    #: Blocks the pool holds back from every request (held_back); a floor or a fit against the cap adds them.
+    held: int = 0
+
+    @property
+    def page_hi(self) -> float | None:
+        """One block's bytes at most: the prediction's when it has one, else the need over its blocks (the need has
+        no fewer bytes than its blocks' pages, so this errs on the side of a floor that boots)."""
+        p = self.cell.prediction.prediction if self.cell.prediction else None
+        if p is not None and p.bytes_per_block:
+            return float(p.bytes_per_block)
+        if self.need is None or not self.length:
+            return None
+        return self.need.hi / _blocks_for(self.length, self.block)
+
+    @property
+    def held_bytes(self) -> float:
+        """What the pool holds back, in bytes (0 when nothing is held back or no block size is known)."""
+        return self.held * (self.page_hi or 0.0)
 
     @property
     def cell_id(self) -> str:
@@ -286,4 +324,4 @@ def cell_kv(cell: CellResult, axis: str | None, block: int | None = None) -> Cel
     length = cell_length(cell, axis)
     blk, why = block_size(cell, block)
     cap = cap_of(cell)
-    return CellKv(cell, length, blk, why, cap, need_of(cell, length, cap, blk), available_of(cell))
+    return CellKv(cell, length, blk, why, cap, need_of(cell, length, cap, blk), available_of(cell), held_back(cell))

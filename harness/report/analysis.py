@@ -38,7 +38,7 @@ def render(analysis: Analysis):
         for c in g.cells:
             res = [fmt_bytes(resid[(c.cell_id, t)], signed=True) for t in ("need", "cap") if (c.cell_id, t) in resid]
             inputs.add_row(c.cell_id, f"{c.length:,}" if c.length else "?", c.outcome,
-                           fmt_bytes(c.cap.bytes) if c.cap else "—", fmt_bytes(c.need.bytes) if c.need else "—",
+                           c.cap.shown() if c.cap else "—", c.need.shown() if c.need else "—",
                            c.need.where if c.need else "", " / ".join(res))
         blocks.append(inputs)
         blocks.append(Text(f"crossover: {g.cross.text}"))

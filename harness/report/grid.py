@@ -46,7 +46,9 @@ def inconsistent(k: CellKv) -> bool:
 
 
 #: What the numbers in a grid cell mean: printed under every grid (terminal, markdown, HTML).
-NUMBERS_LEGEND = ("cap: the KV pool the engine may use; need: what one request of max_model_len needs; "
+NUMBERS_LEGEND = ("cap: the KV pool the engine may use; need: what one request of max_model_len needs (vLLM's "
+                  "figure; ≈: derived by the harness where vLLM printed none precise enough, `analyze` says how "
+                  "precise); "
                   "tok: the KV cache's size in tokens; 1.50x: vLLM's maximum concurrency, how many requests of "
                   "max_model_len the KV cache holds at once; est. max: vLLM's estimated maximum model length "
                   "for the memory it had; ⚠: the numbers contradict the outcome; ⏱: seconds from the cell's start to the "
@@ -58,9 +60,9 @@ def key_numbers(k: CellKv) -> list[str]:
     c = k.cell
     out = []
     if inconsistent(k):
-        out.append(f"⚠ need {fmt_bytes(k.need.bytes)} > cap {fmt_bytes(k.cap.bytes)}, yet booted")
+        out.append(f"⚠ need {k.need.shown()} > cap {k.cap.shown()}, yet booted")
     elif k.cell.outcome == Outcome.refused and k.need is not None:
-        out.append(f"need {fmt_bytes(k.need.bytes)}" + (f" > cap {fmt_bytes(k.cap.bytes)}" if k.cap else ""))
+        out.append(f"need {k.need.shown()}" + (f" > cap {k.cap.shown()}" if k.cap else ""))
     elif k.cap is not None:
         out.append(f"cap {fmt_bytes(k.cap.bytes)}")
     if c.kv.kv_tokens is not None:

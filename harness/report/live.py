@@ -119,9 +119,7 @@ class LiveProgress:
 
 def _numbers(r: CellResult, axis: str | None) -> tuple[str, str, str]:
     kv = cell_kv(r, axis)
-    need = kv.need.bytes if kv.need is not None else None
-    cap = kv.cap.bytes if kv.cap is not None else None
-    return fmt_bytes(need) if need is not None else "—", fmt_bytes(cap) if cap is not None else "—", \
+    return kv.need.shown() if kv.need is not None else "—", kv.cap.shown() if kv.cap is not None else "—", \
         fmt_tokens(r.kv.kv_tokens)
 
 

@@ -77,7 +77,7 @@ def test_sizes_print_in_the_unit_that_fits_the_value_never_0_gib(tmp_path):
     from harness.report.live import summary
 
     text = summary(session.finish(), Console(file=io.StringIO()))
-    assert "KV pool 3.00 MiB" in text and re.search(r"KV needed 4\.\d\d MiB", text) and " 0 GiB" not in text
+    assert "KV pool 3.00 MiB" in text and re.search(r"KV needed ≈4\.\d\d MiB", text) and " 0 GiB" not in text
 
 
 def test_one_time_per_cell_is_labelled_the_teardown_apart(tmp_path):

@@ -56,7 +56,7 @@ def test_there_is_one_grid_per_image_by_default_or_per_any_axis_chosen():
 
 def test_the_terminal_grid_shows_outcome_reason_kv_numbers_and_expectation():
     text = grid_text(cpu_example_run(), width=160)
-    for needle in ("max_model_len", "spec=draft", "refused", "(kv_insufficient)", "need 4.25 MiB > cap 3.00 MiB",
+    for needle in ("max_model_len", "spec=draft", "refused", "(kv_insufficient)", "need ≈4.00 MiB > cap 3.00 MiB",
                    "est. max 1,408", "3,072 tok · 1.50x", "✓", "6 cells: 3 booted, 3 refused"):
         assert needle in text, needle
 
@@ -80,7 +80,7 @@ def test_the_markdown_suits_a_job_summary():
 def test_the_seeds_contradiction_is_marked_in_the_grid_and_the_analysis():
     rep = build_report(seed_run(), plot=False)
     md = rep.markdown()
-    assert "⚠ need 1.86 GiB > cap 1.74 GiB, yet booted" in md and "⚠️ inconsistent" in md
+    assert "⚠ need ≈1.86 GiB > cap 1.74 GiB, yet booted" in md and "⚠️ inconsistent" in md
     assert "cap overtakes need at ≈440," in md
 
 
