@@ -50,7 +50,7 @@ class RuntimeUnavailable(UsageError):
 
 
 class Interrupted(HarnessError):
-    """The harness was asked to stop (SIGINT/SIGTERM); raised where the run can still clean up."""
+    """The harness was asked to stop (SIGINT/SIGTERM/SIGHUP); raised where the run can still clean up."""
 
     exit_code = ExitCode.INTERRUPTED
 

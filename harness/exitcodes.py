@@ -13,5 +13,5 @@ class ExitCode(enum.IntEnum):
     FAILED = 1
     #: Bad input or a missing prerequisite (runtime, image, GPU, NVML): one line on stderr, before anything ran.
     USAGE = 2
-    #: Interrupted (Ctrl-C, SIGTERM): what finished is kept and `--resume` goes on.
+    #: Interrupted (Ctrl-C, SIGTERM, SIGHUP): what finished is kept and `--resume` goes on.
     INTERRUPTED = 130

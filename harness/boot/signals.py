@@ -1,5 +1,6 @@
-"""Ctrl-C and SIGTERM while cells run: raised as Interrupted where the run can still clean up, held back while a
-server is being torn down."""
+"""Ctrl-C, SIGTERM and SIGHUP while cells run: raised as Interrupted where the run can still clean up, held back while
+a server is being torn down. SIGHUP is an ssh session or a CI step cut off: the same stop, not a silent death that
+leaves the run marked "running"."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from collections.abc import Iterator
 
 from harness.errors import Interrupted  # re-exported: callers import it from here
 
-_HELD = {signal.SIGINT, signal.SIGTERM}
+_HELD = {signal.SIGINT, signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])}
 
 
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM while tearing down; they are delivered on exit from the block.
+    """Hold SIGINT/SIGTERM/SIGHUP while tearing down; they are delivered on exit from the block.
 
     Held by swapping the Python-level handlers, not with pthread_sigmask: a mask only covers the calling thread, and
     while a cell runs the log reader and exit waiter threads take the signal instead, whose Python handler then runs
@@ -36,7 +37,7 @@ def signals_held() -> Iterator[None]:
 
 @contextlib.contextmanager
 def interrupts_raise() -> Iterator[None]:
-    """SIGTERM behaves like Ctrl-C: both raise Interrupted in the main thread, so `finally` blocks run."""
+    """SIGTERM and SIGHUP behave like Ctrl-C: each raises Interrupted in the main thread, so `finally` blocks run."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -53,7 +53,7 @@ from tests.reliability.conftest import (
 )
 
 CLEAN_WITHIN_S = 5.0
-SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL}
+SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGHUP": signal.SIGHUP, "SIGKILL": signal.SIGKILL}
 
 
 @dataclass(frozen=True)
@@ -250,6 +250,8 @@ PROCESS = [
     # `run --parallel 2`: the scheduler's main thread stops the servers its workers own.
     Kill("process", "SIGINT", "starting", True, parallel=2), Kill("process", "SIGTERM", "ready", False, parallel=2),
     Kill("process", "SIGKILL", "starting", False, "run", parallel=2),
+    # SIGHUP: the ssh session or the CI step that started the run is cut off — the same stop as SIGTERM, exit 130
+    Kill("process", "SIGHUP", "starting", True), Kill("process", "SIGHUP", "ready", False),
 ]
 # Containers: each start costs a second more, and every `run` of a container matrix sweeps dead owners' containers
 # host-wide, so the SIGKILL scenarios (which count what a dead owner left) go one at a time, under DOCKER_LOCK.
