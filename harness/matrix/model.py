@@ -211,6 +211,10 @@ class Matrix(_Strict):
     gpus: GpuRequest | None = None
     ipc: Literal["host", "private", "shareable"] | None = None
     shm_size: str | None = Field(None, pattern=r"^[0-9]+[bkmgBKMG]?$")
+    memory: str | None = Field(None, pattern=r"^[0-9]+[bkmgBKMG]?$",
+                               description="the container's memory limit (`--memory`, e.g. 64g): a server that eats "
+                                           "host memory is OOM-killed inside it (recorded crashed, oom_killed), never "
+                                           "the harness or the runner")
     mounts: list[Mount] = []
     container_port: int = Field(8000, ge=1, le=65535)
     entrypoint: list[str] | None = None
@@ -265,6 +269,14 @@ class Matrix(_Strict):
         if isinstance(v, list) and v and all(isinstance(x, (str, int)) and not isinstance(x, bool) for x in v):
             return [str(x) for x in v]
         raise ValueError("must be 'all', a count, or a non-empty list of device ids")
+
+    @field_validator("memory")
+    @classmethod
+    def _memory_is_a_container_limit(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None and info.data.get("runtime", "process") == "process":
+            raise ValueError("is a container's limit (runtime docker or podman); a process server has none — the "
+                             "harness raises its oom_score_adj instead, so the kernel takes the server first")
+        return v
 
     @model_validator(mode="before")
     @classmethod

@@ -55,6 +55,8 @@ class ContainerSpec:
     host_ip: str = HOST
     ipc: str | None = None
     shm_size: str | None = None
+    #: The matrix's `memory`: the container's limit, so the kernel's OOM killer takes the server inside it.
+    memory: str | None = None
     #: The matrix's `gpus`; `gpu_ids` (the scheduler's assignment) wins when set.
     gpus: GpuRequest = None
     gpu_ids: tuple[str, ...] | None = None
@@ -114,7 +116,7 @@ def build_spec(matrix: Matrix, cell: Cell, *, engine: str, image: str, name: str
         engine=engine, image=image, name=name, entrypoint=tuple(matrix.entrypoint or ()),
         args=tuple(cell.server_args), env=tuple(container_env(cell, cache_dir).items()), volumes=tuple(volumes),
         container_port=matrix.container_port, host_port=host_port, ipc=matrix.ipc or None,
-        shm_size=matrix.shm_size or None, gpus=gpus, gpu_ids=None if gpu_ids is None else tuple(gpu_ids),
+        shm_size=matrix.shm_size or None, memory=matrix.memory or None, gpus=gpus, gpu_ids=None if gpu_ids is None else tuple(gpu_ids),
         labels=tuple((labels or {}).items()), remove=remove)
 
 
@@ -142,6 +144,8 @@ def to_engine_kwargs(spec: ContainerSpec) -> dict[str, Any]:
         kwargs["ipc_mode"] = spec.ipc
     if spec.shm_size:
         kwargs["shm_size"] = spec.shm_size
+    if spec.memory:
+        kwargs["mem_limit"] = spec.memory
     if spec.entrypoint_word is not None:
         kwargs["entrypoint"] = [spec.entrypoint_word]
     if spec.remove:
@@ -167,6 +171,8 @@ def to_cli_tokens(spec: ContainerSpec, engine: str | None = None,
         tokens += ["--ipc", spec.ipc]
     if spec.shm_size:
         tokens += ["--shm-size", spec.shm_size]
+    if spec.memory:
+        tokens += ["--memory", spec.memory]
     tokens += ["-p", f"{spec.host_ip}:{'' if spec.host_port is None else spec.host_port}:{spec.container_port}"]
     for v in spec.volumes:
         tokens += ["-v", f"{v.source}:{v.target}:{v.mode}"]

@@ -45,10 +45,21 @@ STOP_POLL_S = 0.05
 REAP_S = 5.0
 
 
+#: The server's (and, inherited, its children's) oom_score_adj: when a server eats host memory, the kernel's OOM killer
+#: takes it, not the harness that records what happened (a process may always raise its own).
+SERVER_OOM_SCORE_ADJ = 1000
+
+
 def _child_setup() -> None:
-    """In the child before exec: undo the signal mask the harness holds while starting a cell (it is inherited), and
-    if the harness is SIGKILLed, give the server's leader SIGKILL too (Linux); gc reaps anything left."""
+    """In the child before exec: undo the signal mask the harness holds while starting a cell (it is inherited), make
+    the server the OOM killer's first choice, and if the harness is SIGKILLed, give the server's leader SIGKILL too
+    (Linux); gc reaps anything left."""
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write(str(SERVER_OOM_SCORE_ADJ))
+    except OSError:
+        pass
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:

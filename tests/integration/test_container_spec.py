@@ -1,7 +1,7 @@
 """One container spec, rendered twice (harness.runtime.container_spec): the container `ContainerRuntime.start` asks
 the engine's API for and the one the printed `repro` command makes through the engine's CLI are the same container,
 as the engine itself reports them (inspect): image, entrypoint, command, env, binds, ports, IPC, shm, GPU request,
-labels. On docker and on podman, with a GPU request (docker: the stub hook of scripts/setup-gpu-stubs.sh; podman
+labels, memory limit. On docker and on podman, with a GPU request (docker: the stub hook of scripts/setup-gpu-stubs.sh; podman
 only from 5.4, whose API honours it), a patch from the matrix, a secret in the env and in the server's args, a bind
 mount and the compile-cache mount.
 
@@ -54,7 +54,7 @@ def inspected(client: docker.DockerClient, container_id: str) -> dict:
             "Cmd": c["Cmd"], "Env": c["Env"],
             "Labels": c["Labels"], "Binds": h.get("Binds"), "Mounts": h.get("Mounts"),
             "PortBindings": h.get("PortBindings"), "IpcMode": h.get("IpcMode"), "ShmSize": h.get("ShmSize"),
-            "DeviceRequests": h.get("DeviceRequests"), "Init": h.get("Init")}
+            "DeviceRequests": h.get("DeviceRequests"), "Init": h.get("Init"), "Memory": h.get("Memory")}
 
 
 def normalised(fields: dict, engine: str) -> dict:
@@ -93,7 +93,7 @@ def same_container_both_ways(engine: str, image: str, client: docker.DockerClien
     (tmp_path / "data").mkdir()
     (tmp_path / "cc").mkdir()
     doc = {"name": "spec", "runtime": engine, "image": image, "pull": "never", "model": "/data",
-           "ipc": "shareable", "shm_size": "64m", "mounts": [{"source": "data", "target": "/data"}],
+           "ipc": "shareable", "shm_size": "64m", "memory": "256m", "mounts": [{"source": "data", "target": "/data"}],
            # a multi-word entrypoint: the CLI's --entrypoint takes one word, so both paths must split it alike
            "entrypoint": ["sh", "-c", "exec sleep 30", "sh"],
            "env": {"PLAIN": "a b", **SECRETS}, "args": ["--api-key", SECRETS["VLLM_API_KEY"]],
@@ -144,7 +144,7 @@ def same_container_both_ways(engine: str, image: str, client: docker.DockerClien
     assert SECRETS["VLLM_API_KEY"] in started["Cmd"]
     assert any(b.startswith(f"{tmp_path / 'run' / 'patches'}") and f":{TARGET}:ro" in b for b in started["Binds"])
     assert any(":/data:ro" in b for b in started["Binds"]) and started["IpcMode"] == "shareable"
-    assert started["ShmSize"] == 64 * 2**20 and started["Init"] is True
+    assert started["ShmSize"] == 64 * 2**20 and started["Init"] is True and started["Memory"] == 256 * 2**20
     assert started["Labels"]["boot-harness.cell"] == cell.id == pasted["Labels"]["boot-harness.cell"]
     return started
 
