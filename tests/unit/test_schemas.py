@@ -35,6 +35,7 @@ NEEDS_VALIDATE = {
     "exclude_unknown_value_in_list.yaml", "expect_rule_all_excluded.yaml", "expect_rule_shadowed.yaml",
     "expect_unknown_axis.yaml", "expect_unknown_value.yaml", "env_var_bash_default.yaml", "env_var_malformed.yaml",
     "env_var_malformed_name.yaml", "env_var_nested_default.yaml", "env_var_unset.yaml", "env_var_unset_in_axis.yaml",
+    "memory_on_process.yaml",  # a rule between two keys (memory: only with a container runtime)
 }
 
 
