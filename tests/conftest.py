@@ -57,7 +57,7 @@ LANES = {
                 "tests/rehearsal/test_nightly_workflow.py"),
     "vllm": ("tests/integration/test_vllm_cpu.py", "tests/integration/test_scale_cpu.py",
              "tests/integration/test_frontier.py", "tests/integration/test_architectures.py",
-             "tests/rehearsal/test_gpu_memory.py", "tests/unit/test_patching.py",
+             "tests/rehearsal/test_gpu_memory.py",
              "tests/integration/test_compile_cache.py"),
 }
 

@@ -142,6 +142,7 @@ class CellRunner:
         container = server.container_info() if server else None
         decision = decide(Evidence(sighting=seen.sighting if seen else None, start_error=start_error,
                                    oom_killed=bool(container and container.oom_killed),
+                                   engine_trouble=container.engine_trouble if container else None,
                                    retried_busy=attempt.number > 1, gpus_not_idle=attempt.gpus_not_idle))
         decided_at = t0 + seen.verdict_s if seen and seen.verdict_s is not None else self.clock.now()
         facts = seen.facts if seen else LogParser().facts

@@ -219,6 +219,10 @@ class Matrix(_Strict):
     container_port: int = Field(8000, ge=1, le=65535)
     entrypoint: list[str] | None = None
     pull: Literal["never", "missing", "always"] = "never"
+    engine_timeout_s: float = Field(30.0, gt=0, allow_inf_nan=False,
+                                    description="how long one container-engine call may take before the engine counts "
+                                                "as hung (a cell that then dies or never decides is `error "
+                                                "(engine_lost)`, not a verdict)")
     gpus_per_cell: int = Field(0, ge=0)
 
     _args = field_validator("args", "command", mode="before")(
@@ -248,7 +252,7 @@ class Matrix(_Strict):
                              "the matrix)")
         return v
 
-    @field_validator("timeout_s", "linger_s", "container_port", "gpus_per_cell", mode="before")
+    @field_validator("timeout_s", "linger_s", "container_port", "gpus_per_cell", "engine_timeout_s", mode="before")
     @classmethod
     def _not_bool(cls, v: Any) -> Any:
         if isinstance(v, bool):

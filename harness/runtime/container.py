@@ -40,6 +40,8 @@ from harness.runtime.reader import pump_chunks
 #: How often the host port and the exit code are looked for again, and how many times the port.
 PORT_POLL_S, PORT_POLLS = 0.05, 50
 EXIT_POLL_S, WAIT_RETRY_S = 0.1, 0.2
+#: The exit wait asks the engine in slices this long, so a hung engine never holds its thread for good.
+WAIT_SLICE_S = 10
 
 
 def owner_labels() -> dict[str, str]:
@@ -75,6 +77,8 @@ class ContainerServer:
         self._state: dict | None = None
         self._stopped = False
         self._lock = threading.Lock()
+        #: The first sign that the engine hung or went away while the cell ran (harness.runtime.engine.trouble).
+        self.engine_trouble: str | None = None
         self.port = self._host_port()
         self.base_url = f"http://{HOST}:{self.port}" if self.port else f"http://{HOST}:0"
 
@@ -90,12 +94,16 @@ class ContainerServer:
             self.clock.sleep(PORT_POLL_S)
         return None
 
+    def _noted(self, call: str, exc: BaseException) -> None:
+        if self.engine_trouble is None:
+            self.engine_trouble = eng.trouble(self.runtime.engine, call, exc, self.runtime.matrix.engine_timeout_s)
+
     def wait(self, timeout: float | None = None) -> int | None:
         if timeout is None:
             while True:
                 try:
-                    return int(self.container.wait()["StatusCode"])
-                except Exception:  # noqa: BLE001 - removed under us, or the engine hung up: ask the state instead
+                    return int(self.container.wait(timeout=WAIT_SLICE_S)["StatusCode"])
+                except Exception:  # noqa: BLE001 - a slice ran out, it was removed under us, or the engine hung up
                     code = self._exit_code()
                     if code is not None or self._stopped:
                         return code
@@ -112,7 +120,8 @@ class ContainerServer:
             return self._state.get("ExitCode")
         try:
             self.container.reload()
-        except Exception:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001
+            self._noted("inspect", exc)
             return None
         state = self.container.attrs.get("State", {})
         if state.get("Status") in ("exited", "dead"):
@@ -123,7 +132,8 @@ class ContainerServer:
         """The host port was assigned to this container by the engine; it is ours while the container runs."""
         try:
             self.container.reload()
-        except Exception:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001
+            self._noted("inspect", exc)
             return False
         return self.container.status == "running" and self._host_port() == self.port
 
@@ -138,8 +148,8 @@ class ContainerServer:
             try:
                 if self.container.status == "running" or self._exit_code() is None:
                     self.container.stop(timeout=max(1, math.ceil(grace_s)))
-            except Exception:  # noqa: BLE001 - gone already
-                pass
+            except Exception as exc:  # noqa: BLE001 - gone already, or the engine is in trouble (noted)
+                self._noted("stop", exc)
             try:
                 self.container.reload()
                 self._state = dict(self.container.attrs.get("State", {}))
@@ -157,7 +167,7 @@ class ContainerServer:
             engine_version=self.runtime.info.version if self.runtime.info else None,
             image=self.image, image_digest=self.repo_digest or self.image_id,
             container_id=self.container.id, container_name=self.container.name,
-            oom_killed=(self._state or {}).get("OOMKilled"),
+            oom_killed=(self._state or {}).get("OOMKilled"), engine_trouble=self.engine_trouble,
         )
 
     def applied_patches(self) -> list[AppliedPatch]:
@@ -189,7 +199,7 @@ class ContainerRuntime:
     @property
     def client(self):
         if self._client is None:
-            self._client = eng.connect(self.name)
+            self._client = eng.connect(self.name, self.matrix.engine_timeout_s)
             self.info = eng.engine_info(self._client, self.name)
         return self._client
 
@@ -381,7 +391,7 @@ class ContainerRuntime:
         """testcontainers' container for `spec`: its own setters for what it passes to docker-py itself, the rest
         through `with_kwargs` (one call: it replaces)."""
         kw = to_engine_kwargs(spec)
-        tc = self._container_class(kw.pop("image"), docker_client_kw=eng.client_kwargs(self.name))
+        tc = self._container_class(kw.pop("image"), docker_client_kw=eng.client_kwargs(self.name, self.matrix.engine_timeout_s))
         tc.with_command(kw.pop("command"))
         tc.with_envs(**kw.pop("environment"))
         for source, bind in kw.pop("volumes").items():

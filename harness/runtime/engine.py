@@ -41,14 +41,33 @@ def engine_host(engine: str, environ: dict[str, str] | None = None) -> str:
     return env.get("DOCKER_HOST") or DEFAULT_HOSTS["docker"]
 
 
-def client_kwargs(engine: str) -> dict[str, Any]:
-    return {"environment": {**os.environ, "DOCKER_HOST": engine_host(engine)}}
+#: How long one engine call may take before the harness says the engine hung (a matrix's `engine_timeout_s`). Streams
+#: (the log) and the exit wait are not bounded by it: docker-py lifts the timeout on streams, and the exit wait asks
+#: in bounded slices.
+DEFAULT_CALL_TIMEOUT_S = 30.0
 
 
-def connect(engine: str) -> docker.DockerClient:
+def client_kwargs(engine: str, timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> dict[str, Any]:
+    return {"environment": {**os.environ, "DOCKER_HOST": engine_host(engine)}, "timeout": timeout_s}
+
+
+def trouble(engine: str, call: str, exc: BaseException, timeout_s: float) -> str | None:
+    """What an engine call's failure says about the engine: it hung (no answer within the call's timeout) or went
+    away (the connection refused or cut: restarted, killed). None for an answer, even an error one (a container
+    removed under us is not the engine's trouble)."""
+    import requests
+
+    if isinstance(exc, requests.exceptions.Timeout):
+        return f"{engine}: `{call}` did not answer within {timeout_s:g} s (the engine hung)"
+    if isinstance(exc, requests.exceptions.ConnectionError):
+        return f"{engine}: the engine went away during `{call}` ({type(exc).__name__}: restarted or killed)"
+    return None
+
+
+def connect(engine: str, timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> docker.DockerClient:
     host = engine_host(engine)
     try:
-        client = docker.from_env(**client_kwargs(engine))
+        client = docker.from_env(**client_kwargs(engine, timeout_s))
         client.ping()
         return client
     except Exception as exc:  # docker-py raises several unrelated types for "nothing there"

@@ -21,6 +21,8 @@ class ContainerInfo(_Record):
     container_id: str | None = None
     container_name: str | None = None
     oom_killed: bool | None = None
+    engine_trouble: str | None = Field(None, description="which engine call did not answer, or how the engine went "
+                                                         "away, while the cell ran; null when it always answered")
 
 
 class AppliedPatch(_Record):

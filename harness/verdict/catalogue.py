@@ -56,6 +56,7 @@ class Reason(Named):
     start_failed = "start_failed"
     stale_server = "stale_server"
     gpu_memory_held = "gpu_memory_held"
+    engine_lost = "engine_lost"
 
 
 REASONS: dict[Reason, ReasonInfo] = {
@@ -87,6 +88,9 @@ REASONS: dict[Reason, ReasonInfo] = {
         Outcome.error, "the harness could not start the server (the engine refused the container, exec failed, ...)"),
     Reason.stale_server: ReasonInfo(
         Outcome.error, "/health answered from a listener that is not this cell's server"),
+    Reason.engine_lost: ReasonInfo(
+        Outcome.error, "the container engine stopped answering (hung, restarted) while the server was booting, and the "
+                       "server then died or never decided: the engine's fault, not this configuration's verdict"),
     Reason.gpu_memory_held: ReasonInfo(
         Outcome.error, "refused gpu_memory_busy on both attempts while the GPUs were still above their idle level: "
                        "memory held by something else, not this configuration's verdict"),

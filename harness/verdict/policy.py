@@ -51,6 +51,8 @@ class Evidence:
     retried_busy: bool = False
     #: How the wait for idle GPUs before this attempt ended, when they were *not* idle (IdleWait.describe()).
     gpus_not_idle: str | None = None
+    #: Which engine call did not answer, or how the engine went away, while the cell ran (container runtimes).
+    engine_trouble: str | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,15 @@ def oom_killed(ev: Evidence) -> Decision | None:
     return None
 
 
+def engine_lost(ev: Evidence) -> Decision | None:
+    """A server that died, or never decided, while its engine was not answering says nothing about its configuration
+    (a dockerd restart stops every container with 143); one that refused or booted meanwhile still did."""
+    f = ev.sighting
+    if ev.engine_trouble and f is not None and (f.kind == SightingKind.deadline or _crash_of(f) is not None):
+        return Decision(Outcome.error, Reason.engine_lost, f"{ev.engine_trouble}; then {f.detail}")
+    return None
+
+
 def memory_held(ev: Evidence) -> Decision | None:
     f = ev.sighting
     busy = f is not None and f.kind == SightingKind.refusal and f.refusal is not None and f.refusal.kind == Reason.gpu_memory_busy
@@ -140,7 +151,8 @@ def timed_out(ev: Evidence) -> Decision | None:
 
 
 #: In order: the first rule that applies decides.
-RULES: tuple[Rule, ...] = (start_failed, stale_listener, oom_killed, memory_held, refused, crashed, booted, timed_out)
+RULES: tuple[Rule, ...] = (start_failed, stale_listener, oom_killed, engine_lost, memory_held, refused, crashed, booted,
+                          timed_out)
 
 
 def decide(ev: Evidence, rules: tuple[Rule, ...] = RULES) -> Decision:

@@ -6,15 +6,18 @@ memory-limited container, never by exhausting this machine."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from harness.runtime.process import SERVER_OOM_SCORE_ADJ
 from tests import builders
-from tests.reliability.conftest import cli, figure, only_run, read_json
+from tests.integration.test_podman import PODMAN_CLI_ENV, podman  # noqa: F401 - the fixture, and the CLI's settings
+from tests.reliability.conftest import cli, figure, only_run, read_json, wait_for
 
 #: Writes 256 MiB, touching every page (a zero-filled buffer costs no memory until written), then waits.
 HOG = "import time; b = b'x' * (256 * 2**20); time.sleep(60)"
@@ -52,3 +55,44 @@ def test_a_process_server_is_the_oom_killers_first_choice_not_the_harness(tmp_pa
     assert marks.read_text() == str(SERVER_OOM_SCORE_ADJ) == (tmp_path / "child").read_text()
     with open("/proc/self/oom_score_adj") as f:
         assert int(f.read()) < SERVER_OOM_SCORE_ADJ, "the harness's own score is not raised"
+
+
+@pytest.mark.podman
+def test_a_hung_engine_makes_the_cell_an_error_that_names_the_call_and_the_run_goes_on(podman, tmp_path):
+    """The engine's API stops answering (SIGSTOP, as a stuck dockerd does) while a cell boots, for longer than a call
+    may take and past the cell's deadline: the cell is `error (engine_lost)` naming the call that hung, never a
+    timeout verdict on the configuration; the harness waits for nothing forever, and once the engine answers again
+    the run finishes its next cell and leaves no container."""
+    (service,) = [int(p) for p in subprocess.run(["pgrep", "-f", "podman system service"], capture_output=True,
+                                                  text=True).stdout.split()]
+    m = builders.fake_matrix(tmp_path / "m.yaml", {"a_hang": {"FAKE_VLLM_SCENARIO": "hang"},
+                                                   "b_boot": {"FAKE_VLLM_SCENARIO": "boot"}},
+                             axis="case", runtime="podman", image=podman["PODMAN_IMAGE"], timeout_s=8,
+                             engine_timeout_s=2)
+    marks = tmp_path / "r"
+    harness = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--matrix", str(m), "--results-dir",
+                                str(marks)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "CONTAINER_HOST": podman["CONTAINER_HOST"]})
+    out = ""
+    try:
+        wait_for("the first cell's server logging", lambda: any(
+            "args:" in f.read_text(errors="replace") for f in marks.glob("*/logs/case_a_hang.log")), timeout=60)
+        time.sleep(1)
+        os.kill(service, signal.SIGSTOP)
+        t_stop = time.monotonic()
+        time.sleep(12)  # past the cell's 8 s deadline and several 2 s call timeouts
+    finally:
+        os.kill(service, signal.SIGCONT)
+    figure("engine frozen, s", round(time.monotonic() - t_stop, 1))
+    out, _ = harness.communicate(timeout=120)
+    assert harness.returncode == 1, out  # an error cell: not every expectation met
+    assert "Traceback" not in out, out
+    run = read_json(only_run(marks) / "results.json")
+    hang, boot = run["cells"]
+    assert (hang["outcome"], hang["reason"]) == ("error", "engine_lost"), hang["detail"]
+    assert "did not answer within 2 s" in hang["detail"] and hang["container"]["engine_trouble"], hang
+    assert (boot["outcome"], boot["reason"], boot["container"]["engine_trouble"]) == ("booted", "ready", None)
+    assert run["status"] == "complete"
+    left = subprocess.run(["podman", "ps", "-a", "-q", "--filter", "label=boot-harness.owner-pid"],
+                          capture_output=True, text=True, env={**os.environ, **PODMAN_CLI_ENV}).stdout.split()
+    assert left == [], "a container of ours survived the run"

@@ -55,6 +55,11 @@ def test_docs_results_md_holds_the_catalogues_table():
     (Evidence(sighting=refusal("engine_init_failed"), oom_killed=True), "crashed", "oom_killed"),
     (Evidence(sighting=refusal("kv_insufficient"), oom_killed=True), "refused", "kv_insufficient"),
     # memory busy: the configuration's verdict unless the retry's GPUs were still held
+    # the engine hung or went away: a death or a deadline then is the engine's, a refusal or a boot still the server's
+    (Evidence(sighting=Sighting("exit", "x", exit_code=143), engine_trouble="docker went away"), "error", "engine_lost"),
+    (Evidence(sighting=Sighting("deadline", "x"), engine_trouble="podman: `inspect` hung"), "error", "engine_lost"),
+    (Evidence(sighting=Sighting("healthy", "x"), engine_trouble="podman: `inspect` hung"), "booted", "ready"),
+    (Evidence(sighting=refusal("kv_insufficient"), engine_trouble="docker went away"), "refused", "kv_insufficient"),
     (Evidence(sighting=refusal("gpu_memory_busy")), "refused", "gpu_memory_busy"),
     (Evidence(sighting=refusal("gpu_memory_busy"), retried_busy=True), "refused", "gpu_memory_busy"),
     (Evidence(sighting=refusal("gpu_memory_busy"), retried_busy=True, gpus_not_idle="GPU 0 +60 GiB"),
