@@ -24,7 +24,7 @@ from harness.gpu.inventory import Inventory
 from harness.matrix.load import LoadedMatrix
 from harness.results.model import CellResult, RunResult, RunStatus
 from harness.verdict import Outcome
-from harness.results.store import RunStore, new_run_id
+from harness.results.store import RunLock, RunStore, new_run_id
 from harness.runtime import make_runtime
 from harness.runtime.compile_cache import CompileCache, planned_dir
 from harness.masking import Masker
@@ -85,6 +85,8 @@ class RunSession:
     executor: Executor | None = None
     #: What the start-up sweep removed (containers, process groups, work dirs of killed runs).
     swept: Swept = field(default_factory=Swept)
+    #: This process writes the run directory (harness.results.store.RunLock); let go by close().
+    lock: RunLock | None = None
 
     @classmethod
     def open(cls, loaded: LoadedMatrix, cells: list[Cell], options: RunOptions = RunOptions(), *,
@@ -93,8 +95,11 @@ class RunSession:
         """Every check before a run directory exists (exit 2 if one fails), then the store. `cells` may be empty
         (a shard that holds no cell): the run is recorded, complete, with nothing booted."""
         order = [c.id for c in cells]
+        # a run that another process is still writing is refused before anything is swept, started or rewritten
+        lock = RunLock(options.resume) if options.resume else None
         if not cells:
-            return cls(loaded, cls._store(loaded, loaded.matrix.runtime, order, options), cells, [])
+            store = cls._store(loaded, loaded.matrix.runtime, order, options)
+            return cls(loaded, store, cells, [], lock=lock or RunLock(store.run_dir))
         plan = plan_slots(loaded.matrix, options.parallel, options.gpu_idle_timeout_s, env=env, inventory=inventory)
         runtime = runtime or make_runtime(loaded)
         if pull_observer is not None:
@@ -104,12 +109,13 @@ class RunSession:
         for note in runtime.notes:
             say(note)
         store = cls._store(loaded, runtime.name, order, options)
+        lock = lock or RunLock(store.run_dir)
         done = store.done()
         cache = CompileCache.for_run(loaded.matrix.compile_cache, loaded.base_dir, store.run_dir, plan.parallel)
         runner = CellRunner(loaded, runtime, store, watch_config(loaded, options.timeout_s), keep_work=options.keep_work,
                             echo=options.echo, compile_cache=cache, clock=options.clock)
         return cls(loaded, store, cells, [c for c in cells if c.id not in done], runtime, plan, plan.executor(runner),
-                   swept)
+                   swept, lock)
 
     @staticmethod
     def _store(loaded: LoadedMatrix, runtime: str, order: list[str], options: RunOptions) -> RunStore:
@@ -155,6 +161,8 @@ class RunSession:
         before this leaves it to the next run's sweep."""
         if self.executor is not None and self.executor.runner.compile_cache is not None:
             self.executor.runner.compile_cache.close(self.executor.runner.keep_work)
+        if self.lock is not None:
+            self.lock.release()
 
     def exit_code(self) -> ExitCode:
         """FAILED when a selected cell errored or missed its expectation; OK otherwise."""

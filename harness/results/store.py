@@ -3,6 +3,8 @@ rewritten after every cell, so a run killed at any point keeps everything it fin
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
 import platform
@@ -195,3 +197,36 @@ def write_run(run: RunResult, results_dir: Path) -> Path:
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "results.json", run.model_dump_json(indent=2))
     return run_dir
+
+
+class RunLock:
+    """One writer per run directory: a `--resume` of a run that is still going (a second CI job, a person beside the
+    nightly) would boot its cells again and interleave its records with the first's. An flock, so the kernel lets go
+    of it with the process: a killed run never stays locked. Kept outside the run directory, which stays exactly the
+    run's records."""
+
+    def __init__(self, run_dir: Path):
+        self._fd: int | None = None
+        digest = hashlib.sha256(str(Path(run_dir).resolve()).encode()).hexdigest()[:20]
+        where = Path(tempfile.gettempdir()) / "boot-harness-runs"
+        where.mkdir(parents=True, exist_ok=True)
+        self.path = where / f"{digest}.lock"
+        fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise UsageError(f"{run_dir}: another boot-harness (pid {holder}) is writing this run now; let it finish, "
+                             "then --resume it (or start a new run)") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __del__(self) -> None:  # a session that failed half-way in this process (a test, the pytest plugin)
+        self.release()

@@ -96,3 +96,33 @@ def test_a_hung_engine_makes_the_cell_an_error_that_names_the_call_and_the_run_g
     left = subprocess.run(["podman", "ps", "-a", "-q", "--filter", "label=boot-harness.owner-pid"],
                           capture_output=True, text=True, env={**os.environ, **PODMAN_CLI_ENV}).stdout.split()
     assert left == [], "a container of ours survived the run"
+
+
+def test_two_runs_on_one_runner_both_complete_and_a_run_still_going_cannot_be_resumed_twice(tmp_path):
+    """Two CI jobs (or a person beside the nightly) run one matrix at once: into two results dirs and into the same
+    one. Neither start-up sweep touches the other's servers or work dirs, ports never collide, every cell of each is
+    recorded in its own run directory. A `--resume` of a run another process is still writing is refused in one
+    line, before anything is swept or started."""
+    m = builders.fake_matrix(tmp_path / "m.yaml", {v: {"FAKE_VLLM_SCENARIO": "boot", "FAKE_VLLM_DELAY": "1.5"}
+                                                   for v in ("a", "b", "c")}, axis="case",
+                             expect=[{"outcome": "booted"}])
+    dirs = [tmp_path / "one", tmp_path / "two", tmp_path / "shared", tmp_path / "shared"]
+    runs = [subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--matrix", str(m), "--results-dir", str(d)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for d in dirs]
+    first = wait_for("a run directory", lambda: sorted((tmp_path / "one").glob("*/results.json")), timeout=60)[0]
+    resumed = cli("run", "--matrix", str(m), "--resume", str(first.parent))
+    outs = [p.communicate(timeout=180)[0] for p in runs]
+    assert resumed.returncode == 2, resumed.stdout + resumed.stderr
+    (line,) = resumed.stderr.splitlines()
+    assert "another boot-harness (pid" in line and "is writing this run now" in line, line
+    assert [p.returncode for p in runs] == [0, 0, 0, 0], outs
+    assert all("gc: removed" not in o and "Traceback" not in o for o in outs), outs
+    run_dirs = [p.parent for d in dirs[:3] for p in sorted(d.glob("*/results.json"))]
+    assert len(run_dirs) == 4 and len({r.name for r in run_dirs}) == 4, run_dirs  # the shared dir holds two runs
+    for r in run_dirs:
+        run = read_json(r / "results.json")
+        assert run["status"] == "complete" and [c["outcome"] for c in run["cells"]] == ["booted"] * 3, run
+    ports = [c["port"] for r in run_dirs for c in read_json(r / "results.json")["cells"]]
+    figure("two runs at once: cells recorded of 12", len(ports))
+    resumed_after = cli("run", "--matrix", str(m), "--resume", str(first.parent))
+    assert resumed_after.returncode == 0, resumed_after.stderr  # let go with the process: nothing left to boot
