@@ -10,7 +10,9 @@ from harness.exitcodes import ExitCode
 
 
 class HarnessError(Exception):
-    """Base of every error the harness raises on purpose."""
+    """Base of every error the harness raises on purpose; the CLI prints its one line and exits with `exit_code`."""
+
+    exit_code = ExitCode.FAILED
 
 
 class UsageError(HarnessError):
@@ -66,6 +68,19 @@ class UnsetVariable(HarnessError):
 class NvmlUnavailable(HarnessError):
     """No NVML here: the library is missing, the driver does not answer, or it sees no GPU (a GPU request on such a
     machine becomes a RuntimeUnavailable)."""
+
+
+class RecordWriteError(HarnessError):
+    """A record could not be written (a full disk, a read-only mount): what is on disk stays the last whole version
+    (writes are atomic), the run stops, and `--resume` finishes it once the cause is gone."""
+
+    def __init__(self, path: object, exc: OSError):
+        import errno
+
+        self.path, self.errno = path, exc.errno
+        name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+        super().__init__(f"{path}: could not be written: {exc.strerror or exc} ({name}); what was written before is "
+                         "kept: make room, then --resume the run")
 
 
 class CellStartError(HarnessError):

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from rich.console import Console
 
 from harness import __version__
-from harness.errors import ConfigErrors, Interrupted, UsageError
+from harness.errors import ConfigErrors, HarnessError, Interrupted, UsageError
 from harness.exitcodes import ExitCode
 from harness.runtime import RuntimeFactory, make_runtime
 from harness.report.text import plain_console
@@ -128,6 +128,9 @@ def main(argv: list[str] | None = None, runtimes: RuntimeFactory = make_runtime)
         print(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, file=sys.stderr)
         return exc.exit_code
     except Interrupted as exc:  # a command that boots has recorded what finished; --resume goes on
+        return exc.exit_code
+    except HarnessError as exc:  # a record that could not be written, ...: one line, never a traceback
+        print(str(exc).splitlines()[0], file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:  # `boot-harness cells ... | head`
         sys.stderr.close()

@@ -19,7 +19,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from harness import __version__
-from harness.errors import UsageError
+from harness.errors import RecordWriteError, UsageError
 from harness.matrix.load import LoadedMatrix
 from harness.results.model import CellResult, HostInfo, MatrixRef, RunResult, RunStatus
 from harness.verdict import Outcome
@@ -31,16 +31,21 @@ def now() -> datetime:
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write-then-rename in the same folder, fsynced, so readers see the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise RecordWriteError(path, exc) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise RecordWriteError(path, exc) from None
         raise
     try:
         dfd = os.open(path.parent, os.O_RDONLY)

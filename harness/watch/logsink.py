@@ -1,7 +1,11 @@
-"""The cell's full server log on disk (secrets masked) and a short tail kept in memory for the record."""
+"""The cell's full server log on disk (secrets masked) and a short tail kept in memory for the record.
+
+A disk that fills while a server floods its log cuts the log, with a marker, instead of failing the cell: the boot's
+verdict does not depend on the file, and the tail (in the record) still ends with what the server said last."""
 
 from __future__ import annotations
 
+import errno
 import time
 from collections import deque
 from collections.abc import Callable
@@ -24,10 +28,26 @@ class LogSink:
         self._tail: deque[str] = deque(maxlen=tail_lines)
         self._echo = echo
         self._dirty, self._flushed_at = False, time.monotonic()
+        #: Why the file stopped taking lines (a full disk), once it did; the tail goes on.
+        self.cut: str | None = None
+
+    def _cut(self, exc: OSError) -> None:
+        self.cut = f"{exc.strerror or exc} ({errno.errorcode.get(exc.errno or 0, exc.errno)})"
+        marker = f"[boot-harness] log cut here: {self.path} could not be written: {self.cut}; the boot went on"
+        self._tail.append(marker)
+        try:  # space for one line may come back (another file removed); if not, the tail in the record has it
+            self._file.write("\n" + marker + "\n")
+            self._file.flush()
+        except (OSError, ValueError):
+            pass
 
     def write(self, line: str) -> None:
         masked = self._mask(line)
-        self._file.write(masked + "\n")
+        if self.cut is None:
+            try:
+                self._file.write(masked + "\n")
+            except OSError as exc:
+                self._cut(exc)
         self._tail.append(masked[:2000])
         self._dirty = True
         if time.monotonic() - self._flushed_at >= FLUSH_EVERY_S:
@@ -40,13 +60,20 @@ class LogSink:
         self.write(f"[boot-harness] {text}")
 
     def flush(self) -> None:
-        if self._dirty and not self._file.closed:
-            self._file.flush()
+        if self._dirty and not self._file.closed and self.cut is None:
+            try:
+                self._file.flush()
+            except OSError as exc:
+                self._cut(exc)
             self._dirty, self._flushed_at = False, time.monotonic()
 
     def close(self) -> None:
         if not self._file.closed:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError as exc:  # the last buffered lines did not fit
+                if self.cut is None:
+                    self._cut(exc)
 
     @property
     def tail(self) -> list[str]:

@@ -17,6 +17,7 @@ import pytest
 from harness.runtime.process import SERVER_OOM_SCORE_ADJ
 from tests import builders
 from tests.integration.test_podman import PODMAN_CLI_ENV, podman  # noqa: F401 - the fixture, and the CLI's settings
+from tests.conftest import require
 from tests.reliability.conftest import cli, figure, only_run, read_json, wait_for
 
 #: Writes 256 MiB, touching every page (a zero-filled buffer costs no memory until written), then waits.
@@ -126,3 +127,43 @@ def test_two_runs_on_one_runner_both_complete_and_a_run_still_going_cannot_be_re
     figure("two runs at once: cells recorded of 12", len(ports))
     resumed_after = cli("run", "--matrix", str(m), "--resume", str(first.parent))
     assert resumed_after.returncode == 0, resumed_after.stderr  # let go with the process: nothing left to boot
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 3 MiB tmpfs: a results dir that fills up, without filling this machine."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(where)],
+                             capture_output=True, text=True).returncode == 0
+    require("a small tmpfs (mount needs root)", mounted, "run the suite as root, as CI does")
+    yield where
+    subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def test_a_full_disk_cuts_the_log_keeps_every_record_whole_and_resume_finishes_the_run(small_disk, tmp_path):
+    """A server floods its log into a results dir that fills: its log is cut with a marker (the boot goes on), the
+    record that no longer fits is one line naming the file and the errno, exit non-zero, no traceback, every JSON on
+    disk whole; once there is room, `--resume` finishes the run."""
+    m = builders.fake_matrix(tmp_path / "m.yaml", {
+        "a_boot": {"FAKE_VLLM_SCENARIO": "boot"},
+        "b_flood": {"FAKE_VLLM_SCENARIO": "flood", "FAKE_VLLM_FLOOD_MB": "6", "FAKE_VLLM_FLOOD_LINE_KB": "64"},
+        "c_boot": {"FAKE_VLLM_SCENARIO": "boot"}}, axis="case", expect=[{"outcome": "booted"}], timeout_s=60)
+    full = cli("run", "--matrix", str(m), "--results-dir", str(small_disk))
+    out = full.stdout + full.stderr
+    assert full.returncode == 1 and "Traceback" not in out, out
+    (line,) = [x for x in full.stderr.splitlines() if "could not be written" in x]
+    assert "No space left on device (ENOSPC)" in line and "--resume" in line, line
+    run_dir = only_run(small_disk)
+    for f in [run_dir / "results.json", *sorted((run_dir / "cells").glob("*.json"))]:
+        read_json(f)  # whole JSON, every one
+    kept = [c["cell_id"] for c in read_json(run_dir / "results.json")["cells"]]
+    figure("a full disk: finished cells kept", len(kept))
+    assert kept[:1] == ["case_a_boot"], kept
+    log = (run_dir / "logs" / "case_b_flood.log").read_bytes()
+    assert len(log) < 3 * 2**20, "the log stopped where the disk was full"
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
+    resumed = cli("run", "--matrix", str(m), "--resume", str(run_dir))
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    run = read_json(run_dir / "results.json")
+    assert run["status"] == "complete" and [c["outcome"] for c in run["cells"]] == ["booted"] * 3, run
