@@ -57,6 +57,11 @@ class Interrupted(HarnessError):
     exit_code = ExitCode.INTERRUPTED
 
 
+class EngineGone(Interrupted):
+    """The container engine stopped answering between cells (restarted, upgraded, killed) and did not come back in
+    time: the run stops as if interrupted — what finished is kept, `--resume` finishes it."""
+
+
 class UnsetVariable(HarnessError):
     """A `${NAME}` in a matrix file with no value and no default; the loader turns each into one ConfigError line."""
 

@@ -77,8 +77,10 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
     try:
         with LiveProgress(session.todo, err) as progress:
             session.run(progress)
-    except (Interrupted, KeyboardInterrupt):
+    except (Interrupted, KeyboardInterrupt) as exc:
         session.close()
+        if str(exc) and not isinstance(exc, KeyboardInterrupt) and str(exc) not in ("SIGINT", "SIGTERM", "SIGHUP"):
+            say(str(exc))  # why the run stopped, when it was not a signal (the engine went away)
         say(f"interrupted: finished cells are kept in {session.run_dir} (continue with --resume {session.run_dir})")
         return ExitCode.INTERRUPTED
     return _finish(session, out)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from harness.cells import Cell
 from harness.clock import SYSTEM, Clock
-from harness.errors import CellStartError, RuntimeUnavailable, UsageError
+from harness.errors import CellStartError, EngineGone, RuntimeUnavailable, UsageError
 from harness.logfacts.timeline import Milestone
 from harness.matrix.load import LoadedMatrix
 from harness.matrix.model import Mount, PatchSpec
@@ -42,6 +42,8 @@ PORT_POLL_S, PORT_POLLS = 0.05, 50
 EXIT_POLL_S, WAIT_RETRY_S = 0.1, 0.2
 #: The exit wait asks the engine in slices this long, so a hung engine never holds its thread for good.
 WAIT_SLICE_S = 10
+#: How long a cell waits for an engine that went away (a restart, an upgrade) to answer again, and how often it asks.
+ENGINE_RETURN_S, ENGINE_PING_S = 60.0, 0.5
 
 
 def owner_labels() -> dict[str, str]:
@@ -355,7 +357,22 @@ class ContainerRuntime:
                           patched=patched, cache_dir=ctx.compile_cache, gpu_ids=ctx.gpu_ids,
                           labels=ctx.labels if labels is None else labels, host_port=host_port, remove=remove)
 
+    def _await_engine(self) -> None:
+        """Before each cell: an engine that went away (restarted, upgraded) gets a bounded time to answer again; one
+        that does not stops the run (EngineGone: an interrupt, so `--resume` finishes it)."""
+        deadline = self.clock.now() + ENGINE_RETURN_S
+        while True:
+            try:
+                self.client.ping()
+                return
+            except Exception as exc:  # noqa: BLE001 - docker-py raises several unrelated types for "nothing there"
+                if self.clock.now() >= deadline:
+                    raise EngineGone(f"runtime: the {self.engine} engine has not answered for {ENGINE_RETURN_S:g} s "
+                                     f"({type(exc).__name__}): the run stops here") from None
+                self.clock.sleep(ENGINE_PING_S)
+
     def start(self, cell: Cell, ctx: CellContext, on_line: LineSink) -> ContainerServer:
+        self._await_engine()
         image_id, repo_digest = self.resolve_image(cell.image)
         ctx.mark(Milestone.pulled)
         try:

@@ -167,3 +167,48 @@ def test_a_full_disk_cuts_the_log_keeps_every_record_whole_and_resume_finishes_t
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     run = read_json(run_dir / "results.json")
     assert run["status"] == "complete" and [c["outcome"] for c in run["cells"]] == ["booted"] * 3, run
+
+
+@pytest.mark.podman
+def test_an_engine_restart_mid_run_is_an_error_not_a_verdict_and_the_run_goes_on(podman, tmp_path):
+    """The engine goes away while a cell boots and takes the container with it (a dockerd restart stops every
+    container: SIGTERM, exit 143), then comes back (scripts/setup-podman.sh starts the service again, as an upgrade's
+    restart would). The cell in flight is `error (engine_lost)`, never `crashed` — the configuration was not at fault;
+    the next cell waits for the engine and boots; the run completes, nothing of ours is left."""
+    (service,) = [int(p) for p in subprocess.run(["pgrep", "-f", "podman system service"], capture_output=True,
+                                                  text=True).stdout.split()]
+    m = builders.fake_matrix(tmp_path / "m.yaml", {"a_boot": {"FAKE_VLLM_SCENARIO": "boot", "FAKE_VLLM_DELAY": "30"},
+                                                   "b_boot": {"FAKE_VLLM_SCENARIO": "boot"}},
+                             axis="case", runtime="podman", image=podman["PODMAN_IMAGE"], timeout_s=60,
+                             engine_timeout_s=5, expect=[{"outcome": "booted"}])
+    results = tmp_path / "r"
+    harness = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--matrix", str(m), "--results-dir",
+                                str(results)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "CONTAINER_HOST": podman["CONTAINER_HOST"]})
+    try:
+        wait_for("the first cell's server logging", lambda: any(
+            "args:" in f.read_text(errors="replace") for f in results.glob("*/logs/case_a_boot.log")), timeout=60)
+        os.kill(service, signal.SIGKILL)
+        t_gone = time.monotonic()
+        victim = subprocess.run(["podman", "ps", "-q", "--filter", "label=boot-harness.cell=case_a_boot"],
+                                capture_output=True, text=True, env={**os.environ, **PODMAN_CLI_ENV}).stdout.split()
+        subprocess.run(["podman", "kill", "--signal", "TERM", *victim], capture_output=True,
+                       env={**os.environ, **PODMAN_CLI_ENV})
+        time.sleep(3)
+    finally:
+        back = subprocess.run(["bash", str(builders.ROOT / "scripts" / "setup-podman.sh")], capture_output=True,
+                              text=True)
+    figure("engine away (podman service killed and started again), s", round(time.monotonic() - t_gone, 1))
+    assert back.returncode == 0, back.stderr
+    out, _ = harness.communicate(timeout=180)
+    assert victim, "the first cell's container was running"
+    assert harness.returncode == 1 and "Traceback" not in out, out
+    run = read_json(only_run(results) / "results.json")
+    a, b = run["cells"]
+    assert (a["outcome"], a["reason"]) == ("error", "engine_lost"), a["detail"]
+    assert "went away" in a["container"]["engine_trouble"], a["container"]
+    assert (b["outcome"], b["reason"]) == ("booted", "ready"), b["detail"]
+    assert run["status"] == "complete"
+    left = subprocess.run(["podman", "ps", "-a", "-q", "--filter", "label=boot-harness.owner-pid"],
+                          capture_output=True, text=True, env={**os.environ, **PODMAN_CLI_ENV}).stdout.split()
+    assert left == [], "a container of ours survived the run"
