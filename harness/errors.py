@@ -62,6 +62,19 @@ class EngineGone(Interrupted):
     time: the run stops as if interrupted — what finished is kept, `--resume` finishes it."""
 
 
+class GpuLost(HarnessError):
+    """NVML no longer answers for a GPU ("GPU is lost", "Unknown Error"): the driver or the board is gone."""
+
+    def __init__(self, index: int, message: str):
+        self.index = index
+        super().__init__(message)
+
+
+class GpusGone(Interrupted):
+    """A GPU the run hands out was lost: no more cells start on it, so the run stops as if interrupted — what
+    finished is kept, `--resume` finishes it once the GPU is back."""
+
+
 class UnsetVariable(HarnessError):
     """A `${NAME}` in a matrix file with no value and no default; the loader turns each into one ConfigError line."""
 

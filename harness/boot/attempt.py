@@ -68,6 +68,8 @@ class Attempt:
     gpus_not_idle: str | None = None
     #: Told each milestone as it happens, with seconds since the cell started (the live progress's phase).
     on_milestone: Callable[[Milestone, float], None] | None = None
+    #: Asked once the server is gone: whether a GPU of the cell was lost meanwhile (a line), None when all answer.
+    gpu_check: Callable[[], str | None] | None = None
 
 
 def watch_config(loaded: LoadedMatrix, timeout_s: float | None = None) -> WatchConfig:
@@ -143,6 +145,7 @@ class CellRunner:
         decision = decide(Evidence(sighting=seen.sighting if seen else None, start_error=start_error,
                                    oom_killed=bool(container and container.oom_killed),
                                    engine_trouble=container.engine_trouble if container else None,
+                                   gpu_lost=attempt.gpu_check() if attempt.gpu_check else None,
                                    retried_busy=attempt.number > 1, gpus_not_idle=attempt.gpus_not_idle))
         decided_at = t0 + seen.verdict_s if seen and seen.verdict_s is not None else self.clock.now()
         facts = seen.facts if seen else LogParser().facts

@@ -38,11 +38,13 @@ from harness.boot.retry import BusyRetry, RetryPolicy
 from harness.boot.signals import Interrupted, interrupts_raise, signals_held
 from harness.cells import Cell
 from harness.clock import Clock
+from harness.errors import GpuLost, GpusGone
 from harness.logfacts.timeline import Milestone
 from harness.gpu.idle import IdleBaseline, IdleWait
 from harness.gpu.inventory import GpuPool, Inventory
 from harness.gpu.records import GpuInfo
 from harness.results.model import CellResult, RunStatus
+from harness.verdict import Reason
 
 JOIN_SLICE_S = 0.2
 
@@ -186,12 +188,28 @@ class Executor:
                 with self._lock:
                     self._results[cell.id] = result
                 self.observer.cell_finished(cell, result)
+                if result.reason == Reason.gpu_lost:  # no more cells on that GPU: the run stops, resumable
+                    raise GpusGone(f"{self._lost(indices) or 'a GPU of ' + cell.id + ' is lost'}: no more cells "
+                                   "start on it; the run stops here")
+        except GpuLost as exc:  # lost between cells (the idle wait, the GPU's record): the same stop
+            with self._lock:
+                self._errors.append(GpusGone(f"{exc}: no more cells start on it; the run stops here"))
+            self.stop.set()
         except BaseException as exc:  # a bug in a runtime or here: stop everything, the main thread re-raises
             with self._lock:
                 self._errors.append(exc)
             self.stop.set()
         finally:
             finished.put(threading.current_thread().name)
+
+    def _lost(self, indices: list[int]) -> str | None:
+        """Whether a GPU of the cell stopped answering (asked once its server is gone)."""
+        for i in indices:
+            try:
+                self.inventory.used_bytes(i)
+            except GpuLost as exc:
+                return str(exc)
+        return None
 
     def _prepare(self, indices: list[int]) -> tuple[list[GpuInfo] | None, IdleWait | None]:
         if not indices:
@@ -206,7 +224,8 @@ class Executor:
         try:
             return self.runner.run(cell, Attempt(gpus=gpus, assigned=self.pool is not None, number=number,
                                                  gpus_not_idle=wait.describe() if wait and not wait.idle else None,
-                                                 on_milestone=lambda m, at: self.observer.cell_milestone(cell, m, at)))
+                                                 on_milestone=lambda m, at: self.observer.cell_milestone(cell, m, at),
+                                                 gpu_check=(lambda: self._lost(indices)) if indices else None))
         finally:
             with self._lock:
                 self.timeline.append((cell.id, tuple(indices), t0, self.clock.now()))

@@ -36,7 +36,8 @@ class Inventory(Protocol):
         """The GPU as it is now: name, driver, total and free memory, and `id` — what the runtime is told."""
 
     def used_bytes(self, index: int) -> int | None:
-        """Memory in use on the GPU now; None when it cannot be measured (then the idle wait does not wait)."""
+        """Memory in use on the GPU now; None when it cannot be measured (then the idle wait does not wait). Raises
+        GpuLost (harness.errors) when the GPU no longer answers."""
 
 
 class CpuInventory:

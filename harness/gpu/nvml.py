@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.gpu.records import GpuInfo
-from harness.errors import NvmlUnavailable  # re-exported: callers import it from here
+from harness.errors import GpuLost, NvmlUnavailable  # NvmlUnavailable re-exported: callers import it here
 
 GIB = 1024**3
 
@@ -69,7 +69,10 @@ class NvmlInventory:
 
     def _memory(self, index: int) -> Any:
         with self._lock:
-            return self._nvml.nvmlDeviceGetMemoryInfo(self._handles[index])
+            try:
+                return self._nvml.nvmlDeviceGetMemoryInfo(self._handles[index])
+            except Exception as exc:  # pynvml.NVMLError_GpuIsLost, _Unknown, ...: the device no longer answers
+                raise GpuLost(index, f"GPU {index} ({self._static[index][1]}) is lost: NVML says {exc}") from None
 
     def info(self, index: int) -> GpuInfo:
         mem = self._memory(index)

@@ -57,6 +57,7 @@ class Reason(Named):
     stale_server = "stale_server"
     gpu_memory_held = "gpu_memory_held"
     engine_lost = "engine_lost"
+    gpu_lost = "gpu_lost"
 
 
 REASONS: dict[Reason, ReasonInfo] = {
@@ -91,6 +92,9 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.engine_lost: ReasonInfo(
         Outcome.error, "the container engine stopped answering (hung, restarted) while the server was booting, and the "
                        "server then died or never decided: the engine's fault, not this configuration's verdict"),
+    Reason.gpu_lost: ReasonInfo(
+        Outcome.error, "a GPU of the cell was lost while it ran (NVML: \"GPU is lost\", \"Unknown Error\"): whatever "
+                       "the server did says nothing about the configuration; the run starts no more cells on it"),
     Reason.gpu_memory_held: ReasonInfo(
         Outcome.error, "refused gpu_memory_busy on both attempts while the GPUs were still above their idle level: "
                        "memory held by something else, not this configuration's verdict"),

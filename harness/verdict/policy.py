@@ -53,6 +53,8 @@ class Evidence:
     gpus_not_idle: str | None = None
     #: Which engine call did not answer, or how the engine went away, while the cell ran (container runtimes).
     engine_trouble: str | None = None
+    #: A GPU of the cell was lost while it ran (NVML), in a line.
+    gpu_lost: str | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,14 @@ def oom_killed(ev: Evidence) -> Decision | None:
     return None
 
 
+def gpu_lost(ev: Evidence) -> Decision | None:
+    """A GPU lost under a cell voids whatever the cell did on it: a boot, a refusal, a crash alike."""
+    if ev.gpu_lost:
+        what = f"; the server meanwhile: {ev.sighting.detail}" if ev.sighting else ""
+        return Decision(Outcome.error, Reason.gpu_lost, ev.gpu_lost + what)
+    return None
+
+
 def engine_lost(ev: Evidence) -> Decision | None:
     """A server that died, or never decided, while its engine was not answering says nothing about its configuration
     (a dockerd restart stops every container with 143); one that refused or booted meanwhile still did."""
@@ -151,7 +161,7 @@ def timed_out(ev: Evidence) -> Decision | None:
 
 
 #: In order: the first rule that applies decides.
-RULES: tuple[Rule, ...] = (start_failed, stale_listener, oom_killed, engine_lost, memory_held, refused, crashed, booted,
+RULES: tuple[Rule, ...] = (gpu_lost, start_failed, stale_listener, oom_killed, engine_lost, memory_held, refused, crashed, booted,
                           timed_out)
 
 

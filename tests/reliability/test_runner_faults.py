@@ -17,7 +17,7 @@ import pytest
 from harness.runtime.process import SERVER_OOM_SCORE_ADJ
 from tests import builders
 from tests.integration.test_podman import PODMAN_CLI_ENV, podman  # noqa: F401 - the fixture, and the CLI's settings
-from tests.conftest import require
+from tests.conftest import STANDIN_NVML, require
 from tests.reliability.conftest import cli, figure, only_run, read_json, wait_for
 
 #: Writes 256 MiB, touching every page (a zero-filled buffer costs no memory until written), then waits.
@@ -212,3 +212,32 @@ def test_an_engine_restart_mid_run_is_an_error_not_a_verdict_and_the_run_goes_on
     left = subprocess.run(["podman", "ps", "-a", "-q", "--filter", "label=boot-harness.owner-pid"],
                           capture_output=True, text=True, env={**os.environ, **PODMAN_CLI_ENV}).stdout.split()
     assert left == [], "a container of ours survived the run"
+
+
+def test_a_gpu_lost_mid_run_voids_the_cell_in_flight_and_stops_the_run_in_one_line(tmp_path):
+    """NVML starts saying "GPU is lost" while a cell boots (the stand-in NVML, as pynvml says it): that cell is
+    `error (gpu_lost)`, whatever its server did; no more cells start on the GPU, the run says so in one line and ends
+    non-zero, interrupted, so `--resume` finishes it once the GPU is back."""
+    lost = tmp_path / "lost"
+    m = builders.fake_matrix(tmp_path / "m.yaml", {"a_boot": {"FAKE_VLLM_SCENARIO": "boot", "FAKE_VLLM_DELAY": "3"},
+                                                   "b_boot": {"FAKE_VLLM_SCENARIO": "boot"}},
+                             axis="case", gpus_per_cell=1, expect=[{"outcome": "booted"}])
+    env = {**os.environ, **STANDIN_NVML, "STANDIN_NVML_HOLD_S": "0", "STANDIN_NVML_LOST_FILE": str(lost)}
+    results = tmp_path / "r"
+    harness = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--matrix", str(m), "--results-dir",
+                                str(results)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    wait_for("the first cell's server logging", lambda: any(
+        "args:" in f.read_text(errors="replace") for f in results.glob("*/logs/case_a_boot.log")), timeout=60)
+    lost.touch()
+    out, err = harness.communicate(timeout=120)
+    assert harness.returncode == 130 and "Traceback" not in out + err, out + err
+    (line,) = [x for x in err.splitlines() if "is lost" in x]
+    assert line.startswith("GPU 0 (GPU-") and "NVML says GPU is lost: no more cells start on it" in line, line
+    run = read_json(only_run(results) / "results.json")
+    (a,) = run["cells"]  # b never started
+    assert (a["outcome"], a["reason"]) == ("error", "gpu_lost"), a["detail"]
+    assert run["status"] == "interrupted"
+    lost.unlink()  # the GPU is back
+    resumed = cli("run", "--matrix", str(m), "--resume", str(only_run(results)), env=env)
+    assert resumed.returncode == 1, resumed.stderr  # the voided cell stays an error; b boots
+    assert [c["outcome"] for c in read_json(only_run(results) / "results.json")["cells"]] == ["error", "booted"]

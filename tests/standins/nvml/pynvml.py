@@ -14,6 +14,8 @@ Environment (all optional):
   STANDIN_NVML_BUSY_GIB  used while a server runs (default 120)
   STANDIN_NVML_HOLD_S    how long memory stays used after the last server went (default 4)
   STANDIN_NVML_LOG       a file that gets one line per memory read: "<unix time> <used bytes>"
+  STANDIN_NVML_LOST_FILE once this file exists, every GPU is lost: memory reads raise NVMLError("GPU is lost"), as
+                         pynvml's NVMLError_GpuIsLost says it (a board off the bus, a driver gone)
 """
 
 from __future__ import annotations
@@ -149,6 +151,9 @@ def nvmlDeviceGetUUID(handle: int) -> str:
 
 
 def nvmlDeviceGetMemoryInfo(handle: int) -> Memory:
+    lost = os.environ.get("STANDIN_NVML_LOST_FILE")
+    if lost and os.path.exists(lost):
+        raise NVMLError("GPU is lost")
     total = int(_env("STANDIN_NVML_TOTAL_GIB", 139.8) * GIB)
     used = _DEVICE.used()
     return Memory(total=total, free=total - used, used=used)
