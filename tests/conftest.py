@@ -11,7 +11,9 @@ from tests import figures
 
 ROOT = Path(__file__).resolve().parent.parent
 #: A stand-in NVML (tests/standins/nvml/pynvml.py): put first on PYTHONPATH for a harness that runs a GPU matrix here.
-STANDIN_NVML = {"PYTHONPATH": str(ROOT / "tests" / "standins" / "nvml")}
+#: The stand-in NVML, with GPUs of this test process's own (their UUIDs carry its pid): the harness holds a GPU
+#: host-wide by UUID while a cell runs on it, and the two xdist lanes are two runners, not two jobs on one.
+STANDIN_NVML = {"PYTHONPATH": str(ROOT / "tests" / "standins" / "nvml"), "STANDIN_NVML_NODE": str(os.getpid())}
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config):

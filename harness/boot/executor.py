@@ -33,13 +33,14 @@ import threading
 
 from harness.boot.attempt import Attempt, CellRunner, NullObserver, Observer
 from harness.boot.live import LiveServers, TrackingRuntime
-from harness.boot.notes import gpu_notes
+from harness.boot.notes import gpu_notes, note
 from harness.boot.retry import BusyRetry, RetryPolicy
 from harness.boot.signals import Interrupted, interrupts_raise, signals_held
 from harness.cells import Cell
 from harness.clock import Clock
 from harness.errors import GpuLost, GpusGone
 from harness.logfacts.timeline import Milestone
+from harness.gpu.hostlock import HostGpuLocks
 from harness.gpu.idle import IdleBaseline, IdleWait
 from harness.gpu.inventory import GpuPool, Inventory
 from harness.gpu.records import GpuInfo
@@ -92,6 +93,9 @@ class Executor:
         self.live = LiveServers()
         self.runner = dataclasses.replace(runner, runtime=TrackingRuntime(runner.runtime, self.live))
         self.pool = GpuPool(inventory.devices(), gpus_per_cell) if gpus_per_cell > 0 else None
+        #: GPUs held host-wide while a cell runs, so another run on this runner waits instead of being refused for
+        #: this one's memory; real GPUs only (a fake inventory's are this process's own).
+        self.host_locks = HostGpuLocks(inventory, self.clock)
         self.idle = idle if idle is not None else (
             IdleBaseline(inventory, clock=self.clock) if self.pool or self.shared else None)
         self._captured = False
@@ -177,11 +181,21 @@ class Executor:
                     if got is None:
                         return
                     indices = got
+                held = self.host_locks.acquire(indices, self.stop)
+                if held is None:  # stopped while another run held the GPUs
+                    if self.pool is not None:
+                        self.pool.release(indices)
+                    return
+                waited = self.host_locks.waited.get(tuple(indices), 0.0)
                 try:
                     result = self._run_cell(cell, indices)
                 finally:
+                    self.host_locks.release(held)
                     if self.pool is not None:
                         self.pool.release(indices)
+                if waited >= 0.5:  # after the attempt: its log is written from the start when the server starts
+                    note(self.store.log_path(cell.id), f"before start: waited {waited:.1f} s for GPU(s) {indices}, "
+                                                       "which another run on this host had a cell on")
                 if result is None:  # interrupted: its server was stopped by us, so there is no verdict
                     return
                 self.store.record(result)

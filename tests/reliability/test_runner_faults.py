@@ -241,3 +241,29 @@ def test_a_gpu_lost_mid_run_voids_the_cell_in_flight_and_stops_the_run_in_one_li
     resumed = cli("run", "--matrix", str(m), "--resume", str(only_run(results)), env=env)
     assert resumed.returncode == 1, resumed.stderr  # the voided cell stays an error; b boots
     assert [c["outcome"] for c in read_json(only_run(results) / "results.json")["cells"]] == ["error", "booted"]
+
+
+def test_gpu_cells_of_two_runs_take_turns_on_a_shared_gpu_instead_of_booting_into_each_others_memory(tmp_path):
+    """Two runs on one runner with one (stand-in) GPU between them: a cell holds the GPU host-wide while it runs, so
+    the other run's cell waits for it (and says so in its log) instead of booting beside it; both runs complete."""
+    m = builders.fake_matrix(tmp_path / "m.yaml", {v: {"FAKE_VLLM_SCENARIO": "boot", "FAKE_VLLM_DELAY": "1"}
+                                                   for v in ("a", "b")}, axis="case", gpus_per_cell=1,
+                             expect=[{"outcome": "booted"}])
+    env = {**os.environ, **STANDIN_NVML, "STANDIN_NVML_HOLD_S": "0"}
+    runs = [subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--matrix", str(m), "--results-dir",
+                              str(tmp_path / d)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            for d in ("one", "two")]
+    outs = [p.communicate(timeout=180)[0] for p in runs]
+    assert [p.returncode for p in runs] == [0, 0], outs
+    spans = []
+    for d in ("one", "two"):
+        run_dir = only_run(tmp_path / d)
+        for c in read_json(run_dir / "results.json")["cells"]:
+            assert c["outcome"] == "booted", c["detail"]
+            spans.append((c["started_at"], c["finished_at"], d, c["cell_id"]))
+    spans.sort()
+    overlaps = [(a, b) for a, b in zip(spans, spans[1:]) if b[0] < a[1]]
+    figure("two runs, one GPU: cells booted at once on it", len(overlaps))
+    assert overlaps == [], overlaps
+    logs = "".join(f.read_text() for f in tmp_path.glob("*/*/logs/*.log"))
+    assert "which another run on this host had a cell on" in logs

@@ -14,6 +14,8 @@ Environment (all optional):
   STANDIN_NVML_BUSY_GIB  used while a server runs (default 120)
   STANDIN_NVML_HOLD_S    how long memory stays used after the last server went (default 4)
   STANDIN_NVML_LOG       a file that gets one line per memory read: "<unix time> <used bytes>"
+  STANDIN_NVML_NODE      a number in the GPUs' UUIDs (default 0): runs that share it share the GPUs (the harness
+                         holds a GPU host-wide by UUID while a cell runs on it), others have GPUs of their own
   STANDIN_NVML_LOST_FILE once this file exists, every GPU is lost: memory reads raise NVMLError("GPU is lost"), as
                          pynvml's NVMLError_GpuIsLost says it (a board off the bus, a driver gone)
 """
@@ -147,7 +149,8 @@ def nvmlDeviceGetName(handle: int) -> str:
 
 
 def nvmlDeviceGetUUID(handle: int) -> str:
-    return f"GPU-5ea1d1e0-0000-4000-8000-{handle:012d}"
+    node = int(_env("STANDIN_NVML_NODE", 0))
+    return f"GPU-5ea1d1e0-0000-4000-8000-{node % 2**32:08x}{handle:04x}"
 
 
 def nvmlDeviceGetMemoryInfo(handle: int) -> Memory:
