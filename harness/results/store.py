@@ -208,30 +208,43 @@ class RunLock:
     """One writer per run directory: a `--resume` of a run that is still going (a second CI job, a person beside the
     nightly) would boot its cells again and interleave its records with the first's. An flock, so the kernel lets go
     of it with the process: a killed run never stays locked. Kept outside the run directory, which stays exactly the
-    run's records."""
+    run's records. Within one process the lock is shared (a session reopened in-process, the frontier's probes)."""
+
+    _held: dict[Path, list[int]] = {}  # lock file -> [fd, holders]: this process's
+    _guard = threading.Lock()
 
     def __init__(self, run_dir: Path):
-        self._fd: int | None = None
+        self._path: Path | None = None
         digest = hashlib.sha256(str(Path(run_dir).resolve()).encode()).hexdigest()[:20]
         where = Path(tempfile.gettempdir()) / "boot-harness-runs"
         where.mkdir(parents=True, exist_ok=True)
-        self.path = where / f"{digest}.lock"
-        fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise UsageError(f"{run_dir}: another boot-harness (pid {holder}) is writing this run now; let it finish, "
-                             "then --resume it (or start a new run)") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        self._fd = fd
+        path = where / f"{digest}.lock"
+        with RunLock._guard:
+            if path not in RunLock._held:
+                fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                    os.close(fd)
+                    raise UsageError(f"{run_dir}: another boot-harness (pid {holder}) is writing this run now; let "
+                                     "it finish, then --resume it (or start a new run)") from None
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, str(os.getpid()).encode(), 0)
+                RunLock._held[path] = [fd, 0]
+            RunLock._held[path][1] += 1
+            self._path = path
 
     def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        with RunLock._guard:
+            path, self._path = self._path, None
+            entry = RunLock._held.get(path) if path is not None else None
+            if entry is None:
+                return
+            entry[1] -= 1
+            if entry[1] == 0:
+                os.close(entry[0])
+                del RunLock._held[path]
 
     def __del__(self) -> None:  # a session that failed half-way in this process (a test, the pytest plugin)
         self.release()
