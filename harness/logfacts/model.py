@@ -7,7 +7,6 @@ optional because each vLLM version logs a different subset, and a missing fact m
 from __future__ import annotations
 
 import enum
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 

@@ -33,6 +33,30 @@ class Layer:
     sliding_window: int | None = None
     #: a state layer's dimensions (mamba / GDN / KDA / linear attention), None for attention layers
     state: StateSpec | None = None
+    #: Llama 4's chunked local attention (`attention_chunk_size`): kept as a bounded window (kind sliding) where the
+    #: hybrid KV cache manager runs, as full attention where that release turns it off (versions.ConfigRules)
+    attention_chunk: int | None = None
+
+
+@dataclass(frozen=True)
+class ConfigValues:
+    """Cache-relevant values vLLM reads from the config itself rather than from the flags; which of them a release
+    honours is `versions.ConfigRules` (docs/kv-model.md "Values vLLM takes from the model's config")."""
+
+    #: `mamba_ssm_dtype` of the text config (Qwen3.5 / 3.6 set float32 there; vLLM reads `hf_text_config`)
+    text_mamba_ssm_dtype: str | None = None
+    #: NemotronH's `mamba_ssm_cache_dtype`, of the top-level config and of its `text_config` (the VL wrapper)
+    top_mamba_ssm_cache_dtype: str | None = None
+    text_mamba_ssm_cache_dtype: str | None = None
+    #: what a ModelOpt checkpoint's KV algorithm names (`fp8`, `nvfp4`, or `auto` for one vLLM does not map)
+    modelopt_kv: str | None = None
+    #: a compressed-tensors `kv_cache_scheme` is present (its KV cache is fp8)
+    compressed_tensors_kv: bool = False
+    quant_method: str | None = None
+    #: the smallest of the max-length keys (`_get_and_verify_max_len`), `model_max_length` winning when set
+    derived_max_len: int | None = None
+    #: the rope scaling as (rope_type, factor, original_max_position_embeddings), for the default max_model_len
+    rope: tuple[tuple[str, float | None, int | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -51,6 +75,9 @@ class ModelShape:
     mtp_layer: Layer | None = None
     uses_mla: bool = False
     unmodelled: tuple[str, ...] = field(default=())
+    config_values: ConfigValues = field(default_factory=ConfigValues)
+    #: the parsed config.json, kept so `--hf-overrides` can be applied per release (predictor.py)
+    raw: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 def _text_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -69,11 +96,100 @@ def _int(cfg: dict[str, Any], *keys: str) -> int | None:
     return None
 
 
+#: sub-configs `--hf-overrides` merges into from 0.11.1 (transformers PretrainedConfig attributes, not plain dicts)
+_SUB_CONFIGS = {"text_config", "vision_config", "audio_config", "llm_config", "language_config", "thinker_config",
+                "talker_config", "encoder_config", "decoder_config"}
+
+
+def apply_hf_overrides(raw: dict[str, Any], overrides: dict[str, Any], nested: bool) -> dict[str, Any]:
+    """The config vLLM builds from config.json and `--hf-overrides`: flat keys set on the top-level config (so a
+    multimodal model's text config does not see them); a dict for a sub-config merged into it from 0.11.1
+    (`ModelConfig._apply_dict_overrides`), replacing it before (`config.update`); any other dict replaces the key."""
+    out = dict(raw)
+    for key, value in overrides.items():
+        if nested and isinstance(value, dict) and key in _SUB_CONFIGS and isinstance(out.get(key), dict):
+            out[key] = apply_hf_overrides(out[key], value, nested)
+        else:
+            out[key] = value
+    return out
+
+
+def _quant_config(raw: dict[str, Any]) -> dict[str, Any] | None:
+    """The checkpoint's quantization config where vLLM looks for it (`quantization_config`, the text config's,
+    compressed-tensors' `compression_config`); ModelOpt's legacy hf_quant_config.json is merged in by `read_model`."""
+    for cfg in (raw, raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}):
+        q = cfg.get("quantization_config")
+        if isinstance(q, dict):
+            return q
+    q = raw.get("compression_config")
+    return q if isinstance(q, dict) else None
+
+
+def _modelopt_kv(q: dict[str, Any]) -> str | None:
+    """`get_kv_cache_quant_algo_string`: the KV algorithm a ModelOpt config names; "auto" for a form vLLM does not
+    map (it then warns and keeps the model dtype)."""
+    inner = q.get("quantization") if isinstance(q.get("quantization"), dict) else q
+    algo = (inner.get("kv_cache_scheme") or q.get("kv_cache_scheme") or inner.get("kv_cache_quant_algo")
+            or q.get("kv_cache_quant_algo"))
+    if isinstance(algo, dict):
+        if algo.get("dynamic") is False and algo.get("num_bits") == 8 and algo.get("type") == "float":
+            return "fp8"
+        if algo.get("num_bits") == 4 and algo.get("type") == "float":
+            return "nvfp4"
+        return "auto"
+    if isinstance(algo, str):
+        return algo.lower() if algo.lower() in ("fp8", "nvfp4") else "auto"
+    return None
+
+
+_MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                 "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+
+
+def _config_values(raw: dict[str, Any], cfg: dict[str, Any]) -> ConfigValues:
+    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else None
+    hf_text = text if text is not None else raw
+    q = _quant_config(raw)
+    method = str(q.get("quant_method") or "").lower().replace("compressed_tensors", "compressed-tensors") if q else ""
+    producer = (q.get("producer") or {}).get("name") if q and isinstance(q.get("producer"), dict) else None
+    modelopt = method.startswith("modelopt") or producer == "modelopt"
+    lens = [v for k in _MAX_LEN_KEYS if isinstance(v := hf_text.get(k), (int, float)) and not isinstance(v, bool)]
+    derived = min(lens) if lens else None
+    if isinstance(hf_text.get("model_max_length"), int) and hf_text["model_max_length"]:
+        derived = hf_text["model_max_length"]
+    rope_cfg = raw.get("rope_scaling") or raw.get("rope_parameters")
+    if text is not None and not rope_cfg:
+        rope_cfg = text.get("rope_scaling") or text.get("rope_parameters")
+    ropes = []
+    for rp in (rope_cfg.values() if isinstance(rope_cfg, dict) and all(isinstance(v, dict) for v in rope_cfg.values())
+               and rope_cfg else [rope_cfg]):
+        if isinstance(rp, dict) and (rp.get("rope_type") or rp.get("type")):
+            ropes.append((str(rp.get("rope_type") or rp.get("type")), rp.get("factor"),
+                          rp.get("original_max_position_embeddings")))
+
+    def s(v):
+        return str(v) if v else None
+    return ConfigValues(
+        text_mamba_ssm_dtype=s(hf_text.get("mamba_ssm_dtype")),
+        top_mamba_ssm_cache_dtype=s(raw.get("mamba_ssm_cache_dtype")),
+        text_mamba_ssm_cache_dtype=s(text.get("mamba_ssm_cache_dtype")) if text is not None else None,
+        modelopt_kv=_modelopt_kv(q) if q and modelopt else None,
+        compressed_tensors_kv=bool(q and method == "compressed-tensors" and q.get("kv_cache_scheme")),
+        quant_method=method or ("modelopt" if modelopt else None),
+        derived_max_len=int(derived) if derived else None, rope=tuple(ropes),
+    )
+
+
 def load_config(path: str | Path) -> tuple[Path, dict[str, Any]]:
     p = Path(path)
     file = p / "config.json" if p.is_dir() else p
     try:
         data = json.loads(file.read_text())
+        legacy = file.parent / "hf_quant_config.json"
+        if isinstance(data, dict) and "quantization_config" not in data and legacy.is_file():
+            # ModelOpt ≤0.29 writes its quantization config beside config.json; vLLM merges it in
+            # (transformers_utils/config.py get_config)
+            data["quantization_config"] = json.loads(legacy.read_text())
     except FileNotFoundError:
         raise UsageError(f"{file}: no such file (give a model directory with config.json, or the file)") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -107,11 +223,11 @@ def _read(where: str, raw: dict[str, Any]) -> ModelShape:
     if not n_layers or not heads:
         raise UsageError(f"{where}: num_hidden_layers and num_attention_heads: both are needed to size the KV cache")
     hidden = _int(cfg, "hidden_size", "n_embd", "d_model")
-    kv_heads = _int(cfg, "num_key_value_heads", "multi_query_group_num", "num_kv_heads")
-    if kv_heads is None:
-        kv_heads = 1 if cfg.get("multi_query") else heads
+    kv_heads = _kv_heads(cfg, heads)
     head = _int(cfg, "head_dim")
-    if head is None:
+    if not head or head <= 0:  # some configs write head_dim null, or 0
+        head = _int(cfg, "hidden_size_per_head")
+    if not head:
         if not hidden:
             raise UsageError(f"{where}: head_dim or hidden_size: one is needed to size the KV cache")
         head = hidden // heads
@@ -133,12 +249,13 @@ def _read(where: str, raw: dict[str, Any]) -> ModelShape:
 
     kinds = _layer_kinds(cfg, n_layers, unmodelled)
     window = _int(cfg, "sliding_window")
-    spec = state_spec(cfg) if LayerKind.state in kinds else None
+    spec = state_spec(cfg) if LayerKind.state in kinds or cfg.get("model_type") == "falcon_h1" else None
     if LayerKind.state in kinds and spec is None:
         unmodelled.append(f"state layers of model type {cfg.get('model_type')!r}: their per-sequence state is not "
                           "modelled (mamba1, mamba2, GDN, KDA, short conv families are)")
+    chunk = _int(cfg, "attention_chunk_size")
     layers: list[Layer] = []
-    for kind in kinds:
+    for i, kind in enumerate(kinds):
         if kind == LayerKind.sliding and window:
             layers.append(Layer(LayerKind.sliding, kv_heads=attn.kv_heads, head_size=attn.head_size,
                                 head_size_v=attn.head_size_v, sliding_window=window))
@@ -146,17 +263,50 @@ def _read(where: str, raw: dict[str, Any]) -> ModelShape:
             if spec is not None:
                 layers.append(Layer(LayerKind.state, state=spec))
         elif kind != LayerKind.none:
-            layers.append(attn)
+            if chunk and not uses_mla and _chunked_layer(cfg, i):
+                layers.append(Layer(LayerKind.sliding, kv_heads=attn.kv_heads, head_size=attn.head_size,
+                                    head_size_v=attn.head_size_v, attention_chunk=chunk))
+            else:
+                layers.append(attn)
+    if cfg.get("model_type") == "falcon_h1" and spec is not None:
+        # every Falcon-H1 decoder layer runs attention and a mamba2 mixer side by side: one page of each
+        layers += [Layer(LayerKind.state, state=spec)] * n_layers
 
     mtp = _int(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers") or 0
-    dtype = cfg.get("torch_dtype") or cfg.get("dtype")
+    # vLLM takes the top-level dtype first, a multimodal model's text config's only when that names none
+    dtype = raw.get("torch_dtype") or raw.get("dtype") or cfg.get("torch_dtype") or cfg.get("dtype")
     return ModelShape(
         path=where, model_type=str(cfg.get("model_type") or ""),
         architectures=tuple(raw.get("architectures") or ()), config_dtype=str(dtype) if dtype else None,
         max_position_embeddings=_int(cfg, "max_position_embeddings", "n_positions", "max_sequence_length"),
         layers=tuple(layers), mtp_layers=mtp, mtp_layer=attn if mtp else None, uses_mla=uses_mla,
-        unmodelled=tuple(unmodelled),
+        unmodelled=tuple(unmodelled), config_values=_config_values(raw, cfg), raw=raw,
     )
+
+
+def _kv_heads(cfg: dict[str, Any], heads: int) -> int:
+    """`get_total_num_kv_heads`: Falcon / GPTBigCode's multi-query flag (unless Falcon's new decoder architecture),
+    MPT / DBRX's attn_config, then the first of n_head_kv, num_kv_heads, num_key_value_heads, multi_query_group_num,
+    num_attention_groups; the attention heads when none is set."""
+    new_falcon = cfg.get("model_type") in ("falcon", "RefinedWeb", "RefinedWebModel") and \
+        cfg.get("new_decoder_architecture")
+    if cfg.get("multi_query") and not new_falcon:
+        return 1
+    attn_config = cfg.get("attn_config")
+    if cfg.get("model_type") in ("mpt", "dbrx") and isinstance(attn_config, dict):
+        return int(attn_config.get("kv_n_heads") or heads)
+    n = _int(cfg, "n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num", "num_attention_groups")
+    return heads if n is None else n
+
+
+def _chunked_layer(cfg: dict[str, Any], i: int) -> bool:
+    """Llama 4: a layer with RoPE attends locally in chunks; a NoPE layer (`no_rope_layers[i] == 0`, every 4th by
+    transformers' default) attends globally (vLLM llama4.py `use_chunked_local_attn`)."""
+    nope = cfg.get("no_rope_layers")
+    if isinstance(nope, list) and len(nope) > i:
+        return nope[i] != 0
+    interval = _int(cfg, "no_rope_layer_interval") or 4
+    return (i + 1) % interval != 0
 
 
 _STATE_TYPES = {"linear_attention", "mamba", "mamba2", "conv", "gdn", "kda"}

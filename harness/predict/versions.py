@@ -113,3 +113,66 @@ HYBRID_RULES: tuple[HybridRules, ...] = (_HYBRID_BASE, _H_0111, _H_013, _H_015, 
 
 def hybrid_rules_for(version: str) -> HybridRules:
     return _newest(HYBRID_RULES, version)
+
+
+@dataclass(frozen=True)
+class ConfigRules:
+    """Where vLLM takes a cache-sizing value from the model's own config.json rather than from the flags, from the
+    release that changed it (docs/kv-model.md "Values vLLM takes from the model's config")."""
+
+    since: tuple[int, int, int]
+    #: architectures whose auto `--mamba-ssm-cache-dtype` becomes the text config's `mamba_ssm_dtype`
+    #: (model_executor/models/config.py `Qwen3_5ForConditionalGenerationConfig`, from 0.17)
+    text_ssm_dtype_archs: frozenset[str]
+    #: architectures whose auto SSM dtype becomes `mamba_ssm_cache_dtype` of the top-level config (NemotronH, 0.13 on),
+    #: and those that read it from `text_config` (the Nano VL wrapper, 0.20 on); the fallback is HybridRules.nemotron_ssm
+    nemotron_ssm_archs: frozenset[str]
+    nemotron_text_ssm_archs: frozenset[str]
+    #: a ModelOpt checkpoint's `kv_cache_quant_algo` / `kv_cache_scheme` resolves `--kv-cache-dtype auto` for every
+    #: attention layer, MLA included (utils/torch_utils.py `resolve_kv_cache_dtype_string`, 0.14 on); `nvfp4` from 0.20
+    modelopt_kv: frozenset[str]
+    #: a compressed-tensors `kv_cache_scheme` makes each (non-MLA) attention layer fp8: "none" (≤0.14), "always" (0.15
+    #: to 0.21: even over an explicit --kv-cache-dtype), "auto" (0.22 on: only when the flag is auto)
+    compressed_tensors_kv: Literal["none", "always", "auto"]
+    #: the default max_model_len: a `yarn` rope scaling multiplies `original_max_position_embeddings` by its factor
+    #: (≤0.29); from 0.30 yarn's max_position_embeddings is taken as already scaled
+    yarn_scales_original: bool
+    #: `--hf-overrides` merges a dict into a nested config (`text_config`) instead of replacing it (0.11.1 on)
+    hf_overrides_nested: bool
+    #: sliding-window layers next to full ones are cached as full attention: no hybrid KV cache manager (≤0.9.0)
+    mixed_window_as_full: bool
+    #: Llama 4's chunked local attention (`attention_chunk_size`): "full" where the hybrid manager is off for it
+    #: (before 0.10, and 0.10.1-0.13 by default: VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0), else "chunk"
+    chunked_local: Literal["full", "chunk"]
+
+
+_NEMOTRON = frozenset({"NemotronHForCausalLM"})
+_QWEN35 = frozenset({"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"})
+_C_BASE = ConfigRules((0, 8, 0), text_ssm_dtype_archs=frozenset(), nemotron_ssm_archs=frozenset(),
+                      nemotron_text_ssm_archs=frozenset(), modelopt_kv=frozenset(), compressed_tensors_kv="none",
+                      yarn_scales_original=True, hf_overrides_nested=False, mixed_window_as_full=True,
+                      chunked_local="full")
+_C_091 = replace(_C_BASE, since=(0, 9, 1), mixed_window_as_full=False)
+_C_0100 = replace(_C_091, since=(0, 10, 0), chunked_local="chunk")
+_C_0101 = replace(_C_0100, since=(0, 10, 1), chunked_local="full")
+_C_0111 = replace(_C_0101, since=(0, 11, 1), hf_overrides_nested=True)
+_C_013 = replace(_C_0111, since=(0, 13, 0), nemotron_ssm_archs=_NEMOTRON)
+_C_014 = replace(_C_013, since=(0, 14, 0), modelopt_kv=frozenset({"fp8"}), chunked_local="chunk")
+_C_015 = replace(_C_014, since=(0, 15, 0), compressed_tensors_kv="always")
+_C_016 = replace(_C_015, since=(0, 16, 0), nemotron_ssm_archs=_NEMOTRON | {"NemotronHPuzzleForCausalLM"})
+_C_017 = replace(_C_016, since=(0, 17, 0), text_ssm_dtype_archs=_QWEN35)
+_C_019 = replace(_C_017, since=(0, 19, 0), text_ssm_dtype_archs=_QWEN35 | {"ColQwen3_5"})
+_C_020 = replace(_C_019, since=(0, 20, 0), nemotron_text_ssm_archs=frozenset({"NemotronH_Nano_VL_V2"}),
+                 modelopt_kv=frozenset({"fp8", "nvfp4"}))
+_C_022 = replace(_C_020, since=(0, 22, 0), compressed_tensors_kv="auto")
+_C_027 = replace(_C_022, since=(0, 27, 0), text_ssm_dtype_archs=_C_022.text_ssm_dtype_archs
+                 | {"Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"})
+_C_029 = replace(_C_027, since=(0, 29, 0), text_ssm_dtype_archs=_C_027.text_ssm_dtype_archs
+                 | {"Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration", "Qwen4ExpMTP"})
+_C_030 = replace(_C_029, since=(0, 30, 0), yarn_scales_original=False)
+CONFIG_RULES: tuple[ConfigRules, ...] = (_C_BASE, _C_091, _C_0100, _C_0101, _C_0111, _C_013, _C_014, _C_015, _C_016,
+                                         _C_017, _C_019, _C_020, _C_022, _C_027, _C_029, _C_030)
+
+
+def config_rules_for(version: str) -> ConfigRules:
+    return _newest(CONFIG_RULES, version)

@@ -6,19 +6,19 @@ import json
 import re
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.cli import boot_harness, start_boot_harness
 from tests.conftest import LIGHT_BOOT, ROOT
 
 CPU_EXAMPLE = ROOT / "examples" / "cpu-tiny.yaml"
 
 
-def harness_cli(*args: str, timeout: float = 1800, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env={**os.environ, **(env or {})}, **kw)
+def harness_cli(*args: str, timeout: float = 1800, **kw) -> subprocess.CompletedProcess:
+    """`boot-harness ARGS` with a deadline for real boots."""
+    return boot_harness(*args, timeout=timeout, **kw)
 
 
 @pytest.fixture(scope="session")
@@ -60,8 +60,7 @@ def interrupt_when_started(argv: list[str], env: dict, started, settle_s: float,
     import time
 
     sig = _signal.SIGINT if sig is None else sig
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", *argv], cwd=ROOT, env={**os.environ, **env},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = start_boot_harness(*argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and not started():

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import LIGHT_BOOT, ROOT
+from tests import cli
+from tests.conftest import LIGHT_BOOT
 from tests.integration.conftest import CPU_EXAMPLE, only_run_dir, read_run
 
 pytestmark = pytest.mark.vllm
@@ -23,11 +23,8 @@ TRUTH = (KV_BYTES // (BLOCK * PER_TOKEN) - 1) * BLOCK
 
 
 def boot_harness(*args: str, env: dict) -> subprocess.CompletedProcess:
-    """`boot-harness ARGS`."""
-    import os
-
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=1500,
-                          cwd=ROOT, env={**os.environ, **env})
+    """`boot-harness ARGS`, with a deadline for real boots."""
+    return cli.boot_harness(*args, env=env, timeout=1500)
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from harness.runtime.ports import free_port
+from tests.cli import start_boot_harness
 from tests import builders
 from tests.conftest import ROOT, STANDIN_NVML, require
 from tests.integration.conftest import boots_in_a_shell, harness_cli, only_run_dir, read_run
@@ -141,9 +142,8 @@ def test_repro_prints_a_podman_run_that_boots_in_a_shell(podman, tmp_path, no_le
 def test_a_sigkilled_harness_leaves_a_container_that_gc_removes(podman, tmp_path, no_leftovers):
     m = matrix(tmp_path / "m.yaml", podman["PODMAN_IMAGE"],
                {"slow": {"env": {"FAKE_VLLM_SCENARIO": "boot", "FAKE_VLLM_DELAY": "120"}}})
-    h = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--matrix", str(m), "--results-dir",
-                          str(tmp_path / "r")], cwd=ROOT, env={**os.environ, **podman},
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    h = start_boot_harness("run", "--matrix", m, "--results-dir", tmp_path / "r", env=podman,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not our_containers():

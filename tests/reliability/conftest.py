@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests import builders
+from tests.cli import boot_harness, start_boot_harness
 from tests.figures import figure  # noqa: F401 - the suite's modules take it from here
 from tests.conftest import ROOT, VLLM_CPU_IMAGE as IMAGE, docker_env, vllm_cpu_env
 
@@ -53,9 +53,7 @@ def only_run(results: Path) -> Path:
 # ---------------------------------------------------------------------------------------------------- the harness
 
 
-def cli(*args: str, env: dict | None = None, timeout: float = 300, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "NO_COLOR": "1", **(env or {})})
+cli = boot_harness
 
 
 class Harness:
@@ -64,9 +62,7 @@ class Harness:
     def __init__(self, *args: str, env: dict | None = None, log: Path):
         self.log = log
         self._out = log.open("w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "harness.cli", *args], cwd=ROOT, stdout=self._out,
-                                     stderr=subprocess.STDOUT, text=True,
-                                     env={**os.environ, "NO_COLOR": "1", **(env or {})})
+        self.proc = start_boot_harness(*args, env=env, stdout=self._out, stderr=subprocess.STDOUT)
         self.pid = self.proc.pid
 
     def signal(self, sig: int) -> float:

@@ -16,6 +16,7 @@ import pytest
 
 from harness.runtime.process import SERVER_OOM_SCORE_ADJ
 from tests import builders
+from tests.cli import start_boot_harness
 from tests.integration.test_podman import PODMAN_CLI_ENV, podman  # noqa: F401 - the fixture, and the CLI's settings
 from tests.conftest import STANDIN_NVML, require
 from tests.reliability.conftest import cli, figure, only_run, read_json, wait_for
@@ -71,9 +72,8 @@ def test_a_hung_engine_makes_the_cell_an_error_that_names_the_call_and_the_run_g
                              axis="case", runtime="podman", image=podman["PODMAN_IMAGE"], timeout_s=8,
                              engine_timeout_s=2)
     marks = tmp_path / "r"
-    harness = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--matrix", str(m), "--results-dir",
-                                str(marks)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env={**os.environ, "CONTAINER_HOST": podman["CONTAINER_HOST"]})
+    harness = start_boot_harness("run", "--matrix", m, "--results-dir", marks, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, env={"CONTAINER_HOST": podman["CONTAINER_HOST"]})
     out = ""
     try:
         wait_for("the first cell's server logging", lambda: any(
@@ -108,8 +108,8 @@ def test_two_runs_on_one_runner_both_complete_and_a_run_still_going_cannot_be_re
                                                    for v in ("a", "b", "c")}, axis="case",
                              expect=[{"outcome": "booted"}])
     dirs = [tmp_path / "one", tmp_path / "two", tmp_path / "shared", tmp_path / "shared"]
-    runs = [subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--matrix", str(m), "--results-dir", str(d)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for d in dirs]
+    runs = [start_boot_harness("run", "--matrix", m, "--results-dir", d, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT) for d in dirs]
     first = wait_for("a run directory", lambda: sorted((tmp_path / "one").glob("*/results.json")), timeout=60)[0]
     resumed = cli("run", "--matrix", str(m), "--resume", str(first.parent))
     outs = [p.communicate(timeout=180)[0] for p in runs]
@@ -182,9 +182,8 @@ def test_an_engine_restart_mid_run_is_an_error_not_a_verdict_and_the_run_goes_on
                              axis="case", runtime="podman", image=podman["PODMAN_IMAGE"], timeout_s=60,
                              engine_timeout_s=5, expect=[{"outcome": "booted"}])
     results = tmp_path / "r"
-    harness = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--matrix", str(m), "--results-dir",
-                                str(results)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env={**os.environ, "CONTAINER_HOST": podman["CONTAINER_HOST"]})
+    harness = start_boot_harness("run", "--matrix", m, "--results-dir", results, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, env={"CONTAINER_HOST": podman["CONTAINER_HOST"]})
     try:
         wait_for("the first cell's server logging", lambda: any(
             "args:" in f.read_text(errors="replace") for f in results.glob("*/logs/case_a_boot.log")), timeout=60)
@@ -224,8 +223,8 @@ def test_a_gpu_lost_mid_run_voids_the_cell_in_flight_and_stops_the_run_in_one_li
                              axis="case", gpus_per_cell=1, expect=[{"outcome": "booted"}])
     env = {**os.environ, **STANDIN_NVML, "STANDIN_NVML_HOLD_S": "0", "STANDIN_NVML_LOST_FILE": str(lost)}
     results = tmp_path / "r"
-    harness = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--matrix", str(m), "--results-dir",
-                                str(results)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    harness = start_boot_harness("run", "--matrix", m, "--results-dir", results, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, env=env)
     wait_for("the first cell's server logging", lambda: any(
         "args:" in f.read_text(errors="replace") for f in results.glob("*/logs/case_a_boot.log")), timeout=60)
     lost.touch()
@@ -250,9 +249,8 @@ def test_gpu_cells_of_two_runs_take_turns_on_a_shared_gpu_instead_of_booting_int
                                                    for v in ("a", "b")}, axis="case", gpus_per_cell=1,
                              expect=[{"outcome": "booted"}])
     env = {**os.environ, **STANDIN_NVML, "STANDIN_NVML_HOLD_S": "0"}
-    runs = [subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--matrix", str(m), "--results-dir",
-                              str(tmp_path / d)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-            for d in ("one", "two")]
+    runs = [start_boot_harness("run", "--matrix", m, "--results-dir", tmp_path / d, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, env=env) for d in ("one", "two")]
     outs = [p.communicate(timeout=180)[0] for p in runs]
     assert [p.returncode for p in runs] == [0, 0], outs
     spans = []

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli import BOOT_HARNESS
 from tests.conftest import require
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -57,7 +58,7 @@ GOOD_FILES = sorted(p.name for p in GOOD.glob("*.yaml"))
 
 
 def cli() -> list[str]:
-    return [sys.executable, "-m", "harness.cli"]
+    return list(BOOT_HARNESS)
 
 
 def clean_env() -> dict[str, str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from tests.cli import boot_harness
 from tests.builders import fake_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,8 +125,8 @@ def test_a_dry_run_of_the_gpu_matrix_touches_nothing_not_even_the_engine(tmp_pat
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "DOCKER_HOST": "unix:///nonexistent/docker.sock",
            "FORK_IMAGE": "registry.invalid/fork/vllm:none", "HOME": str(tmp_path / "home")}
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--matrix", "matrix.yaml", "--dry-run"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    proc = boot_harness("run", "--matrix", "matrix.yaml", "--dry-run", cwd=tmp_path, env=env, inherit_env=False,
+                        timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("\ndocker run ") + proc.stdout.startswith("docker run ") == 12
     assert proc.stdout.count("#   would copy /opt/vllm/lib/python3.14/site-packages/vllm/v1/worker/gpu_worker.py") == 4

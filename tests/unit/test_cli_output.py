@@ -22,20 +22,11 @@ from harness.cli import main
 from harness.matrix.load import load_matrix
 from harness.runtime.fake import FakeRuntime, Script
 from harness.units import fmt_bytes
+from tests.cli import boot_harness
 from tests.builders import write_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
-#: `boot-harness` with the FakeRuntime handed in (every cell boots): the docs check's stand-in.
-STANDIN_CLI = ROOT / "tests" / "standins" / "cli" / "boot-harness"
-
-
-def cli(*argv: str, cwd: Path = ROOT, env: dict | None = None, fake: bool = False) -> subprocess.CompletedProcess:
-    """`boot-harness ARGV` through pipes, as a CI log sees it: no TTY, COLUMNS unset; `fake`: on the FakeRuntime."""
-    environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    entry = [str(STANDIN_CLI)] if fake else ["-m", "harness.cli"]
-    return subprocess.run([sys.executable, *entry, *argv], cwd=cwd, capture_output=True, text=True,
-                          env={**environ, **(env or {})}, timeout=300)
-
+cli = boot_harness  # through pipes, as a CI log sees it: no TTY, COLUMNS unset
 
 def long_matrix(tmp_path: Path) -> Path:
     return write_matrix(tmp_path / "long.yaml", {
@@ -162,12 +153,10 @@ def vllm_cpu_or_placeholders(monkeypatch):
 
 def test_read_only_commands_work_on_the_cpu_example_without_setup_or_name_the_script(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("VLLM_CPU_VENV", "TINY_MODELS")}
-    listing = subprocess.run([sys.executable, "-m", "harness.cli", "cells", "--matrix", "examples/cpu-tiny.yaml"],
-                             cwd=ROOT, capture_output=True, text=True, env=env)
+    listing = boot_harness("cells", "--matrix", "examples/cpu-tiny.yaml", env=env, inherit_env=False)
     assert listing.returncode == 0 and len(listing.stdout.split()) == 6
     assert "scripts/setup-cpu-example.sh" in listing.stderr and "not set, shown as <NAME>" in listing.stderr
-    check = subprocess.run([sys.executable, "-m", "harness.cli", "validate", "--matrix", "examples/cpu-tiny.yaml"],
-                           cwd=ROOT, capture_output=True, text=True, env=env)
+    check = boot_harness("validate", "--matrix", "examples/cpu-tiny.yaml", env=env, inherit_env=False)
     assert check.returncode == 2
     assert all("set it up with: . \"$(bash scripts/setup-cpu-example.sh | tail -1)\"" in ln
                for ln in check.stderr.splitlines())

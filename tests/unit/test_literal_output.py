@@ -23,6 +23,7 @@ from harness.cli import main
 from harness.matrix.load import load_matrix
 from harness.results.store import load_run, write_run
 from harness.runtime.fake import FakeRuntime, Script
+from tests.cli import boot_harness
 from tests.builders import write_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -219,8 +220,7 @@ def test_through_a_pipe_with_columns_unset_no_150_character_id_is_cut_or_wrapped
     ids = [c.cell_id for c in load_run(world["long_b"])[0].cells]
 
     def cli(*argv) -> str:
-        proc = subprocess.run([sys.executable, "-m", "harness.cli", *map(str, argv)], cwd=ROOT, env=env, text=True,
-                              capture_output=True, stdin=subprocess.DEVNULL, timeout=120)
+        proc = boot_harness(*argv, env=env, inherit_env=False, stdin=subprocess.DEVNULL, timeout=120)
         assert proc.returncode in (0, 1), proc.stderr
         return proc.stdout
 

@@ -10,14 +10,13 @@ last counts), logs pasted with quote markers, and lines that only look alike (no
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from harness.logfacts import LogParser, parse_file, parse_text
 from harness.logfacts.timeline import Milestone
+from tests.cli import boot_harness
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 LOGS = ROOT / "tests" / "data" / "logs"
@@ -250,8 +249,7 @@ def test_the_watch_is_told_each_milestone_as_its_line_arrives():
     ("synthetic/v0.8.5-ok.log", "/health"),
 ])
 def test_facts_json_prints_the_timeline_of_saved_logs_next_to_kv_and_refusal(log, phase):
-    out = subprocess.run([sys.executable, "-m", "harness.cli", "facts", str(LOGS / log), "--json"],
-                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    out = boot_harness("facts", LOGS / log, "--json", check=True).stdout
     facts = json.loads(out)
     assert {"kv", "refusal", "timeline"} <= set(facts)
     t = facts["timeline"]

@@ -12,6 +12,8 @@ UNIT = Path(__file__).resolve().parent
 #: The longest real sleep a unit test may make: a test polling for another thread, 10-50 ms a step.
 MAX_SLEEP_S = 0.05
 SUBPROCESS_CALLS = {"Popen", "run", "call", "check_call", "check_output", "getoutput", "getstatusoutput"}
+#: tests/cli.py's runners, as the subprocess calls they make.
+STARTS_THE_CLI = {"boot_harness": "run", "start_boot_harness": "Popen"}
 #: Unit test files that still start programs (most run the CLI as a user would, `python -m harness.cli ...`). Debt,
 #: not licence: a file leaves this list when it stops, and no file joins it.
 STILL_START_PROGRAMS = {
@@ -50,6 +52,10 @@ class _Calls(ast.NodeVisitor):
         if node.module in ("time", "subprocess"):
             for a in node.names:
                 self.functions[a.asname or a.name] = (node.module, a.name)
+        elif node.module == "tests.cli":  # the shared CLI runner (tests/cli.py) starts the program all the same
+            for a in node.names:
+                if a.name in STARTS_THE_CLI:
+                    self.functions[a.asname or a.name] = ("subprocess", STARTS_THE_CLI[a.name])
 
     def _target(self, func: ast.expr) -> tuple[str, str] | None:
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in self.modules:
@@ -105,6 +111,7 @@ def test_the_scan_sees_what_it_looks_for(tmp_path):
     calls.visit(ast.parse("import time as t\nfrom time import sleep as nap\nimport subprocess\n"
                           "from subprocess import Popen\n"
                           "t.sleep(0.3)\nnap(2)\nt.sleep(0.01)\nt.sleep(1.0 if x else 0.0)\nt.sleep(delay)\n"
-                          "clock.sleep(180)\nsubprocess.run(['x'])\nPopen(['y'])\n"))
+                          "clock.sleep(180)\nsubprocess.run(['x'])\nPopen(['y'])\n"
+                          "from tests.cli import boot_harness as bh\nbh('run')\n"))
     assert calls.sleeps == [(5, 0.3), (6, 2.0), (8, 1.0)]
-    assert calls.starts == [(11, "subprocess.run"), (12, "subprocess.Popen")]
+    assert calls.starts == [(11, "subprocess.run"), (12, "subprocess.Popen"), (14, "subprocess.run")]

@@ -6,8 +6,6 @@ rounded the way vLLM printed it."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from harness.predict.groups import group_layers
 from harness.predict.model import Layer
 from harness.predict.pages import page_for
 from harness.predict.versions import rules_for
+from tests.cli import boot_harness
 from tests.conftest import ROOT
 
 DATA = ROOT / "tests" / "data"
@@ -192,8 +191,7 @@ def test_serve_flags_read_vllms_suffixes_and_switches():
 # --- the command -------------------------------------------------------------------------------------------------
 
 def _kv(*args):
-    return subprocess.run([sys.executable, "-m", "harness.cli", "kv", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=60)
+    return boot_harness("kv", *args, timeout=60)
 
 
 def test_kv_json_has_the_documented_fields_and_exit_1_when_it_does_not_fit():

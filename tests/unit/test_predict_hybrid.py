@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -19,6 +17,7 @@ from harness.logfacts import LogParser, parse_file
 from harness.predict import parse_serve_flags, predict, read_model
 from harness.predict.cell import platform_of, predict_cell
 from harness.predict.platforms import local_cpu
+from tests.cli import boot_harness
 from tests.conftest import ROOT
 
 DATA = ROOT / "tests" / "data"
@@ -196,8 +195,7 @@ def test_plan_reads_the_shipped_gpu_matrix_with_the_example_config():
     arithmetic fits 131072 under MTP4 (2.61 GiB) and not 262144 (4.10 GiB); the other cells have no pool to size
     against without an earlier run."""
     env = {**os.environ, "GLM_MODEL_DIR": str(GLM)}
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "plan", "--matrix", "matrix.yaml", "--json"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = boot_harness("plan", "--matrix", "matrix.yaml", "--json", env=env, timeout=120)
     assert proc.returncode in (0, 1), proc.stderr
     cells = {c["cell_id"]: c for c in json.loads(proc.stdout)["cells"]}
     floors = {cid: c["predicted_outcome"] for cid, c in cells.items() if "bytes" in cid}
