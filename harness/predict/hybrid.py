@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.predict.model import Layer
+from harness.predict.model import Layer, ModelShape
 from harness.predict.pages import Page
 from harness.predict.platforms import is_cpu
 from harness.predict.serve_flags import ServeFlags
-from harness.predict.versions import HybridRules, hybrid_rules_for
+from harness.predict.versions import HybridRules, config_rules_for, hybrid_rules_for
 
 #: smallest kernel block of the attention backend vLLM picks: FlashAttention MultipleOf(16) on GPUs, the CPU
 #: backend MultipleOf(32)
@@ -58,6 +58,40 @@ def mamba_mode(flags: ServeFlags, rules: HybridRules, family: str, notes: list[s
     return mode
 
 
+#: the architecture vLLM resolves for a config without `architectures` (transformers' mapping of its model_type)
+_ARCH_OF_TYPE = {"nemotron_h": "NemotronHForCausalLM", "qwen3_5": "Qwen3_5ForConditionalGeneration",
+                 "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration", "qwen3_5_text": "Qwen3_5ForCausalLM",
+                 "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM"}
+
+
+def architecture(shape: ModelShape) -> str | None:
+    """`model_config.architecture`: the config's first architecture (what vLLM's per-architecture hooks key on)."""
+    if shape.architectures:
+        return shape.architectures[0]
+    raw_type = (shape.raw or {}).get("model_type") or shape.model_type
+    return _ARCH_OF_TYPE.get(str(raw_type))
+
+
+def config_ssm_dtype(shape: ModelShape, version: str, notes: list[str]) -> str | None:
+    """What the architecture's config hook (model_executor/models/config.py, `MODELS_CONFIG_MAP`) puts in for an auto
+    `--mamba-ssm-cache-dtype`: Qwen3.5's text config `mamba_ssm_dtype` (0.17 on), NemotronH's `mamba_ssm_cache_dtype`
+    or that release's default (0.13 on); None where no hook applies (auto then follows the conv state's dtype)."""
+    rules, hrules = config_rules_for(version), hybrid_rules_for(version)
+    arch, values = architecture(shape), shape.config_values
+    if arch in rules.text_ssm_dtype_archs and values.text_mamba_ssm_dtype:
+        notes.append(f"{arch}: the config's mamba_ssm_dtype {values.text_mamba_ssm_dtype} is the SSM state dtype "
+                     "(vLLM ≥0.17 reads it for an auto --mamba-ssm-cache-dtype)")
+        return values.text_mamba_ssm_dtype
+    nemotron = arch in rules.nemotron_ssm_archs or arch in rules.nemotron_text_ssm_archs
+    if nemotron and hrules.nemotron_ssm:
+        own = (values.text_mamba_ssm_cache_dtype if arch in rules.nemotron_text_ssm_archs
+               else values.top_mamba_ssm_cache_dtype)
+        notes.append(f"{arch}: SSM state dtype {own or hrules.nemotron_ssm} "
+                     + ("(the config's mamba_ssm_cache_dtype)" if own else "(this release's NemotronH default)"))
+        return own or hrules.nemotron_ssm
+    return None
+
+
 def num_speculative_tokens(flags: ServeFlags) -> int:
     """`vllm_config.num_speculative_tokens`: each draft token keeps one more state block (and conv rows)."""
     return int(flags.speculative.get("num_speculative_tokens") or 0) if flags.speculative else 0
@@ -65,22 +99,25 @@ def num_speculative_tokens(flags: ServeFlags) -> int:
 
 def plan_states(state_layers: list[Layer], attn_token_bytes: int | None, block: int, *, flags: ServeFlags,
                 platform: str, model_dtype: str, uses_mla: bool, version: str, notes: list[str],
-                unmodelled: list[str]) -> StatePlan:
+                unmodelled: list[str], config_ssm: str | None = None) -> StatePlan:
     """The state layers' pages and the attention block size they force. `attn_token_bytes` is one token of the
-    model's attention layer on one rank (None for a model without attention: no alignment, no padding)."""
+    model's attention layer on one rank (None for a model without attention: no alignment, no padding);
+    `config_ssm` what the model's config makes an auto SSM dtype (`config_ssm_dtype`)."""
     spec = state_layers[0].state
     assert spec is not None
     rules = hybrid_rules_for(version)
     tp = flags.tensor_parallel_size
     n_spec = num_speculative_tokens(flags)
     ssm_flag = flags.mamba_ssm_cache_dtype or "auto"
+    if ssm_flag == "auto" and config_ssm:
+        ssm_flag = config_ssm  # the config hook runs before the platform's (vllm/config/vllm.py)
     resets = {"none": (), "amx": ("cpu-amx",), "bf16": ("cpu-bf16", "cpu-amx")}[rules.cpu_ssm_reset]
     if platform in resets and ssm_flag in ("auto", "float32"):
         # vllm/platforms/cpu.py l.300-316: a CPU with AVX-512 BF16 (0.26-0.28: with AMX) resets the SSM state to
         # float32 (its accelerated GDN kernels keep an explicit float16/bfloat16 only for GDN)
         notes.append("this CPU keeps the SSM state in float32 (\"Reset SSM cache type to float32\")")
         ssm_flag = "float32"
-    dtypes = spec.dtypes(model_dtype, flags.mamba_cache_dtype or "auto", ssm_flag, rules.nemotron_ssm)
+    dtypes = spec.dtypes(model_dtype, flags.mamba_cache_dtype or "auto", ssm_flag, None)
     conv_spec = n_spec if spec.family in rules.conv_spec else 0
     content = spec.page_bytes(tp, conv_spec, dtypes)
     mode = mamba_mode(flags, rules, spec.family, notes)

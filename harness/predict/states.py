@@ -126,7 +126,7 @@ def state_spec(cfg: dict[str, Any]) -> StateSpec | None:
                          checkpoint_blocks=1, nemotron=True,
                          ssm_config=str(cfg["mamba_ssm_cache_dtype"]) if cfg.get("mamba_ssm_cache_dtype") else None)
     if model_type == "falcon_h1":
-        inner = cfg.get("mamba_d_ssm") or _i(cfg, "mamba_expand") * _i(cfg, "hidden_size")
+        inner = cfg.get("mamba_d_ssm") or int(float(cfg.get("mamba_expand") or 0) * _i(cfg, "hidden_size"))
         return StateSpec("mamba2", (("intermediate", int(inner)), ("n_groups", _i(cfg, "mamba_n_groups")),
                                     ("heads", _i(cfg, "mamba_n_heads")), ("head_dim", _i(cfg, "mamba_d_head")),
                                     ("state", _i(cfg, "mamba_d_state")), ("conv_kernel", _i(cfg, "mamba_d_conv"))),
