@@ -117,7 +117,7 @@ def plan_states(state_layers: list[Layer], attn_token_bytes: int | None, block: 
         # float32 (its accelerated GDN kernels keep an explicit float16/bfloat16 only for GDN)
         notes.append("this CPU keeps the SSM state in float32 (\"Reset SSM cache type to float32\")")
         ssm_flag = "float32"
-    dtypes = spec.dtypes(model_dtype, flags.mamba_cache_dtype or "auto", ssm_flag, None)
+    dtypes = spec.dtypes(model_dtype, flags.mamba_cache_dtype or "auto", ssm_flag)
     conv_spec = n_spec if spec.family in rules.conv_spec else 0
     content = spec.page_bytes(tp, conv_spec, dtypes)
     mode = mamba_mode(flags, rules, spec.family, notes)

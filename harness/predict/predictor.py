@@ -11,18 +11,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.predict.kinds import LayerKind
 from harness.errors import UsageError
 from harness.predict.groups import Grouping, group_layers
-from harness.predict.hybrid import plan_states
-from harness.predict.model import Layer, ModelShape
+from harness.predict.hybrid import config_ssm_dtype, hybrid_rules_for, plan_states
+from harness.predict.model import Layer, ModelShape, apply_hf_overrides, shape_from_config
 from harness.predict.pages import Page, kv_element_bytes, model_dtype, page_for
 from harness.predict.platforms import is_cpu, resolve
 from harness.predict.prediction import KvPrediction, LayerGroup
 from harness.predict.serve_flags import ServeFlags
-from harness.predict.versions import DEFAULT_VERSION, Rules, rules_for
+from harness.predict.versions import DEFAULT_VERSION, ConfigRules, Rules, config_rules_for, rules_for
 
 GPU_BLOCK, CPU_BLOCK, CPU_MLA_BLOCK = 16, 128, 16
 #: the speculative methods whose draft is the checkpoint's own MTP layers
@@ -89,16 +89,14 @@ def _speculative_layers(shape: ModelShape, flags: ServeFlags, draft: ModelShape 
         n = shape.mtp_layers
         layers = f"{n} layers of the decoder's shape join" if n > 1 else "1 layer of the decoder's shape joins"
         notes.append(f"MTP: {layers} the KV cache (num_speculative_tokens does not add layers)")
-        return [Layer(shape.mtp_layer.kind, "mtp", shape.mtp_layer.kv_heads, shape.mtp_layer.head_size,
-                      shape.mtp_layer.head_size_v) for _ in range(n)]
+        return [replace(shape.mtp_layer, origin="mtp") for _ in range(n)]
     if draft_model_path(flags) is None:
         return []
     if draft is None:
         unmodelled.append(f"the draft model {spec.get('model')!r}: its config.json is not readable here")
         return []
     notes.append(f"draft model: its {len(draft.layers)} layers join the target's KV pool")
-    return [Layer(layer.kind, "draft", layer.kv_heads, layer.head_size, layer.head_size_v, layer.sliding_window,
-                  layer.state) for layer in draft.layers]
+    return [replace(layer, origin="draft") for layer in draft.layers]
 
 
 def _in_flight(flags: ServeFlags, cpu: bool, rules: Rules, notes: list[str], windowed: bool) -> int:
@@ -117,6 +115,93 @@ def _in_flight(flags: ServeFlags, cpu: bool, rules: Rules, notes: list[str], win
     return batched * (1 if sync else 2)
 
 
+def with_overrides(shape: ModelShape, flags: ServeFlags, crules: ConfigRules, notes: list[str]) -> ModelShape:
+    """The model as vLLM sees it once `--hf-overrides` is applied to its config (when the flags carry it)."""
+    overrides = getattr(flags, "hf_overrides", None)
+    if not overrides or shape.raw is None:
+        return shape
+    notes.append(f"--hf-overrides {sorted(overrides)} applied to the config"
+                 + ("" if crules.hf_overrides_nested else " (this release replaces a nested config it names)"))
+    return shape_from_config(apply_hf_overrides(shape.raw, overrides, crules.hf_overrides_nested), shape.path)
+
+
+def default_max_model_len(shape: ModelShape, crules: ConfigRules, notes: list[str]) -> int | None:
+    """`_get_and_verify_max_len` without --max-model-len: the smallest max-length key of the text config, times a
+    rope scaling factor (not for su/longrope/llama3, nor from 0.30 yarn; ≤0.29 yarn scales its
+    original_max_position_embeddings; Gemma 3 is already scaled). The tokenizer's model_max_length can lower it."""
+    values = shape.config_values
+    derived = values.derived_max_len or shape.max_position_embeddings
+    if not derived:
+        return None
+    factor = 1.0
+    if values.rope and "gemma3" not in shape.model_type:
+        for rope_type, f, original in values.rope:
+            skip = ("su", "longrope", "llama3") + (() if crules.yarn_scales_original else
+                                                    ("yarn", "deepseek_yarn", "deepseek_llama_scaling"))
+            if rope_type in skip:
+                continue
+            factor = float(f) if f else factor
+            if rope_type == "yarn" and crules.yarn_scales_original and original:
+                derived = original
+        if factor != 1.0:
+            notes.append(f"default max_model_len: {derived} scaled by the rope factor {factor:g}")
+    if any(t == "longrope" for t, _, _ in values.rope):
+        original = (shape.raw or {}).get("original_max_position_embeddings")
+        if isinstance(original, int):
+            return original
+    return int(derived * factor)
+
+
+def _kv_flags(shape: ModelShape, flags: ServeFlags, crules: ConfigRules, notes: list[str]) -> tuple[str, str]:
+    """(--kv-cache-dtype as the cache config holds it at start, what the non-MLA attention layers use): a ModelOpt
+    checkpoint's KV algorithm resolves an auto flag for every layer (0.14 on); a compressed-tensors kv_cache_scheme
+    makes each attention layer fp8 when it is built (0.15 on; from 0.22 only for an auto flag), MLA layers aside."""
+    flag = (flags.kv_cache_dtype or "auto").lower()
+    values = shape.config_values
+    if flag == "auto" and values.modelopt_kv and values.modelopt_kv != "auto":
+        if values.modelopt_kv in crules.modelopt_kv:
+            flag = "fp8_e4m3" if values.modelopt_kv == "fp8" else "nvfp4"
+            notes.append(f"--kv-cache-dtype auto: the ModelOpt checkpoint's KV algorithm makes it {flag}")
+        else:
+            notes.append(f"the ModelOpt checkpoint names a {values.modelopt_kv} KV cache this release does not map: "
+                         "the model dtype is kept")
+    attention = flag
+    if values.compressed_tensors_kv and (crules.compressed_tensors_kv == "always" or
+                                         (crules.compressed_tensors_kv == "auto" and flag == "auto")):
+        attention = "fp8"
+        notes.append("the compressed-tensors kv_cache_scheme makes the attention layers' KV cache fp8"
+                     + (" (this release overrides --kv-cache-dtype with it)" if flag != "auto" else ""))
+        if shape.uses_mla:
+            notes.append("MLA layers do not take the compressed-tensors kv_cache_scheme: they keep "
+                         f"--kv-cache-dtype {flag}")
+    return flag, attention
+
+
+def _windows_as_vllm_keeps_them(layers: list[Layer], flags: ServeFlags, crules: ConfigRules,
+                                notes: list[str]) -> list[Layer]:
+    """Windowed layers the release caches as full attention: chunked local attention where the hybrid KV cache
+    manager is off for it (and under EAGLE, which turns it off), sliding windows next to full layers before 0.9.1."""
+    eagle = str(flags.speculative.get("method") or "").startswith("eagle") if flags.speculative else False
+    chunked = [layer for layer in layers if layer.attention_chunk]
+    out = layers
+    if chunked and (crules.chunked_local == "full" or eagle):
+        notes.append(f"chunked local attention ({chunked[0].attention_chunk} tokens) is cached as full attention: "
+                     + ("EAGLE turns the hybrid KV cache manager off" if eagle else "this release turns the hybrid "
+                        "KV cache manager off for it (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0)"))
+        out = [replace(layer, kind=LayerKind.full, attention_chunk=None) if layer.attention_chunk else layer
+               for layer in out]
+        if eagle:
+            out = [replace(layer, kind=LayerKind.full, sliding_window=None) if layer.kind == LayerKind.sliding
+                   else layer for layer in out]
+    kinds = {layer.kind for layer in out}
+    if crules.mixed_window_as_full and LayerKind.sliding in kinds and kinds & {LayerKind.full, LayerKind.mla}:
+        notes.append("sliding-window layers next to full ones are cached as full attention (no hybrid KV cache "
+                     "manager before 0.9.1)")
+        out = [replace(layer, kind=LayerKind.full, sliding_window=None, attention_chunk=None)
+               if layer.kind == LayerKind.sliding else layer for layer in out]
+    return out
+
+
 def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERSION, platform: str = "gpu",
             available_bytes: int | None = None, available_source: str | None = None,
             draft: ModelShape | None = None) -> KvPrediction:
@@ -124,18 +209,22 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
     cpu-bf16, cpu-amx, cpu-local)."""
     platform = resolve(platform)
     cpu = is_cpu(platform)
-    rules = rules_for(version)
+    rules, crules = rules_for(version), config_rules_for(version)
     notes: list[str] = []
+    shape = with_overrides(shape, flags, crules, notes)
     unmodelled = list(shape.unmodelled)
-    mml = flags.max_model_len or shape.max_position_embeddings
+    mml = flags.max_model_len or default_max_model_len(shape, crules, notes)
     if not mml:
         raise UsageError("--max-model-len: not given, and the config names no max_position_embeddings")
     if flags.max_model_len is None:
-        notes.append(f"--max-model-len not given: the model's {mml} is used")
+        notes.append(f"--max-model-len not given: the model's {mml} is used (a tokenizer's model_max_length can "
+                     "lower it)")
     dtype, dtype_notes = model_dtype(shape, flags.dtype)
     notes += dtype_notes
-    kv_bytes = kv_element_bytes(flags.kv_cache_dtype, dtype)
-    kv_dtype = dtype if (flags.kv_cache_dtype or "auto") == "auto" else flags.kv_cache_dtype
+    start_flag, attn_flag = _kv_flags(shape, flags, crules, notes)
+    kv_bytes = kv_element_bytes(start_flag, dtype)
+    attn_bytes = kv_element_bytes(attn_flag, dtype)
+    kv_dtype = dtype if attn_flag == "auto" else attn_flag
     # The CPU's reference MLA kernel only runs 16-token blocks and overrides the user's; the AMX kernel (x86 with
     # AMX tiles, "Using AMX_MLA backend.") does not (vllm/platforms/cpu.py l.235-293).
     reference_mla = cpu and platform != "cpu-amx" and shape.uses_mla
@@ -150,17 +239,25 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
         block = GPU_BLOCK
     layers = [layer for layer in shape.layers if layer.kind != LayerKind.state]
     layers += _speculative_layers(shape, flags, draft, notes, unmodelled)
+    layers = _windows_as_vllm_keeps_them(layers, flags, crules, notes)
     state_layers = [layer for layer in shape.layers if layer.kind == LayerKind.state]
     tp = flags.tensor_parallel_size
     state_pages: list[Page] = []
     states = None
     if state_layers:
         attn = next((layer for layer in shape.layers if layer.kind in (LayerKind.full, LayerKind.mla, LayerKind.sliding)), None)
-        attn_token = page_for(attn, 1, tp, kv_bytes, flags.kv_cache_dtype).token_bytes if attn else None
+        # the alignment sizes the attention page with the cache dtype it sees: from 0.20 it runs after the model is
+        # built, when a compressed-tensors scheme has already made it fp8; before, at config time
+        late = hybrid_rules_for(version).align_with_block_size
+        align_flag = attn_flag if late and attn is not None and attn.kind != LayerKind.mla else start_flag
+        attn_token = page_for(attn, 1, tp, kv_element_bytes(align_flag, dtype), align_flag).token_bytes \
+            if attn else None
         states = plan_states(state_layers, attn_token, block, flags=flags, platform=platform, model_dtype=dtype,
-                             uses_mla=shape.uses_mla, version=version, notes=notes, unmodelled=unmodelled)
+                             uses_mla=shape.uses_mla, version=version, notes=notes, unmodelled=unmodelled,
+                             config_ssm=config_ssm_dtype(shape, version, notes))
         block, state_pages = states.block_size, states.pages
-    pages: list[Page] = [page_for(layer, block, tp, kv_bytes, flags.kv_cache_dtype) for layer in layers]
+    pages: list[Page] = [page_for(layer, block, tp, kv_bytes, start_flag) if layer.kind == LayerKind.mla
+                         else page_for(layer, block, tp, attn_bytes, attn_flag) for layer in layers]
     if not pages and not state_pages:
         raise UsageError(f"{shape.path}: no attention or state layer to size (this model keeps no KV cache)")
     pages += state_pages
@@ -169,7 +266,7 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
     grouping = group_layers(pages)
     if grouping.approximate:
         unmodelled.append(grouping.approximate)
-    windowed = any(p.layer.kind == LayerKind.sliding for p in pages)
+    windowed = any(p.layer.kind == LayerKind.sliding for p in pages)  # chunked local attention included
     extra = 0
     if is_mtp(flags.speculative.get("method")) and shape.mtp_layers > 1:
         extra = max(0, int(flags.speculative.get("num_speculative_tokens") or 1) - 1)

@@ -32,9 +32,6 @@ class StateSpec:
     #: mamba2's mixer exports a block-boundary checkpoint: one more block in "align" mode
     #: (mamba_mixer2.py `get_kv_cache_spec`: num_prefill_checkpoint_blocks=1)
     checkpoint_blocks: int = 0
-    #: NemotronH: vLLM overrides an auto SSM dtype with the config's `mamba_ssm_cache_dtype` or its own default
-    nemotron: bool = False
-    ssm_config: str | None = None
     #: KDA that can run the FlashKDA prefill kernel (head_dim 128, a bounded gate): on SM90/SM10x/SM12x GPUs in
     #: bfloat16 it checkpoints every 16 tokens and keeps one more block (glm5next/common/kda.py, kda_checkpoint.py)
     flashkda: bool = False
@@ -64,16 +61,14 @@ class StateSpec:
             return [((d["conv_kernel"] - 1 + num_spec, _div(d["intermediate"], tp)), "conv")]
         return [((d["heads"] // tp, d["head_dim"], d["head_dim"]), "conv")]  # linear attention: one state
 
-    def dtypes(self, model_dtype: str, cache_dtype: str, ssm_dtype: str,
-               nemotron_default: str | None = "float32") -> dict[Role, str]:
-        """`nemotron_default`: what that vLLM release puts in for NemotronH's auto SSM dtype (None: no override)."""
+    def dtypes(self, model_dtype: str, cache_dtype: str, ssm_dtype: str) -> dict[Role, str]:
+        """`ssm_dtype`: --mamba-ssm-cache-dtype once the model's config hook has resolved an auto one
+        (hybrid.config_ssm_dtype: NemotronH, Qwen3.5)."""
         conv = model_dtype if cache_dtype == "auto" else cache_dtype
         if ssm_dtype != "auto":
             ssm = ssm_dtype
         elif self.family == "kda":
             ssm = "float32"  # kda_state_dtype: the recurrent state is float32 unless asked otherwise
-        elif self.nemotron and nemotron_default:
-            ssm = self.ssm_config or nemotron_default
         else:
             ssm = conv
         return {"conv": conv, "ssm": ssm}
@@ -123,8 +118,7 @@ def state_spec(cfg: dict[str, Any]) -> StateSpec | None:
                                     ("n_groups", _i(cfg, "n_groups")), ("heads", _i(cfg, "mamba_num_heads")),
                                     ("head_dim", _i(cfg, "mamba_head_dim")), ("state", _i(cfg, "ssm_state_size")),
                                     ("conv_kernel", _i(cfg, "conv_kernel"))),
-                         checkpoint_blocks=1, nemotron=True,
-                         ssm_config=str(cfg["mamba_ssm_cache_dtype"]) if cfg.get("mamba_ssm_cache_dtype") else None)
+                         checkpoint_blocks=1)
     if model_type == "falcon_h1":
         inner = cfg.get("mamba_d_ssm") or int(float(cfg.get("mamba_expand") or 0) * _i(cfg, "hidden_size"))
         return StateSpec("mamba2", (("intermediate", int(inner)), ("n_groups", _i(cfg, "mamba_n_groups")),
