@@ -13,9 +13,18 @@ FAKE_VLLM = ROOT / "tests" / "fakes" / "fake_vllm.py"
 
 
 def write_matrix(path: Path, doc: dict) -> Path:
+    """`doc` as a matrix file at `path` (its folder made), keys in the order written."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
+
+
+def variant_of(example: Path, path: Path, **changes) -> Path:
+    """The matrix file `example` written to `path` with these top-level keys replaced (a relative path in it now
+    reads from `path`'s folder)."""
+    from harness.matrix.load import read_yaml
+
+    return write_matrix(path, {**read_yaml(example.read_text()), **changes})
 
 
 _FRAGMENT_KEYS = {"env", "args", "patches", "mounts", "image"}

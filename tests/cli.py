@@ -1,35 +1,38 @@
 """`boot-harness` as a user runs it: a child process through pipes (no TTY, COLUMNS unset), its output as text. The
-one way the tests run the CLI as shipped; `harness.cli.main(argv)` in-process is for the fast unit tests."""
+one way the tests start the CLI; `harness.cli.main(argv)` in-process is for the fast unit tests."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The command line of `boot-harness` from this checkout (what the installed entry point runs).
-BOOT_HARNESS = [sys.executable, "-m", "harness.cli"]
+BOOT_HARNESS = (sys.executable, "-m", "harness.cli")
 #: `boot-harness` with the FakeRuntime handed in (every cell boots): the docs check's stand-in.
-STANDIN_CLI = [sys.executable, str(ROOT / "tests" / "standins" / "cli" / "boot-harness")]
+STANDIN_CLI = (sys.executable, str(ROOT / "tests" / "standins" / "cli" / "boot-harness"))
 
 
 def cli_env(env: dict[str, str] | None = None, inherit: bool = True) -> dict[str, str]:
-    """The child's environment: this one (less the terminal's size) or nothing, plain output, and `env` on top."""
+    """The child's environment: this one less the terminal's size (or nothing), plain output, and `env` on top."""
     base = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")} if inherit else {}
     return {**base, "NO_COLOR": "1", **(env or {})}
 
 
 def boot_harness(*args: object, env: dict[str, str] | None = None, cwd: Path = ROOT, timeout: float = 300,
-                 fake: bool = False, inherit_env: bool = True, **kw) -> subprocess.CompletedProcess:
-    """`boot-harness ARGS` to the end; `fake`: on the FakeRuntime; `inherit_env=False`: with `env` alone."""
-    return subprocess.run([*(STANDIN_CLI if fake else BOOT_HARNESS), *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env=cli_env(env, inherit_env), **kw)
+                 program: Sequence[str] = BOOT_HARNESS, inherit_env: bool = True,
+                 **run) -> subprocess.CompletedProcess:
+    """`boot-harness ARGS` run to the end, its output captured as text. `program`: another way in (STANDIN_CLI, the
+    console script, a `python -c` wrapper); `inherit_env=False`: `env` alone; `run`: more subprocess.run keywords."""
+    return subprocess.run([*program, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env=cli_env(env, inherit_env), **run)
 
 
 def start_boot_harness(*args: object, env: dict[str, str] | None = None, cwd: Path = ROOT,
-                       **popen) -> subprocess.Popen:
-    """`boot-harness ARGS` left running (to signal it, to act while it boots); output as `popen` says (text)."""
+                       program: Sequence[str] = BOOT_HARNESS, **popen) -> subprocess.Popen:
+    """`boot-harness ARGS` left running (to signal it, to act while it boots); its output goes where `popen` says."""
     popen.setdefault("text", True)
-    return subprocess.Popen([*BOOT_HARNESS, *map(str, args)], cwd=cwd, env=cli_env(env), **popen)
+    return subprocess.Popen([*program, *map(str, args)], cwd=cwd, env=cli_env(env), **popen)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
-import re
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -16,9 +17,8 @@ from tests.conftest import LIGHT_BOOT, ROOT
 CPU_EXAMPLE = ROOT / "examples" / "cpu-tiny.yaml"
 
 
-def harness_cli(*args: str, timeout: float = 1800, **kw) -> subprocess.CompletedProcess:
-    """`boot-harness ARGS` with a deadline for real boots."""
-    return boot_harness(*args, timeout=timeout, **kw)
+#: `boot-harness ARGS` (tests/cli.py), with a deadline long enough for real boots.
+harness_cli = functools.partial(boot_harness, timeout=1800)
 
 
 @pytest.fixture(scope="session")

@@ -8,10 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from harness.matrix.load import read_yaml
 from harness.runtime.ports import free_port
+from tests.builders import variant_of
 from tests.conftest import ROOT
 from tests.integration.conftest import (boots_in_a_shell, check_timeline, harness_cli, interrupt_when_started,
                                        only_run_dir, read_run, run_matrix)
@@ -34,17 +34,12 @@ def no_leftovers():
 
 
 def variant(tmp_path: Path, name: str = "variant.yaml", **changes) -> Path:
-    doc = read_yaml(EXAMPLE.read_text())
-    for key, value in changes.items():
-        doc[key] = value
+    """The container example with `changes`, at tmp_path/examples/NAME beside a copy of its patch: the patch path
+    stays relative to the matrix file, as in the example."""
     (tmp_path / "patches").mkdir(exist_ok=True)
-    path = tmp_path / "examples" / name
-    path.parent.mkdir(exist_ok=True)
-    # keep the patch path relative to the matrix file, as in the example
     (tmp_path / "patches" / "cpu_worker-kv-floor.patch").write_bytes(
         (ROOT / "patches" / "cpu_worker-kv-floor.patch").read_bytes())
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+    return variant_of(EXAMPLE, tmp_path / "examples" / name, **changes)
 
 
 @pytest.fixture(scope="module")

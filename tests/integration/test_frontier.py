@@ -8,13 +8,11 @@ its draft model doubles that to 2048 B; the CPU backend allocates 128-token bloc
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
-from tests import cli
 from tests.conftest import LIGHT_BOOT
-from tests.integration.conftest import CPU_EXAMPLE, only_run_dir, read_run
+from tests.integration.conftest import CPU_EXAMPLE, harness_cli, only_run_dir, read_run
 
 pytestmark = pytest.mark.vllm
 
@@ -22,18 +20,14 @@ KV_BYTES, PER_TOKEN, BLOCK = 3 * 2**20, 2 * 1024, 128
 TRUTH = (KV_BYTES // (BLOCK * PER_TOKEN) - 1) * BLOCK
 
 
-def boot_harness(*args: str, env: dict) -> subprocess.CompletedProcess:
-    """`boot-harness ARGS`, with a deadline for real boots."""
-    return cli.boot_harness(*args, env=env, timeout=1500)
-
-
 @pytest.fixture(scope="module")
 def frontier(vllm_cpu, tmp_path_factory):
     results = tmp_path_factory.mktemp("frontier")
     # --no-prediction: the search from the upper bound, vLLM's estimate and bisection alone (what `frontier` does when
     # the model cannot be predicted); starting from the prediction is tests/unit/test_frontier_prediction.py
-    proc = boot_harness("frontier", "--matrix", str(CPU_EXAMPLE), "--select", "spec=draft,kv=tight", "--hi", "2048",
-                        "--no-prediction", "--results-dir", str(results), "--json", env={**vllm_cpu, **LIGHT_BOOT})
+    proc = harness_cli("frontier", "--matrix", str(CPU_EXAMPLE), "--select", "spec=draft,kv=tight", "--hi", "2048",
+                       "--no-prediction", "--results-dir", str(results), "--json", env={**vllm_cpu, **LIGHT_BOOT},
+                       timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(proc.stdout), only_run_dir(results), vllm_cpu
 
@@ -65,7 +59,7 @@ def test_every_probe_is_a_recorded_cell_of_an_ordinary_run(frontier):
 
 def test_analyzing_the_probes_recovers_the_bytes_per_token_and_the_floor(frontier):
     _, run_dir, env = frontier
-    proc = boot_harness("analyze", str(run_dir), "--json", env=env)
+    proc = harness_cli("analyze", str(run_dir), "--json", env=env, timeout=1500)
     assert proc.returncode == 0, proc.stderr
     [g] = json.loads(proc.stdout)["groups"]
     assert g["need"]["bytes_per_token"] == pytest.approx(PER_TOKEN, rel=0.01)

@@ -120,10 +120,9 @@ def test_the_seeds_patch_workflow_on_podman_mounts_the_patched_file(podman, tmp_
     (applied,) = cell["patches"]
     assert hashlib.sha256((run_dir / applied["patched_file"]).read_bytes()).hexdigest() == patched_sha
 
-    bad = tmp_path / "bad.yaml"
     doc = yaml.safe_load(m.read_text())
     doc["axes"]["case"]["patched"]["patches"][0]["base_sha256"] = "0" * 64
-    bad.write_text(yaml.safe_dump(doc, sort_keys=False))
+    bad = builders.write_matrix(tmp_path / "bad.yaml", doc)
     proc = harness_cli("run", "--matrix", str(bad), "--results-dir", str(tmp_path / "r2"), env=podman, timeout=120)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert base_sha[:12] in proc.stderr and "0" * 64 in proc.stderr

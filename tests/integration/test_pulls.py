@@ -4,8 +4,7 @@ that docker-py's images.pull() leaves — and the pull's progress shows in the l
 
 from __future__ import annotations
 
-import yaml
-
+from tests.builders import write_matrix
 from tests.integration.conftest import harness_cli
 from tests.standins.registry import RATE_LIMIT, RateLimitedRegistry
 
@@ -13,9 +12,8 @@ from tests.standins.registry import RATE_LIMIT, RateLimitedRegistry
 def test_a_rate_limit_inside_the_pull_stream_is_the_error_the_engine_gave(docker_image, tmp_path):
     with RateLimitedRegistry() as registry:
         ref = f"{registry.host}/boot-harness/never-complete:1"
-        m = tmp_path / "m.yaml"
-        m.write_text(yaml.safe_dump({"name": "pull", "runtime": "docker", "image": ref, "pull": "missing",
-                                     "axes": {"x": {"a": {}}}}))
+        m = write_matrix(tmp_path / "m.yaml", {"name": "pull", "runtime": "docker", "image": ref, "pull": "missing",
+                                               "axes": {"x": {"a": {}}}})
         proc = harness_cli("run", "--matrix", str(m), "--results-dir", str(tmp_path / "r"), env=docker_image,
                            timeout=300)
     assert proc.returncode == 2, proc.stderr

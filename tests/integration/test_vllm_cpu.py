@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.matrix.load import read_yaml
+from tests.builders import variant_of
 from tests.conftest import LIGHT_BOOT, ROOT
 from tests.integration.conftest import (CPU_EXAMPLE, check_timeline, harness_cli, interrupt_when_started,
                                        only_run_dir, processes_with, read_run)
@@ -120,16 +120,8 @@ def test_the_facts_command_reads_a_saved_log_like_the_run_did(example_run, vllm_
     assert facts["refusal"]["estimated_max_model_len"] == cells["mml2048-spec_draft-kv_tight"]["refusal"]["estimated_max_model_len"]
 
 
-def _one_cell_matrix(tmp_path: Path, vllm_cpu, **overrides) -> Path:
-    doc = read_yaml(CPU_EXAMPLE.read_text())
-    doc.update(overrides)
-    path = tmp_path / "one.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
-
-
 def test_a_timeout_ends_the_cell_and_leaves_no_process(vllm_cpu, tmp_path):
-    matrix = _one_cell_matrix(tmp_path, vllm_cpu, timeout_s=8, name="cpu-timeout")
+    matrix = variant_of(CPU_EXAMPLE, tmp_path / "one.yaml", timeout_s=8, name="cpu-timeout")
     proc = harness_cli("run", "--matrix", str(matrix), "--results-dir", str(tmp_path / "r"), "--select",
                        "mml2048-spec_off-kv_tight", env=vllm_cpu)
     assert proc.returncode == 1, "a timeout where `booted` was expected is a mismatch"
@@ -163,10 +155,8 @@ def test_ctrl_c_of_a_running_harness_leaves_no_process_and_a_valid_run(vllm_cpu,
 
 @pytest.mark.slow
 def test_the_pytest_plugin_runs_cells_as_tests_and_explains_a_mismatch(vllm_cpu, tmp_path):
-    doc = read_yaml(CPU_EXAMPLE.read_text())
-    doc["expect"] = [{"where": {"spec": "draft", "kv": "tight"}, "outcome": "booted"}]  # wrong on purpose
-    matrix = tmp_path / "wrong.yaml"
-    matrix.write_text(yaml.safe_dump(doc, sort_keys=False))
+    matrix = variant_of(CPU_EXAMPLE, tmp_path / "wrong.yaml",
+                        expect=[{"where": {"spec": "draft", "kv": "tight"}, "outcome": "booted"}])  # wrong on purpose
     results = tmp_path / "r"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(ROOT / "tests" / "test_boot_matrix.py"),

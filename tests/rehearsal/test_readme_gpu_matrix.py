@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli import boot_harness
 from tests.conftest import ROOT
 from tests.integration.conftest import boots_in_a_shell, check_timeline
 from tests.rehearsal.conftest import STUB_HOOK_LOG, new_run_dirs
@@ -191,8 +192,8 @@ def test_every_cells_container_got_the_gpu_request_from_docker_itself(readme):
 
 def test_compare_on_the_image_axis_shows_what_the_patch_changes(readme, standin):
     run_dir = readme[3][0].parent
-    proc = subprocess.run([str(ROOT / ".venv/bin/boot-harness"), "compare", str(run_dir), "--axis", "image", "--json"],
-                          cwd=ROOT, env=readme[4], capture_output=True, text=True)
+    proc = boot_harness("compare", run_dir, "--axis", "image", "--json", program=[str(ROOT / ".venv/bin/boot-harness")],
+                        env=readme[4], inherit_env=False)
     assert proc.returncode == 0, proc.stderr
     pairs = json.loads(proc.stdout)["pairs"]
     assert len(pairs) == 4 and all(p["flipped"] for p in pairs), pairs

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from tests import builders
-from tests.cli import boot_harness, start_boot_harness
+from tests.cli import boot_harness as cli  # noqa: F401 - the suite's modules take it from here
+from tests.cli import start_boot_harness
 from tests.figures import figure  # noqa: F401 - the suite's modules take it from here
 from tests.conftest import ROOT, VLLM_CPU_IMAGE as IMAGE, docker_env, vllm_cpu_env
 
@@ -51,9 +52,6 @@ def only_run(results: Path) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------------- the harness
-
-
-cli = boot_harness
 
 
 class Harness:

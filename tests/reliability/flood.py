@@ -4,13 +4,11 @@ test_server_faults.py and benchmarks/log_flood_rss.py."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.cli import boot_harness
 from tests.reliability.conftest import fake_matrix
 
 #: `boot-harness ARGS`, then its own peak RSS on stderr: VmHWM, the high-water mark of this process image's memory.
@@ -31,9 +29,8 @@ def flood_run(mb: float, when: str, probe_delay: float, runtime: str, work: Path
     matrix = fake_matrix(work / "flood.yaml", {"flood": env}, runtime=runtime, timeout_s=timeout_s)
     results = work / "results"
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", WRAPPER, "run", "--matrix", str(matrix), "--results-dir",
-                           str(results)], cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"},
-                          timeout=timeout_s + 120)
+    proc = boot_harness("run", "--matrix", matrix, "--results-dir", results, program=(sys.executable, "-c", WRAPPER),
+                        timeout=timeout_s + 120)
     wall = time.monotonic() - t0
     rss = [line for line in proc.stderr.splitlines() if line.startswith("BOOT_HARNESS_MAXRSS_KB")]
     if not rss:

@@ -12,7 +12,6 @@ import subprocess
 
 import pytest
 
-from tests.cli import boot_harness
 from tests.reliability import bad_input_table as table
 from tests.reliability.conftest import cli, fake_matrix, run_dirs
 
@@ -38,7 +37,7 @@ def test_new_bad_matrix_is_one_line_exit_2(row):
     shown = f"tests/reliability/data/bad_matrices/{file}"
     limit = 3 if file == "alias_bomb.yaml" else 30  # the bomb must be refused at once; the rest just parse
     try:
-        r = boot_harness("validate", "--matrix", shown, timeout=limit)
+        r = cli("validate", "--matrix", shown, timeout=limit)
     except subprocess.TimeoutExpired:
         pytest.fail(f"validate did not answer within {limit} s")
     assert "Traceback" not in r.stderr, r.stderr[-2000:]

@@ -18,7 +18,6 @@ port (`start_failed`) and one that takes the port after the start (`stale_server
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.cli import start_boot_harness
 from tests.reliability.conftest import (
     DOCKER_LOCK,
     Harness,
@@ -105,9 +104,9 @@ def test_runs_forced_onto_one_port_never_boot_on_each_others_server(tmp_path):
             "FAKE_VLLM_SCENARIO": scenario, "FAKE_VLLM_DELAY": str(delay), "FAKE_VLLM_PROBE_DELAY": str(probe_delay),
             "FAKE_VLLM_LOG_REQUESTS": "1", "FAKE_VLLM_MARKS": str(mark_root / name)}}, name=name, timeout_s=20)
         out = (tmp_path / f"{name}.out").open("w")
-        return subprocess.Popen([sys.executable, "-c", PINNED, "run", "--matrix", str(m), "--results-dir",
-                                 str(tmp_path / name)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PINNED_PORT": str(port), "NO_COLOR": "1"})
+        return start_boot_harness("run", "--matrix", m, "--results-dir", tmp_path / name, stdout=out,
+                                  stderr=subprocess.STDOUT, program=(sys.executable, "-c", PINNED),
+                                  env={"PINNED_PORT": str(port)})
 
     procs = {}
     try:

@@ -221,7 +221,7 @@ def test_a_gpu_lost_mid_run_voids_the_cell_in_flight_and_stops_the_run_in_one_li
     m = builders.fake_matrix(tmp_path / "m.yaml", {"a_boot": {"FAKE_VLLM_SCENARIO": "boot", "FAKE_VLLM_DELAY": "3"},
                                                    "b_boot": {"FAKE_VLLM_SCENARIO": "boot"}},
                              axis="case", gpus_per_cell=1, expect=[{"outcome": "booted"}])
-    env = {**os.environ, **STANDIN_NVML, "STANDIN_NVML_HOLD_S": "0", "STANDIN_NVML_LOST_FILE": str(lost)}
+    env = {**STANDIN_NVML, "STANDIN_NVML_HOLD_S": "0", "STANDIN_NVML_LOST_FILE": str(lost)}
     results = tmp_path / "r"
     harness = start_boot_harness("run", "--matrix", m, "--results-dir", results, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, env=env)
@@ -248,7 +248,7 @@ def test_gpu_cells_of_two_runs_take_turns_on_a_shared_gpu_instead_of_booting_int
     m = builders.fake_matrix(tmp_path / "m.yaml", {v: {"FAKE_VLLM_SCENARIO": "boot", "FAKE_VLLM_DELAY": "1"}
                                                    for v in ("a", "b")}, axis="case", gpus_per_cell=1,
                              expect=[{"outcome": "booted"}])
-    env = {**os.environ, **STANDIN_NVML, "STANDIN_NVML_HOLD_S": "0"}
+    env = {**STANDIN_NVML, "STANDIN_NVML_HOLD_S": "0"}
     runs = [start_boot_harness("run", "--matrix", m, "--results-dir", tmp_path / d, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, env=env) for d in ("one", "two")]
     outs = [p.communicate(timeout=180)[0] for p in runs]

@@ -9,8 +9,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import yaml
-
 from harness.analysis.frontier import (
     Answer,
     cpu_oracle,
@@ -21,6 +19,7 @@ from harness.boot.frontier import matrix_length_axis, run_frontier
 from harness.results.store import load_run
 from harness.cells import expand_cells, select_cells, vary
 from harness.matrix.load import load_matrix
+from tests.builders import write_matrix
 from tests.conftest import ROOT
 
 MIB = 2**20
@@ -179,15 +178,14 @@ KV_SERVER = textwrap.dedent('''
 
 
 def kv_matrix(tmp_path: Path) -> Path:
+    """KV_SERVER's matrix: max_model_len × spec (bytes per token) in a 3 MiB KV budget."""
     server = tmp_path / "kv_server.py"
     server.write_text(KV_SERVER)
-    doc = {"name": "kvfake", "command": [sys.executable, str(server)], "model": "m", "timeout_s": 20, "linger_s": 2,
-           "axes": {"max_model_len": {"flag": "--max-model-len", "values": [2048, 4096]},
-                    "spec": {"off": {"env": {"PER_TOKEN": "1024"}}, "draft": {"env": {"PER_TOKEN": "2048"}}},
-                    "kv": {"tight": {"args": ["--kv-cache-memory-bytes", str(3 * MIB)]}}}}
-    path = tmp_path / "kv.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+    return write_matrix(tmp_path / "kv.yaml", {
+        "name": "kvfake", "command": [sys.executable, str(server)], "model": "m", "timeout_s": 20, "linger_s": 2,
+        "axes": {"max_model_len": {"flag": "--max-model-len", "values": [2048, 4096]},
+                 "spec": {"off": {"env": {"PER_TOKEN": "1024"}}, "draft": {"env": {"PER_TOKEN": "2048"}}},
+                 "kv": {"tight": {"args": ["--kv-cache-memory-bytes", str(3 * MIB)]}}}})
 
 
 def test_frontier_boots_each_probe_as_a_recorded_cell_and_learns_the_cpu_block(tmp_path):

@@ -15,13 +15,14 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.cli import BOOT_HARNESS
+from tests.cli import BOOT_HARNESS, boot_harness
 from tests.conftest import require
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -57,10 +58,6 @@ BAD_FILES = sorted(p.name for p in BAD.glob("*.yaml"))
 GOOD_FILES = sorted(p.name for p in GOOD.glob("*.yaml"))
 
 
-def cli() -> list[str]:
-    return list(BOOT_HARNESS)
-
-
 def clean_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in UNSET}
     env["NO_COLOR"] = "1"
@@ -74,10 +71,10 @@ class Result:
     stderr: str
 
 
-def validate(path: Path, command: list[str] | None = None) -> Result:
+def validate(path: Path, program: Sequence[str] = BOOT_HARNESS) -> Result:
     """One cold `boot-harness validate --matrix PATH` (path relative to the repo, as a user would type it)."""
-    r = subprocess.run([*(command or cli()), "validate", "--matrix", str(path.relative_to(REPO))],
-                       cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=60)
+    r = boot_harness("validate", "--matrix", path.relative_to(REPO), program=program, cwd=REPO, env=clean_env(),
+                     inherit_env=False, timeout=60)
     return Result(r.returncode, r.stdout, r.stderr)
 
 
@@ -207,6 +204,5 @@ def test_the_console_script_behaves_like_the_module():
 
 
 def test_a_missing_matrix_file_is_one_line_exit_2():
-    r = subprocess.run([*cli(), "validate", "--matrix", "no/such/matrix.yaml"], cwd=REPO, capture_output=True,
-                       text=True, timeout=60)
+    r = boot_harness("validate", "--matrix", "no/such/matrix.yaml", cwd=REPO, timeout=60)
     assert (r.returncode, r.stderr) == (2, "no/such/matrix.yaml: no such file\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from tests.cli import boot_harness
 from tests.builders import fake_matrix
+from tests.cli import BOOT_HARNESS, boot_harness
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = str(ROOT / "tests" / "fakes" / "fake_vllm.py")
@@ -95,7 +96,7 @@ def test_facts_on_a_booted_log_reports_the_kv_numbers(capsys):
 
 
 def test_cells_lists_ids_and_works_in_a_pipe(tmp_path):
-    proc = subprocess.run(f"{sys.executable} -m harness.cli cells --matrix {matrix(tmp_path)} | head -1", shell=True,
+    proc = subprocess.run(f"{shlex.join(BOOT_HARNESS)} cells --matrix {matrix(tmp_path)} | head -1", shell=True,
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.stdout == "scenario_boot\n" and "Traceback" not in proc.stderr
 

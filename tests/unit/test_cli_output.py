@@ -22,11 +22,11 @@ from harness.cli import main
 from harness.matrix.load import load_matrix
 from harness.runtime.fake import FakeRuntime, Script
 from harness.units import fmt_bytes
-from tests.cli import boot_harness
 from tests.builders import write_matrix
+from tests.cli import STANDIN_CLI, boot_harness
 
 ROOT = Path(__file__).resolve().parents[2]
-cli = boot_harness  # through pipes, as a CI log sees it: no TTY, COLUMNS unset
+
 
 def long_matrix(tmp_path: Path) -> Path:
     return write_matrix(tmp_path / "long.yaml", {
@@ -42,7 +42,7 @@ def test_a_piped_run_log_keeps_every_long_id_whole_with_its_verdict_on_one_line(
     m = long_matrix(tmp_path)
     ids = [c.id for c in expand_cells(load_matrix(m).matrix)]
     assert all(len(i) > 60 for i in ids), "ids whose event lines are far longer than a pipe's 80 columns"
-    proc = cli("run", "--matrix", str(m), "--results-dir", str(tmp_path / "r"), fake=True)
+    proc = boot_harness("run", "--matrix", m, "--results-dir", tmp_path / "r", program=STANDIN_CLI)
     assert proc.returncode == 0, proc.stderr
     events = proc.stderr.splitlines()
     for cell_id in ids:
@@ -127,7 +127,7 @@ def test_every_wrong_input_is_one_line_exit_2(argv, says, capsys, monkeypatch):
 def test_validate_lists_every_mistake_of_a_file_one_line_each(tmp_path):
     m = write_matrix(tmp_path / "bad.yaml", {
         "name": "bad", "timeout": 5, "axes": {"a": {"flag": "--x", "value": [1]}, "b": {"v": {"arg": ["--y"]}}}})
-    proc = cli("validate", "--matrix", str(m))
+    proc = boot_harness("validate", "--matrix", m)
     assert proc.returncode == 2
     lines = proc.stderr.splitlines()
     assert sorted(lines) == sorted([

@@ -23,8 +23,8 @@ from harness.cli import main
 from harness.matrix.load import load_matrix
 from harness.results.store import load_run, write_run
 from harness.runtime.fake import FakeRuntime, Script
-from tests.cli import boot_harness
 from tests.builders import write_matrix
+from tests.cli import boot_harness
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Strings rich would read as markup (and eat) or as an emoji code (and replace) if it were given the chance.

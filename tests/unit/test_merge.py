@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from harness.cells import expand_cells
 from harness.errors import UsageError
@@ -17,18 +16,16 @@ from harness.results.model import CellResult, Expected, RunResult
 from harness.results.store import RunStore, load_run
 from harness.scale.merge import MERGE_FILE, merge_runs
 from harness.scale.shard import shard_cells
+from tests.builders import FAKE_VLLM, write_matrix
 
-FAKE = str(Path(__file__).resolve().parents[1] / "fakes" / "fake_vllm.py")
 
-
-def write_matrix(tmp_path: Path, lengths=(1024, 2048, 4096, 8192), name="m.yaml") -> Path:
-    doc = {"name": "grid", "command": [sys.executable, FAKE], "model": "fake",
-           "axes": {"max_model_len": {"flag": "--max-model-len", "values": list(lengths)},
-                    "spec": {"off": {}, "draft": {}}},
-           "expect": [{"where": {"spec": "off"}, "outcome": "booted"}]}
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+def grid_matrix(tmp_path: Path, lengths=(1024, 2048, 4096, 8192), name="m.yaml") -> Path:
+    """max_model_len × spec on the fake server; the `off` cells are expected to boot."""
+    return write_matrix(tmp_path / name, {
+        "name": "grid", "command": [sys.executable, str(FAKE_VLLM)], "model": "fake",
+        "axes": {"max_model_len": {"flag": "--max-model-len", "values": list(lengths)},
+                 "spec": {"off": {}, "draft": {}}},
+        "expect": [{"where": {"spec": "off"}, "outcome": "booted"}]})
 
 
 def cell_result(cell) -> CellResult:
@@ -54,7 +51,7 @@ def shard_run(tmp_path: Path, matrix: Path, i: int, n: int, status: str = "compl
 
 
 def test_two_shards_merge_into_one_complete_run_in_matrix_order(tmp_path):
-    m = write_matrix(tmp_path)
+    m = grid_matrix(tmp_path)
     runs = [shard_run(tmp_path, m, i, 2) for i in (1, 2)]
     out = merge_runs(runs, tmp_path / "merged", matrix_path=m)
     every = [c.id for c in expand_cells(load_matrix(m).matrix)]
@@ -77,7 +74,7 @@ def test_two_shards_merge_into_one_complete_run_in_matrix_order(tmp_path):
 
 
 def test_a_cell_in_two_runs_is_refused(tmp_path):
-    m = write_matrix(tmp_path)
+    m = grid_matrix(tmp_path)
     cells = expand_cells(load_matrix(m).matrix)
     a = shard_run(tmp_path, m, 1, 0, cells=cells[:3])
     b = shard_run(tmp_path, m, 2, 0, cells=cells[2:])
@@ -87,8 +84,8 @@ def test_a_cell_in_two_runs_is_refused(tmp_path):
 
 
 def test_runs_of_different_matrices_are_refused(tmp_path):
-    a = shard_run(tmp_path, write_matrix(tmp_path), 1, 2)
-    other = write_matrix(tmp_path, lengths=(1024, 2048), name="other.yaml")
+    a = shard_run(tmp_path, grid_matrix(tmp_path), 1, 2)
+    other = grid_matrix(tmp_path, lengths=(1024, 2048), name="other.yaml")
     b = shard_run(tmp_path, other, 2, 2)
     with pytest.raises(UsageError, match="different matrices"):
         merge_runs([a, b], tmp_path / "merged")
@@ -96,7 +93,7 @@ def test_runs_of_different_matrices_are_refused(tmp_path):
 
 @pytest.mark.parametrize("shards,says", [([(1, 2), (1, 3)], "different splits"), ([(1, 2), (1, 2)], "twice")])
 def test_shards_of_different_splits_or_the_same_shard_twice_are_refused(tmp_path, shards, says):
-    m = write_matrix(tmp_path)
+    m = grid_matrix(tmp_path)
     loaded = load_matrix(m)
     runs = []
     for k, (i, n) in enumerate(shards):
@@ -108,7 +105,7 @@ def test_shards_of_different_splits_or_the_same_shard_twice_are_refused(tmp_path
 
 
 def test_a_missing_shard_or_an_interrupted_one_makes_the_merge_interrupted(tmp_path):
-    m = write_matrix(tmp_path)
+    m = grid_matrix(tmp_path)
     only = merge_runs([shard_run(tmp_path, m, 1, 3)], tmp_path / "m1", matrix_path=m)
     assert only.run.status == "interrupted" and any("2/3, 3/3" in w for w in only.warnings)
     runs = [shard_run(tmp_path / "b", m, 1, 2), shard_run(tmp_path / "b", m, 2, 2, status="interrupted")]
@@ -117,7 +114,7 @@ def test_a_missing_shard_or_an_interrupted_one_makes_the_merge_interrupted(tmp_p
 
 
 def test_the_output_must_be_new_or_empty(tmp_path):
-    m = write_matrix(tmp_path)
+    m = grid_matrix(tmp_path)
     runs = [shard_run(tmp_path, m, i, 2) for i in (1, 2)]
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "x").write_text("")
@@ -128,7 +125,7 @@ def test_the_output_must_be_new_or_empty(tmp_path):
 
 
 def test_the_merge_command_prints_one_line_and_the_results_path(tmp_path, capsys):
-    m = write_matrix(tmp_path)
+    m = grid_matrix(tmp_path)
     runs = [shard_run(tmp_path, m, i, 2) for i in (1, 2)]
     from harness.cli import main
 

@@ -9,7 +9,6 @@ missed."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
@@ -194,8 +193,7 @@ def test_plan_reads_the_shipped_gpu_matrix_with_the_example_config():
     """matrix.yaml as shipped, the model dir pointed at the example: with the `bytes` floor (4 GiB) upstream vLLM's
     arithmetic fits 131072 under MTP4 (2.61 GiB) and not 262144 (4.10 GiB); the other cells have no pool to size
     against without an earlier run."""
-    env = {**os.environ, "GLM_MODEL_DIR": str(GLM)}
-    proc = boot_harness("plan", "--matrix", "matrix.yaml", "--json", env=env, timeout=120)
+    proc = boot_harness("plan", "--matrix", "matrix.yaml", "--json", env={"GLM_MODEL_DIR": str(GLM)}, timeout=120)
     assert proc.returncode in (0, 1), proc.stderr
     cells = {c["cell_id"]: c for c in json.loads(proc.stdout)["cells"]}
     floors = {cid: c["predicted_outcome"] for cid, c in cells.items() if "bytes" in cid}
