@@ -21,22 +21,30 @@ def register(sub: argparse._SubParsersAction) -> dict:
                     "flags, the way that vLLM version sizes it, without booting",
                     ["boot-harness kv ~/models/tiny-llama --available-bytes 3145728 -- --max-model-len 4096",
                      "boot-harness kv config.json --available-gib 40 --json -- --max-model-len 131072 "
-                     "--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":4}'"],
-                    {0: "predicted; with an available size: it fits", 1: "predicted: it does not fit",
+                     "--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":4}'",
+                     "boot-harness kv ~/models/tiny-llama --log server.log"],
+                    {0: "predicted; with an available size: it fits (--log: every logged figure agrees)",
+                     1: "predicted: it does not fit (--log: a logged figure differs from the prediction)",
                      **USAGE_EXIT},
                     "After `--` come vLLM's own flags as you pass them to `vllm serve`; those that size the KV cache "
                     "are read (--max-model-len, --tensor-parallel-size, --dtype, --kv-cache-dtype, --block-size, "
                     "--speculative-config, --max-num-batched-tokens, --kv-cache-memory-bytes, "
                     "--[no-]enable-prefix-caching, --mamba-cache-mode, --mamba-cache-dtype, --mamba-ssm-cache-dtype, "
-                    "...), the rest ignored. Formulas and their vLLM sources: docs/kv-model.md.")
+                    "...), the rest ignored. With --log, the release, the flags and the KV memory come from a saved "
+                    "server log, flags after `--` override the log's, and every KV figure the log printed is held "
+                    "against the prediction. Formulas and their vLLM sources: docs/kv-model.md.")
     p.add_argument("model", metavar="MODEL", help="a model directory with config.json, or the config file")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--available-bytes", metavar="N", help="KV memory per rank in bytes (4294967296, 4G)")
     size.add_argument("--available-gib", metavar="G", type=float, help="KV memory per rank in GiB (as vLLM logs "
                       "'Available KV cache memory')")
     p.add_argument("--vllm-version", default=None, metavar="X.Y.Z",
-                   help="the release whose rules apply (default 0.32.0)")
-    p.add_argument("--platform", choices=PLATFORMS, default="gpu", help=HELP + " (default gpu)")
+                   help="the release whose rules apply (default: what --log names, else 0.32.0)")
+    p.add_argument("--platform", choices=PLATFORMS, default=None, help=HELP + " (default: what --log tells, else "
+                   "gpu)")
+    p.add_argument("--log", metavar="LOG", help="a saved vLLM server log: predict the configuration it states "
+                   "(its config line and non-default args) with the KV memory it logged (--available-* replace it), "
+                   "and compare each figure")
     p.add_argument("--draft", metavar="DIR", help="the draft model's directory when --speculative-config names a "
                    "path that is not readable here")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -87,8 +95,10 @@ def cmd_kv(args: argparse.Namespace, out: Console) -> int:
     from harness.predict import draft_model_path, parse_serve_flags, predict, read_model
     from harness.predict.versions import DEFAULT_VERSION, parse_version
     from harness.report.kv import render_prediction
-    from harness.units import human_int
 
+    if args.log is not None:
+        return _kv_log(args, out)
+    args.platform = args.platform or "gpu"
     version = args.vllm_version or DEFAULT_VERSION
     try:
         parse_version(version)
@@ -104,15 +114,8 @@ def cmd_kv(args: argparse.Namespace, out: Console) -> int:
             if args.draft:
                 raise
     available, source = flags.kv_cache_memory_bytes, "--kv-cache-memory-bytes" if flags.kv_cache_memory_bytes else None
-    if args.available_bytes is not None:
-        available = human_int(args.available_bytes)
-        if available is None or available < 0:
-            raise UsageError(f"--available-bytes {args.available_bytes!r}: not a byte count (4294967296, 4G)")
-        source = "--available-bytes"
-    elif args.available_gib is not None:
-        if not math.isfinite(args.available_gib) or args.available_gib < 0:
-            raise UsageError(f"--available-gib {args.available_gib}: must be a size in GiB, 0 or more")
-        available, source = int(args.available_gib * GIB), "--available-gib"
+    if (given := _available_arg(args)) is not None:
+        available, source = given
     p = predict(shape, flags, version=version, platform=args.platform, available_bytes=available,
                 available_source=source, draft=draft)
     if args.json:
@@ -120,3 +123,37 @@ def cmd_kv(args: argparse.Namespace, out: Console) -> int:
     else:
         say_to(out)(render_prediction(p))
     return ExitCode.OK if p.fits is not False else ExitCode.FAILED
+
+
+def _available_arg(args: argparse.Namespace) -> tuple[int, str] | None:
+    from harness.units import human_int
+
+    if args.available_bytes is not None:
+        available = human_int(args.available_bytes)
+        if available is None or available < 0:
+            raise UsageError(f"--available-bytes {args.available_bytes!r}: not a byte count (4294967296, 4G)")
+        return available, "--available-bytes"
+    if args.available_gib is not None:
+        if not math.isfinite(args.available_gib) or args.available_gib < 0:
+            raise UsageError(f"--available-gib {args.available_gib}: must be a size in GiB, 0 or more")
+        return int(args.available_gib * GIB), "--available-gib"
+    return None
+
+
+def _kv_log(args: argparse.Namespace, out: Console) -> int:
+    """`kv MODEL --log LOG`: exit 0 when every figure the log printed agrees with the prediction, 1 when one does
+    not, 2 when the log cannot be read or states no configuration and no flags are given."""
+    from harness.predict.from_log import check_log, render_log_check
+    from harness.report.kv import render_prediction
+
+    checked = check_log(args.model, args.log, args.serve_flags, version=args.vllm_version, platform=args.platform,
+                        draft=args.draft, available=_available_arg(args))
+    if args.json:
+        print(json.dumps(checked.to_dict(), indent=2))
+    else:
+        say = say_to(out)
+        say(render_log_check(checked))
+        if checked.record.prediction is not None:
+            say("")
+            say(render_prediction(checked.record.prediction))
+    return ExitCode.FAILED if checked.disagreements else ExitCode.OK

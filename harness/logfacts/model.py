@@ -43,10 +43,12 @@ class KvFacts(BaseModel):
 
     model_load_gib: float | None = None
     available_gib: float | None = None
-    """"Available KV cache memory: X GiB" (V0: "the rest of the memory reserved for KV Cache is X GiB"); the smallest
-    value when several workers log it, since the engine sizes the pool by its tightest worker."""
+    """"Available KV cache memory: X GiB" (V0: "the rest of the memory reserved for KV Cache is X GiB"; the CPU
+    backend: X of "Auto set (X/T) GiB for KV cache", what it sized from free memory); the smallest value when several
+    workers log it, since the engine sizes the pool by its tightest worker. None when the size was given (below)."""
     reserved_gib: float | None = None
-    """An explicit KV size: kv_cache_memory_bytes on GPU, or the CPU backend's "Explicitly set / Auto set (Y/T) GiB"."""
+    """The KV size the worker set: kv_cache_memory_bytes on GPU, or the CPU backend's "Explicitly set / Auto set (X/T)
+    GiB" (an Auto line fills available_gib too)."""
     kv_tokens: int | None = None
     max_concurrency: float | None = None
     concurrency_tokens: int | None = None

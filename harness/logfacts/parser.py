@@ -94,11 +94,12 @@ class LogParser:
                 if first:
                     self._phases.mark(Milestone.first_line)
                     first = False
-                if p.CPU_WORKER_FILE in segment and not self._ready:
+                if (p.CPU_WORKER_FILE in segment and not self._ready
+                        and own_text(parts.source, parts.message) is not None):
                     self._kv["device"] = "cpu"  # only the CPU backend has this worker (the block is then 128)
                 if parts.process.startswith("(EngineCore") and not self._phases.reached(Milestone.engine_started):
                     self._phases.mark(Milestone.engine_started)
-                seen = self._feed_message(parts.level, parts.message, parts.process)
+                seen = self._feed_message(parts.level, parts.message, parts.process, parts.source)
                 if _SIGNAL_RANK[seen] > _SIGNAL_RANK[signal]:
                     signal = seen
             return signal
@@ -133,7 +134,7 @@ class LogParser:
 
     # --- one message ---------------------------------------------------------------------------------------------
 
-    def _feed_message(self, level: str | None, msg: str, process: str = "") -> Signal:
+    def _feed_message(self, level: str | None, msg: str, process: str = "", source: str | None = None) -> Signal:
         if not msg:
             return Signal.NONE
         refusal = classify_refusal(msg, level)
@@ -142,13 +143,15 @@ class LogParser:
             return Signal.REFUSAL
         if p.ERROR_LINE.match(msg):
             self._error_line = msg[:MAX_ERROR_CHARS]
-        # vLLM logs every KV figure while the engine starts, before the server listens; after that, a line that looks
-        # like one is a request log echoing a prompt ("Received request …: prompt: 'GPU KV cache size: …'")
-        if not self._ready:
+        # A fact belongs to the record that states it: a request log echoing a prompt ("Received request …: prompt:
+        # 'GPU KV cache size: …'") states none, whatever the parser has seen so far (an excerpt may start anywhere).
+        # Past the listening line vLLM logs no boot fact at all, so a look-alike no rule recognises is ignored too.
+        text = own_text(source, msg) if not self._ready else None
+        if text is not None:
             for needle, extract in _EXTRACTORS:
-                if needle in msg:
-                    extract(self, msg)
-            self._phases.feed(process, msg)
+                if needle in text:
+                    extract(self, text)
+            self._phases.feed(process, text)
         if ("Starting vLLM" in msg or "Application startup complete" in msg) and p.READY.search(msg):
             if len(self._ready) < MAX_READY_LINES:
                 self._ready.append(msg[:MAX_LINE_CHARS])
@@ -159,6 +162,12 @@ class LogParser:
     def _first(self, key: str, value: float | int | None) -> None:
         """Keep the first logged value: tensor-parallel workers repeat the same line."""
         if value is not None and key not in self._kv:
+            self._kv[key] = value
+
+    def _smallest(self, key: str, value: float | None) -> None:
+        """Keep the smallest logged value: the engine sizes the pool by its tightest worker."""
+        old = self._kv.get(key)
+        if value is not None and (old is None or value < old):
             self._kv[key] = value
 
     def _version_from(self, msg: str) -> None:
@@ -173,13 +182,13 @@ class LogParser:
 
     def _kv_cache(self, msg: str) -> None:
         if m := p.AVAILABLE_KV.search(msg) or p.AVAILABLE_KV_V0.search(msg):
-            value = p.to_float(m.group(1))
-            old = self._kv.get("available_gib")
-            if value is not None and (old is None or value < old):
-                self._kv["available_gib"] = value
+            self._smallest("available_gib", p.to_float(m.group(1)))
             self._first("device", "gpu")
         if m := p.CPU_KV_SET.search(msg):
-            self._first("reserved_gib", p.to_float(m.group(1)))
+            value = p.to_float(m.group(2))
+            self._first("reserved_gib", value)
+            if m.group(1) == "Auto":  # sized from free memory, as the GPU worker's "Available KV cache memory" is
+                self._smallest("available_gib", value)
             self._kv["device"] = "cpu"  # the CPU worker's own line beats the shared "Available KV cache memory"
         if m := p.KV_TOKENS.search(msg):
             self._first("kv_tokens", p.to_int(m.group(1)))
@@ -269,6 +278,18 @@ _EXTRACTORS: tuple[tuple[str, Callable[[LogParser, str], None]], ...] = (
     ("SSM cache type", LogParser._hybrid),
     ("Mamba cache mode", LogParser._hybrid),
 )
+
+
+def own_text(source: str | None, msg: str) -> str | None:
+    """What a record says for itself: None when it echoes a client (the request logger's records, by the file its
+    header names or, without a header, by their message forms), else the message up to any client text quoted in it
+    (`prompt: '…'`, a JSON body's `"prompt": "…"`)."""
+    if source is not None and source in p.REQUEST_LOGGER_SOURCES:
+        return None
+    if p.ECHO_START.match(msg):
+        return None
+    quoted = p.CLIENT_TEXT.search(msg) if ("prompt" in msg or "output" in msg or "content" in msg) else None
+    return msg[:quoted.start()] if quoted else msg
 
 
 def parse_lines(lines: Iterable[str]) -> LogFacts:

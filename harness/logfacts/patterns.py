@@ -55,6 +55,20 @@ KEYWORDS: tuple[str, ...] = (
     "Mamba cache mode",
 )
 
+# --- records that echo a client (never a boot fact) ------------------------------------------------------------------
+
+# The request logger's files: vllm/entrypoints/logger.py (0.6-0.22), entrypoints/serve/utils/request_logger.py (0.23+).
+# Its records repeat what a client sent or got, so a "GPU KV cache size: …" inside one is the client's text.
+REQUEST_LOGGER_SOURCES = frozenset({"logger.py", "request_logger.py"})
+# Its message forms, every release: "Received request ID: prompt: %r, params: …" (0.6-0.11.0), "Received request ID:
+# params: …" (0.11.1+), "Request ID details: prompt: %r, …" (0.11.1+), "Request ID JSON body: …" (0.31-0.32),
+# "Generated response ID: output: %r, …" (0.10.1+) and "Generated response ID details: output_token_ids: …" (0.28+).
+# What a header-less excerpt (a pasted fragment, a proxy's own log) still shows of them.
+ECHO_START = re.compile(r"\A(?:Received request\s|Generated response\s|Request \S{1,400} (?:details|JSON body):)")
+# A client's text quoted inside a record: `prompt: '…'` (repr), `"prompt": "…"` (a JSON body), `output: '…'`, a chat
+# message's `"content": "…"`; whatever follows is the client's, not the server's.
+CLIENT_TEXT = re.compile(r"""\b(?:prompt|output|content)['"]?\s{0,4}[:=]\s{0,4}[\[{(]?\s{0,4}[bfru]?['"]""")
+
 # The root-cause line of a traceback: "RuntimeError: Insufficient space in /dev/shm ...".
 ERROR_LINE = re.compile(r"\A[A-Za-z_][\w.]{0,100}(?:Error|Exception): \S")
 
@@ -82,8 +96,11 @@ AVAILABLE_KV_V0 = _c(r"the rest of the memory reserved for KV Cache is\s*" + NUM
 # --kv-cache-memory-bytes (≥0.10.2): "Initial free memory 78.5 GiB, reserved 10.0 GiB memory for KV Cache as specified
 # by kv_cache_memory_bytes config and skipped memory profiling." 0.10.2/0.11 print "reserved 10.00GiB memory".
 RESERVED_KV = _c(r"reserved\s+" + NUM + r"\s*GiB memory for KV Cache as specified by kv_cache_memory_bytes")
-# CPU backend: "Explicitly set (1.0/15.09) GiB for KV cache on node 0." / "Auto set (1.65/15.09) GiB for KV cache ..."
-CPU_KV_SET = _c(r"(?:Explicitly|Auto) set \(" + NUM + r"/" + NUM + r"\) GiB for KV cache on node")
+# CPU backend (v1/worker/cpu_worker.py `determine_available_memory`, 0.22+): "Explicitly set (1.0/15.09) GiB for KV
+# cache on node 0." (--kv-cache-memory-bytes / VLLM_CPU_KVCACHE_SPACE) / "Auto set (1.65/15.09) GiB for KV cache on
+# node 0, with 13.58 GiB requested memory for the worker. 11.93 GiB memory was consumed by non-kv usages." (sized
+# from --gpu-memory-utilization: the CPU's "Available KV cache memory"). Groups: how, the KV size, the node's total.
+CPU_KV_SET = _c(r"(Explicitly|Auto) set \(" + NUM + r"/" + NUM + r"\) GiB for KV cache on node")
 # ≤0.25: "GPU KV cache size: 10,720 tokens"; ≥0.30 adds ", Maximum concurrency for ..." on the same line.
 # The device word varies: GPU, CPU, XPU, "GPU + host" (hisparse).
 KV_TOKENS = _c(r"KV cache size:\s*" + INT + r"\s*tokens")

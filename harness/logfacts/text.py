@@ -26,12 +26,13 @@ _LEADING_DECOR = re.compile(
 _HEADER = re.compile(
     r"""\A(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)
         (?:\s+(?P<stamp>\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)   # vLLM: LEVEL MM-DD HH:MM:SS
-           (?:\s+\[[^\]\n]{0,300}\]                        #        [file.py:123]
-            |\s+[\w.\-]{1,200}:\d{1,7}\])?                   #        file.py:123] (V0, up to 0.7)
+           (?:\s+\[(?P<where>[^\]\n]{0,300})\]              #        [file.py:123]
+            |\s+(?P<where0>[\w.\-]{1,200}:\d{1,7})\])?         #        file.py:123] (V0, up to 0.7)
          |:                                                  # uvicorn: INFO:     Application startup complete.
         )\s?""",
     re.VERBOSE,
 )
+_LINE_NO = re.compile(r":\d{1,7}\Z")
 _SEGMENT_SPLIT = re.compile(r"\r\n|\r|\n")
 # A log pasted into an issue or an email: "> " quote markers (nested ones too) before the line.
 _QUOTED = re.compile(r"\A(?:[ \t]*>)+[ \t]?")
@@ -57,6 +58,16 @@ class Line(NamedTuple):
     stamp: str | None
     """The header's "MM-DD HH:MM:SS[.fff]", when it has one."""
     message: str
+    source: str | None = None
+    """The file the header names, without its directory or line ("kv_cache_utils.py" of "[v1/core/kv_cache_utils.py:
+    1087]"): which of vLLM's modules logged the record. None when the line has no header or its header names none."""
+
+
+def _source(where: str | None) -> str | None:
+    if not where:
+        return None
+    name = where.rpartition(":")[0] if _LINE_NO.search(where) else where
+    return name.rpartition("/")[2].strip() or None
 
 
 def split_line(line: str) -> Line:
@@ -71,12 +82,13 @@ def split_line(line: str) -> Line:
         line = line[decor.end():]
     else:
         line = line.lstrip()
-    level = stamp = None
+    level = stamp = source = None
     header = _HEADER.match(line)
     if header:
         level, stamp = header.group("level"), header.group("stamp")
+        source = _source(header.group("where") or header.group("where0"))
         line = line[header.end():]
-    return Line(process, level, stamp, line.strip())
+    return Line(process, level, stamp, line.strip(), source)
 
 
 def clean_line(line: str) -> tuple[str | None, str]:

@@ -49,7 +49,8 @@ def _uniform_type(pages: list[Page]) -> bool:
     if kinds <= {LayerKind.full, LayerKind.mla}:
         return len(kinds) == 1 and len({p.block_size for p in pages}) == 1
     if kinds == {LayerKind.sliding}:
-        return len({p.layer.sliding_window for p in pages}) == 1 and len({p.block_size for p in pages}) == 1
+        return len({(p.layer.sliding_window, p.layer.attention_chunk) for p in pages}) == 1 and \
+            len({p.block_size for p in pages}) == 1
     return False
 
 

@@ -74,13 +74,14 @@ def architecture(shape: ModelShape) -> str | None:
 
 def config_ssm_dtype(shape: ModelShape, version: str, notes: list[str]) -> str | None:
     """What the architecture's config hook (model_executor/models/config.py, `MODELS_CONFIG_MAP`) puts in for an auto
-    `--mamba-ssm-cache-dtype`: Qwen3.5's text config `mamba_ssm_dtype` (0.17 on), NemotronH's `mamba_ssm_cache_dtype`
-    or that release's default (0.13 on); None where no hook applies (auto then follows the conv state's dtype)."""
+    `--mamba-ssm-cache-dtype`: Qwen3.5's text config `mamba_ssm_dtype` (0.16.1 dev builds on), NemotronH's
+    `mamba_ssm_cache_dtype` or that release's default (0.13 on); None where no hook applies (auto then follows the
+    conv state's dtype)."""
     rules, hrules = config_rules_for(version), hybrid_rules_for(version)
     arch, values = architecture(shape), shape.config_values
     if arch in rules.text_ssm_dtype_archs and values.text_mamba_ssm_dtype:
         notes.append(f"{arch}: the config's mamba_ssm_dtype {values.text_mamba_ssm_dtype} is the SSM state dtype "
-                     "(vLLM ≥0.17 reads it for an auto --mamba-ssm-cache-dtype)")
+                     "(vLLM reads it for an auto --mamba-ssm-cache-dtype from its first Qwen3.5 builds)")
         return values.text_mamba_ssm_dtype
     nemotron = arch in rules.nemotron_ssm_archs or arch in rules.nemotron_text_ssm_archs
     if nemotron and hrules.nemotron_ssm:

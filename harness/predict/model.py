@@ -83,7 +83,8 @@ class ModelShape:
 def _text_config(config: dict[str, Any]) -> dict[str, Any]:
     """vLLM reads a multimodal model's language part (`hf_text_config`): `text_config` when there is one."""
     text = config.get("text_config")
-    if isinstance(text, dict) and text.get("num_hidden_layers"):
+    if isinstance(text, dict) and any(text.get(k) for k in ("num_hidden_layers", "hybrid_override_pattern",
+                                                            "layers_block_type")):
         return {**{k: v for k, v in config.items() if k != "text_config"}, **text}
     return config
 

@@ -40,10 +40,16 @@ def kv_element_bytes(kv_dtype_flag: str, dtype: str) -> int:
         return DTYPE_BYTES[dtype]
     if k in DTYPE_BYTES:
         return DTYPE_BYTES[k]
-    if k in _ONE_BYTE or k == "fp8_ds_mla":
-        return 1
+    if k in _ONE_BYTE or k == "fp8_ds_mla" or k == "nvfp4":
+        return 1  # nvfp4 packs below (`nvfp4_bytes`), in uint8 elements
     raise UsageError(f"--kv-cache-dtype {kv_dtype_flag!r}: not modelled (auto, bfloat16, float16, float32, fp8, "
-                     "fp8_e4m3, fp8_e5m2, fp8_inc, int8, fp8_ds_mla are)")
+                     "fp8_e4m3, fp8_e5m2, fp8_inc, int8, fp8_ds_mla, nvfp4 are)")
+
+
+def nvfp4_bytes(head_size: int) -> int:
+    """One head's K (or V) of one token in NVFP4: fp4 pairs plus an fp8 scale per 16 values
+    (utils/torch_utils.py `nvfp4_kv_cache_full_dim`)."""
+    return head_size // 2 + head_size // 16
 
 
 @dataclass(frozen=True)
@@ -68,12 +74,16 @@ class Page:
     @property
     def key(self) -> tuple:
         """What makes two layers' specs equal in vLLM (same type, shape, window): layers with one key share buckets."""
-        return (self.layer.kind, self.block_size, self.page_bytes, self.layer.sliding_window)
+        return (self.layer.kind, self.block_size, self.page_bytes, self.layer.sliding_window,
+                self.layer.attention_chunk)
 
     def blocks_per_request(self, max_model_len: int, in_flight_tokens: int, extra_retained: int = 0) -> int:
         """`cdiv(max_memory_usage_bytes, page_size_bytes)` for this layer."""
         if self.state_page is not None:
             return self.state_blocks + (-(-max_model_len // self.block_size) if self.state_per_block else 0)
+        if self.layer.kind == LayerKind.sliding and self.layer.attention_chunk:
+            # ChunkedLocalAttentionSpec: one chunk plus the in-flight tokens, no window edge block
+            return -(-min(self.layer.attention_chunk + in_flight_tokens, max_model_len) // self.block_size)
         if self.layer.kind == LayerKind.sliding and self.layer.sliding_window:
             tokens = min(self.layer.sliding_window - 1 + extra_retained + in_flight_tokens, max_model_len)
             return -(-tokens // self.block_size) + 1
@@ -86,4 +96,6 @@ def page_for(layer: Layer, block_size: int, tp: int, kv_bytes: int, kv_dtype_fla
         per_token = DS_MLA_TOKEN_BYTES if (kv_dtype_flag or "").lower() == "fp8_ds_mla" else layer.head_size * kv_bytes
         return Page(layer, block_size, 1, per_token)
     heads = max(1, layer.kv_heads // tp)  # replicated once TP exceeds the KV heads
+    if (kv_dtype_flag or "").lower().startswith("nvfp4"):
+        return Page(layer, block_size, heads, heads * (nvfp4_bytes(layer.head_size) + nvfp4_bytes(layer.head_size_v)))
     return Page(layer, block_size, heads, heads * (layer.head_size + layer.head_size_v) * kv_bytes)

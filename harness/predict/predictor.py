@@ -16,13 +16,14 @@ from dataclasses import dataclass, replace
 from harness.predict.kinds import LayerKind
 from harness.errors import UsageError
 from harness.predict.groups import Grouping, group_layers
-from harness.predict.hybrid import config_ssm_dtype, hybrid_rules_for, plan_states
+from harness.predict.hybrid import config_ssm_dtype, plan_states
 from harness.predict.model import Layer, ModelShape, apply_hf_overrides, shape_from_config
 from harness.predict.pages import Page, kv_element_bytes, model_dtype, page_for
 from harness.predict.platforms import is_cpu, resolve
 from harness.predict.prediction import KvPrediction, LayerGroup
 from harness.predict.serve_flags import ServeFlags
-from harness.predict.versions import DEFAULT_VERSION, ConfigRules, Rules, config_rules_for, rules_for
+from harness.predict.versions import (DEFAULT_VERSION, ConfigRules, Rules, config_rules_for,
+                                     hybrid_rules_for, rules_for)
 
 GPU_BLOCK, CPU_BLOCK, CPU_MLA_BLOCK = 16, 128, 16
 #: the speculative methods whose draft is the checkpoint's own MTP layers
@@ -117,7 +118,7 @@ def _in_flight(flags: ServeFlags, cpu: bool, rules: Rules, notes: list[str], win
 
 def with_overrides(shape: ModelShape, flags: ServeFlags, crules: ConfigRules, notes: list[str]) -> ModelShape:
     """The model as vLLM sees it once `--hf-overrides` is applied to its config (when the flags carry it)."""
-    overrides = getattr(flags, "hf_overrides", None)
+    overrides = flags.hf_overrides
     if not overrides or shape.raw is None:
         return shape
     notes.append(f"--hf-overrides {sorted(overrides)} applied to the config"

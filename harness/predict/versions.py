@@ -122,10 +122,11 @@ class ConfigRules:
 
     since: tuple[int, int, int]
     #: architectures whose auto `--mamba-ssm-cache-dtype` becomes the text config's `mamba_ssm_dtype`
-    #: (model_executor/models/config.py `Qwen3_5ForConditionalGenerationConfig`, from 0.17)
+    #: (model_executor/models/config.py `Qwen3_5ForConditionalGenerationConfig`, from 0.17; its 0.16.1 dev builds)
     text_ssm_dtype_archs: frozenset[str]
-    #: architectures whose auto SSM dtype becomes `mamba_ssm_cache_dtype` of the top-level config (NemotronH, 0.13 on),
-    #: and those that read it from `text_config` (the Nano VL wrapper, 0.20 on); the fallback is HybridRules.nemotron_ssm
+    #: architectures whose auto SSM dtype becomes `mamba_ssm_cache_dtype` of the top-level config (NemotronH, 0.13
+    #: on), and those that read it from `text_config` (the Nano VL wrapper, 0.20 on); the fallback is
+    #: HybridRules.nemotron_ssm
     nemotron_ssm_archs: frozenset[str]
     nemotron_text_ssm_archs: frozenset[str]
     #: a ModelOpt checkpoint's `kv_cache_quant_algo` / `kv_cache_scheme` resolves `--kv-cache-dtype auto` for every
@@ -160,7 +161,8 @@ _C_013 = replace(_C_0111, since=(0, 13, 0), nemotron_ssm_archs=_NEMOTRON)
 _C_014 = replace(_C_013, since=(0, 14, 0), modelopt_kv=frozenset({"fp8"}), chunked_local="chunk")
 _C_015 = replace(_C_014, since=(0, 15, 0), compressed_tensors_kv="always")
 _C_016 = replace(_C_015, since=(0, 16, 0), nemotron_ssm_archs=_NEMOTRON | {"NemotronHPuzzleForCausalLM"})
-_C_017 = replace(_C_016, since=(0, 17, 0), text_ssm_dtype_archs=_QWEN35)
+#: 0.16.0 has no Qwen3.5; the 0.16.1 dev builds that added it already read its mamba_ssm_dtype (no 0.16.1 release)
+_C_017 = replace(_C_016, since=(0, 16, 1), text_ssm_dtype_archs=_QWEN35)
 _C_019 = replace(_C_017, since=(0, 19, 0), text_ssm_dtype_archs=_QWEN35 | {"ColQwen3_5"})
 _C_020 = replace(_C_019, since=(0, 20, 0), nemotron_text_ssm_archs=frozenset({"NemotronH_Nano_VL_V2"}),
                  modelopt_kv=frozenset({"fp8", "nvfp4"}))
