@@ -3,6 +3,7 @@ rewritten after every cell, so a run killed at any point keeps everything it fin
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -221,19 +222,32 @@ class RunLock:
         path = where / f"{digest}.lock"
         with RunLock._guard:
             if path not in RunLock._held:
-                fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-                    os.close(fd)
-                    raise UsageError(f"{run_dir}: another boot-harness (pid {holder}) is writing this run now; let "
-                                     "it finish, then --resume it (or start a new run)") from None
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, str(os.getpid()).encode(), 0)
-                RunLock._held[path] = [fd, 0]
+                RunLock._held[path] = [self._take(path, run_dir), 0]
             RunLock._held[path][1] += 1
             self._path = path
+
+    @staticmethod
+    def _take(path: Path, run_dir: Path) -> int:
+        """The locked fd of `path`. Its holder unlinks it on release (one file per run would pile up in /tmp), so a
+        lock taken on a file that was unlinked meanwhile is no lock: take the one now at `path` instead."""
+        while True:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                raise UsageError(f"{run_dir}: another boot-harness (pid {holder}) is writing this run now; let "
+                                 "it finish, then --resume it (or start a new run)") from None
+            try:
+                current = os.stat(path).st_ino
+            except FileNotFoundError:
+                current = None
+            if current == os.fstat(fd).st_ino:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, str(os.getpid()).encode(), 0)
+                return fd
+            os.close(fd)
 
     def release(self) -> None:
         with RunLock._guard:
@@ -243,6 +257,8 @@ class RunLock:
                 return
             entry[1] -= 1
             if entry[1] == 0:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()  # before the unlock: whoever takes the file next finds it gone and makes a new one
                 os.close(entry[0])
                 del RunLock._held[path]
 
