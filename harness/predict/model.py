@@ -80,12 +80,26 @@ class ModelShape:
     raw: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
+#: transformers' config-class defaults for KV-relevant keys a checkpoint's text config leaves out: vLLM's
+#: `hf_text_config` is the class instance, so it sees them. Gemma 3's text config (transformers
+#: configuration_gemma3.py Gemma3TextConfig, unchanged since 4.50) — gemma-3-4b-it / 12b-it name neither their heads
+#: nor head_dim, 27b-it no max_position_embeddings. Keyed by the model_type whose text config it is (a multimodal
+#: wrapper's) or that is it (a text-only checkpoint's).
+_GEMMA3_TEXT = {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131072,
+                "sliding_window": 4096, "sliding_window_pattern": 6}
+_TEXT_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {"gemma3": _GEMMA3_TEXT, "gemma3_text": _GEMMA3_TEXT}
+
+
 def _text_config(config: dict[str, Any]) -> dict[str, Any]:
-    """vLLM reads a multimodal model's language part (`hf_text_config`): `text_config` when there is one."""
+    """vLLM reads a multimodal model's language part (`hf_text_config`): `text_config` when there is one, with its
+    config class's defaults for what it leaves out."""
     text = config.get("text_config")
     if isinstance(text, dict) and any(text.get(k) for k in ("num_hidden_layers", "hybrid_override_pattern",
                                                             "layers_block_type")):
-        return {**{k: v for k, v in config.items() if k != "text_config"}, **text}
+        defaults = _TEXT_CLASS_DEFAULTS.get(str(config.get("model_type")), {})
+        return {**{k: v for k, v in config.items() if k != "text_config"}, **defaults, **text}
+    if config.get("model_type") == "gemma3_text":
+        return {**_TEXT_CLASS_DEFAULTS["gemma3_text"], **config}
     return config
 
 

@@ -273,6 +273,33 @@ def test_sliding_windows_next_to_full_layers_were_full_before_0_9_1(version, sli
     assert ("sliding" in {g.kind for g in p.groups}) is sliding
 
 
+GEMMA3_4B = _published("gemma-3-4b-mi300x-class-defaults.json")["config"]
+GEMMA3_27B = _published("gemma-3-27b-rocm-hybrid-groups.json")["config"]
+
+
+def test_gemma3s_text_config_takes_the_transformers_class_defaults_it_leaves_out(tmp_path):
+    # gemma-3-4b-it's text_config names no heads and no head_dim; vLLM's hf_text_config is a Gemma3TextConfig, so
+    # 8 heads, 4 KV heads of 256 and every 6th layer global (the published 0.23.0 boot agrees to the token)
+    p = _at(GEMMA3_4B, "0.23.0", tmp_path)
+    assert p.bytes_per_token == 34 * 4 * 512 * 2
+    assert sum(g.layers for g in p.groups if g.kind == "full") == 5
+    other = {**GEMMA3_4B, "model_type": "not_gemma3"}  # another wrapper's text config gets no such defaults
+    with pytest.raises(UsageError, match="num_attention_heads"):
+        _at(other, "0.23.0", tmp_path)
+
+
+def test_gemma3s_own_values_beat_the_class_defaults_and_its_length_is_the_class_default(tmp_path):
+    assert _at(GEMMA3_27B, "0.11.0", tmp_path).bytes_per_token == 62 * 16 * 256 * 2
+    # gemma-3-27b-it names no max_position_embeddings: the class's 131072, its linear rope factor 8 not applied
+    shape = read_model(_write(GEMMA3_27B, tmp_path / "d"))
+    assert predict(shape, parse_serve_flags([]), version="0.11.0").max_model_len == 131072
+
+
+def test_a_text_only_gemma3_checkpoint_takes_the_same_defaults(tmp_path):
+    text = {**GEMMA3_4B["text_config"], "architectures": ["Gemma3ForCausalLM"], "torch_dtype": "bfloat16"}
+    assert _at(text, "0.23.0", tmp_path).bytes_per_token == 34 * 4 * 512 * 2
+
+
 def test_head_dim_null_falls_back_to_hidden_over_heads(tmp_path):
     cfg = {**LLAMA31, "head_dim": None}
     assert _at(cfg, "0.24.0", tmp_path).bytes_per_token == BF16_BPT
