@@ -40,6 +40,14 @@ def config_of(path: str, read: Reader) -> ModelShape | None:
         raise UsageError(f"{file}: not JSON ({exc})") from None
     if not isinstance(raw, dict):
         raise UsageError(f"{file}: not a JSON object")
+    if "quantization_config" not in raw:  # ModelOpt ≤0.29's file beside config.json, merged in as load_config does
+        legacy = read(file.rsplit("/", 1)[0] + "/hf_quant_config.json") if "/" in file else None
+        try:
+            quant = json.loads(legacy) if legacy is not None else None
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise UsageError(f"{file.rsplit('/', 1)[0]}/hf_quant_config.json: not JSON ({exc})") from None
+        if isinstance(quant, dict):
+            raw["quantization_config"] = quant
     return shape_from_config(raw, file)
 
 

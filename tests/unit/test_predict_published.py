@@ -326,3 +326,15 @@ def test_falcon_h1_runs_attention_and_a_mamba2_mixer_in_every_layer(tmp_path):
     assert sum(g.layers for g in state) == 44
     conv = 3 * (3072 + 2 * 1 * 256) * 2
     assert p.state_content_bytes == conv + 24 * 128 * 256 * 2
+
+
+def test_a_cell_reads_the_legacy_modelopt_file_as_kv_does(tmp_path):
+    """A cell's prediction reads the model through its runtime (the container's files), not read_model: it must merge
+    hf_quant_config.json too, or a cell and `kv` disagree about one checkpoint's KV dtype."""
+    from harness.predict.cell import config_of
+    from harness.predict.model import read_model
+
+    model = _write(LLAMA31, tmp_path / "model", quant=MODELOPT_FP8)
+    through_runtime = config_of(str(model), lambda p: Path(p).read_bytes() if Path(p).is_file() else None)
+    assert through_runtime.config_values == read_model(model).config_values
+    assert through_runtime.config_values.modelopt_kv is not None
