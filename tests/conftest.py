@@ -114,6 +114,26 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     figures.hand_over(session.config)
 
 
+#: After the session, a process (pytest, or an xdist worker) must be gone within this. A thread a test left running
+#: (a harness call blocked on an engine that never answers) would otherwise hold the interpreter at exit for ever,
+#: after the last dot, with nothing in the log: faulthandler then prints every thread's stack and exits 1.
+EXIT_WITHIN_S = 180
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import faulthandler
+    import sys
+    import threading
+
+    left = [t.name for t in threading.enumerate()
+            if t is not threading.main_thread() and not t.daemon and not t.name.startswith("ThreadPoolExecutor")]
+    if left:  # an idle pool's threads end at exit; these may not
+        print(f"pytest (pid {os.getpid()}): threads still running at exit: {', '.join(left)}", file=sys.__stderr__)
+    sys.stdout.flush()
+    faulthandler.dump_traceback_later(EXIT_WITHIN_S, exit=True, file=sys.__stderr__)
+
+
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: absent under -p no:xdist
 def pytest_testnodedown(node, error) -> None:
     figures.take_over(getattr(node, "workeroutput", {}))
