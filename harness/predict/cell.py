@@ -161,8 +161,9 @@ def predict_cell(server_args: list[str], read: Reader, kv: KvFacts, refusal: Ref
                  outcome: Outcome | None, reason: Reason | None, vllm_version: str | None, platform: str | None = None) -> PredictionRecord:
     """The cell's prediction and its checks; a record that says why when no prediction can be made. `read` reads a
     file as the server sees it (the runtime's `read_server_file`); `platform` overrides what the log tells."""
+    version = vllm_version or DEFAULT_VERSION
     try:
-        flags = parse_serve_flags(server_args)
+        flags = parse_serve_flags(server_args, version)  # as that release's parser read them
         if not flags.model:
             return PredictionRecord(skipped="no --model in the server's arguments")
         shape = config_of(flags.model, read)
@@ -172,7 +173,6 @@ def predict_cell(server_args: list[str], read: Reader, kv: KvFacts, refusal: Ref
         dp = draft_model_path(flags)
         draft = config_of(dp, read) if dp else None
         platform = platform or platform_of(kv)
-        version = vllm_version or DEFAULT_VERSION
         bare = predict(shape, flags, version=version, platform=platform, draft=draft)
         null_block = bare.bytes_per_block if rules_for(version).null_block_in_check else 0
         pool = _available(kv, flags.kv_cache_memory_bytes, refusal, null_block)

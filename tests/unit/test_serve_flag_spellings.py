@@ -144,3 +144,20 @@ def test_kv_reads_vllms_spellings_as_the_canonical_flags(capsys):
 def test_kv_refuses_what_vllm_refuses_in_one_line(capsys, args, words):
     code, _, err = _kv(capsys, *args)
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_cells_flags_are_read_as_its_own_release_read_them():
+    """A cell's prediction parses the server's arguments with the release its log names: `32k` was refused by
+    0.8.3's `--max-model-len` (int()), and read as 32,000 from 0.8.4, so the record says which."""
+    from pathlib import Path
+
+    from harness.logfacts.model import KvFacts
+    from harness.predict.cell import predict_cell
+    from harness.runtime.base import read_host_file
+
+    args = ["--model", "tests/data/kv/models/tiny-llama", "--max-model-len", "32k"]
+    read = lambda p: read_host_file(Path(p))  # noqa: E731 - as the process runtime reads the server's files
+    old = predict_cell(args, read, KvFacts(), None, None, None, "0.8.3")
+    new = predict_cell(args, read, KvFacts(), None, None, None, "0.8.4")
+    assert old.prediction is None and "not an integer" in old.skipped, old
+    assert new.prediction is not None and new.prediction.max_model_len == 32000, new
