@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -335,4 +336,4 @@ def _show(value: Any) -> str:
         return f"{value:,}"
     if isinstance(value, float):
         return f"{value:g}"
-    return str(value.value if hasattr(value, "value") else value)
+    return str(value.value if isinstance(value, Enum) else value)

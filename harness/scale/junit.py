@@ -21,7 +21,7 @@ def cell_properties(result: CellResult) -> list[tuple[str, str]]:
         ("expected", None if exp is None else exp.outcome + (f"/{exp.reason}" if exp.reason else "")),
         ("matched", None if result.matched is None else str(result.matched).lower()),
         ("attempts", result.attempts),
-        ("contaminated", str(getattr(result, "contaminated", False)).lower()),
+        ("contaminated", str(result.contaminated).lower()),
         ("verdict_s", result.timings.verdict_s),
         ("ready_s", result.timings.ready_s),
         ("vllm_version", result.vllm_version),
