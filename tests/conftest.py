@@ -114,9 +114,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     figures.hand_over(session.config)
 
 
-#: After the session, a process (pytest, or an xdist worker) must be gone within this. A thread a test left running
-#: (a harness call blocked on an engine that never answers) would otherwise hold the interpreter at exit for ever,
-#: after the last dot, with nothing in the log: faulthandler then prints every thread's stack and exits 1.
+#: After the session, pytest must be gone within this. A thread a test left running (a harness call blocked on an
+#: engine that never answers) would otherwise hold the interpreter at exit for ever, after the last dot, with nothing
+#: in the log: faulthandler then prints every thread's stack and exits 1. (xdist's controller already ends a worker
+#: that does not exit: execnet kills it after a timeout.)
 EXIT_WITHIN_S = 180
 
 
@@ -131,6 +132,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if left:  # an idle pool's threads end at exit; these may not
         print(f"pytest (pid {os.getpid()}): threads still running at exit: {', '.join(left)}", file=sys.__stderr__)
     sys.stdout.flush()
+    if hasattr(config, "workerinput"):  # an xdist worker serves its gateway until the controller ends it, which
+        return                          # kills a worker that does not exit within its own timeout
     faulthandler.dump_traceback_later(EXIT_WITHIN_S, exit=True, file=sys.__stderr__)
 
 
