@@ -29,6 +29,7 @@ FIXTURE_MARKS = {
     "vllm_cpu": ("vllm",),
     "docker_image": ("docker",),
     "podman": ("podman",),
+    "own_dockerd": ("docker",),  # a second dockerd of the reliability suite's, to restart and freeze
     "standin": ("docker", "vllm"),  # real vLLM in the stand-in fork image on the Docker engine
 }
 #: Fixtures that take over 20 s, most of them real vLLM boots: every test that reads one is `slow`, since run alone it

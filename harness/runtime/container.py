@@ -44,6 +44,8 @@ EXIT_POLL_S, WAIT_RETRY_S = 0.1, 0.2
 WAIT_SLICE_S = 10
 #: How long a cell waits for an engine that went away (a restart, an upgrade) to answer again, and how often it asks.
 ENGINE_RETURN_S, ENGINE_PING_S = 60.0, 0.5
+#: How many times a cell's container is made before an engine that keeps going away under it fails the cell.
+START_TRIES = 3
 
 
 def owner_labels() -> dict[str, str]:
@@ -159,8 +161,9 @@ class ContainerServer:
                 self._state = {}
             try:
                 self.tc.stop(force=True, delete_volume=True)
-            except Exception:  # noqa: BLE001
-                pass
+            except Exception as exc:  # noqa: BLE001 - gone already; or the engine is away: removed once it is back
+                if eng.trouble(self.runtime.engine, "remove", exc, self.runtime.matrix.engine_timeout_s):
+                    self.runtime.leave_for_later(self.container.id)
             return self._state.get("ExitCode")
 
     def container_info(self) -> ContainerInfo:
@@ -193,6 +196,9 @@ class ContainerRuntime:
         #: One line per fact preflight established that a person should see (GPU probe, patch fuzz).
         self.notes: list[str] = []
         self._container_class = eng.container_class()
+        #: Containers of ours the engine could not remove because it was away (a restart): removed when it is back.
+        self._leftovers: set[str] = set()
+        self._leftovers_lock = threading.Lock()
 
     @classmethod
     def for_matrix(cls, loaded: LoadedMatrix, clock: Clock = SYSTEM) -> ContainerRuntime:
@@ -362,8 +368,9 @@ class ContainerRuntime:
         that does not stops the run (EngineGone: an interrupt, so `--resume` finishes it)."""
         deadline = self.clock.now() + ENGINE_RETURN_S
         while True:
-            try:
-                self.client.ping()
+            try:  # on a connection of its own: a pooled one may still reach an engine that is shutting down
+                eng.connect(self.name, self.matrix.engine_timeout_s).close()
+                self._remove_leftovers()
                 return
             except Exception as exc:  # noqa: BLE001 - docker-py raises several unrelated types for "nothing there"
                 if self.clock.now() >= deadline:
@@ -372,7 +379,48 @@ class ContainerRuntime:
                 self.clock.sleep(ENGINE_PING_S)
 
     def start(self, cell: Cell, ctx: CellContext, on_line: LineSink) -> ContainerServer:
-        self._await_engine()
+        """An engine that goes away while the container is being made (a restart in that second) is waited for and
+        the start made again, START_TRIES times at most: a restart is not a verdict on the cell."""
+        name = f"bh-{ctx.labels.get('boot-harness.run', 'run')}-{cell.id}"[:200]
+        for left in reversed(range(START_TRIES)):
+            self._await_engine()
+            try:
+                return self._start(cell, ctx, on_line, name)
+            except Exception as exc:  # noqa: BLE001 - told apart by what it says about the engine
+                away = eng.trouble(self.engine, "start", exc, self.matrix.engine_timeout_s)
+                if away is None:
+                    raise
+                self._discard(name)
+                if not left:
+                    raise CellStartError(f"the {self.engine} engine could not start the container: {away}") from None
+
+    def leave_for_later(self, container_id: str) -> None:
+        with self._leftovers_lock:
+            self._leftovers.add(container_id)
+
+    def _remove_leftovers(self) -> None:
+        """What a cell's teardown could not remove while the engine was away; what still fails stays for the next
+        cell, and for `gc` (or the next run's sweep, by the owner labels) when this run has none."""
+        with self._leftovers_lock:
+            todo = sorted(self._leftovers)
+        for cid in todo:
+            try:
+                self.client.containers.get(cid).remove(force=True)
+            except Exception as exc:  # noqa: BLE001
+                if eng.trouble(self.engine, "remove", exc, self.matrix.engine_timeout_s):
+                    continue  # away again: the next call tries
+            with self._leftovers_lock:
+                self._leftovers.discard(cid)
+
+    def _discard(self, name: str) -> None:
+        """A container the engine created before it went away, so that the next try can take its name."""
+        try:
+            self._await_engine()
+            self.client.containers.get(name).remove(force=True)
+        except Exception:  # noqa: BLE001 - never created, or gone with the engine
+            pass
+
+    def _start(self, cell: Cell, ctx: CellContext, on_line: LineSink, name: str) -> ContainerServer:
         image_id, repo_digest = self.resolve_image(cell.image)
         ctx.mark(Milestone.pulled)
         try:
@@ -381,16 +429,19 @@ class ContainerRuntime:
             raise CellStartError(str(exc)) from None
         spec = self.spec(cell, ctx, image=repo_digest or image_id,
                          patched=[(p.target, host_path(path)) for p, path in kept],
-                         name=f"bh-{ctx.labels.get('boot-harness.run', 'run')}-{cell.id}"[:200],
-                         labels={**ctx.labels, **owner_labels()})
-        tc = self._testcontainer(spec)
+                         name=name, labels={**ctx.labels, **owner_labels()})
+        tc = None
         try:
+            tc = self._testcontainer(spec)
             tc.start()
         except Exception as exc:  # noqa: BLE001 - docker-py's errors, image or device trouble
-            try:
-                tc.stop(force=True)
-            except Exception:  # noqa: BLE001
-                pass
+            if tc is not None:
+                try:
+                    tc.stop(force=True)
+                except Exception:  # noqa: BLE001
+                    pass
+            if eng.trouble(self.engine, "start", exc, self.matrix.engine_timeout_s):
+                raise  # the engine's trouble, not the cell's: `start` waits for it and tries again
             raise CellStartError(f"the {self.engine} engine could not start the container: {exc}") from None
         ctx.mark(Milestone.started)
         wrapped = tc.get_wrapped_container()

@@ -57,10 +57,15 @@ def trouble(engine: str, call: str, exc: BaseException, timeout_s: float) -> str
     removed under us is not the engine's trouble)."""
     import requests
 
-    if isinstance(exc, requests.exceptions.Timeout):
-        return f"{engine}: `{call}` did not answer within {timeout_s:g} s (the engine hung)"
-    if isinstance(exc, requests.exceptions.ConnectionError):
-        return f"{engine}: the engine went away during `{call}` ({type(exc).__name__}: restarted or killed)"
+    seen: BaseException | None = exc
+    for _ in range(8):  # down the chain: docker-py wraps a refused connection in a DockerException (`from`)
+        if seen is None:
+            break
+        if isinstance(seen, requests.exceptions.Timeout):
+            return f"{engine}: `{call}` did not answer within {timeout_s:g} s (the engine hung)"
+        if isinstance(seen, requests.exceptions.ConnectionError):
+            return f"{engine}: the engine went away during `{call}` ({type(seen).__name__}: restarted or killed)"
+        seen = seen.__cause__ or seen.__context__
     return None
 
 

@@ -7,10 +7,12 @@ memory-limited container, never by exhausting this machine."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -20,6 +22,21 @@ from tests.cli import start_boot_harness
 from tests.integration.test_podman import PODMAN_CLI_ENV, podman  # noqa: F401 - the fixture, and the CLI's settings
 from tests.conftest import STANDIN_NVML, require
 from tests.reliability.conftest import cli, figure, only_run, read_json, wait_for
+from tests.reliability.private_dockerd import PrivateDockerd, base_image, remove_private_dockerd, start_private_dockerd
+
+@pytest.fixture(scope="module")
+def own_dockerd(tmp_path_factory) -> Iterator[PrivateDockerd]:
+    """A second dockerd to restart and freeze (tests/reliability/private_dockerd.py): the machine's engine is serving
+    the suite's other tests meanwhile."""
+    image = base_image()
+    require("a second dockerd with the base image", os.geteuid() == 0 and image is not None and shutil.which("ip"),
+            "run as root with scripts/setup-container-example.sh's base image in docker and iproute2")
+    d = start_private_dockerd(tmp_path_factory.mktemp("dockerd", numbered=True), image)
+    try:
+        yield d
+    finally:
+        remove_private_dockerd(d)
+
 
 #: Writes 256 MiB, touching every page (a zero-filled buffer costs no memory until written), then waits.
 HOG = "import time; b = b'x' * (256 * 2**20); time.sleep(60)"
@@ -59,32 +76,28 @@ def test_a_process_server_is_the_oom_killers_first_choice_not_the_harness(tmp_pa
         assert int(f.read()) < SERVER_OOM_SCORE_ADJ, "the harness's own score is not raised"
 
 
-@pytest.mark.podman
-def test_a_hung_engine_makes_the_cell_an_error_that_names_the_call_and_the_run_goes_on(podman, tmp_path):
-    """The engine's API stops answering (SIGSTOP, as a stuck dockerd does) while a cell boots, for longer than a call
-    may take and past the cell's deadline: the cell is `error (engine_lost)` naming the call that hung, never a
-    timeout verdict on the configuration; the harness waits for nothing forever, and once the engine answers again
-    the run finishes its next cell and leaves no container."""
-    (service,) = [int(p) for p in subprocess.run(["pgrep", "-f", "podman system service"], capture_output=True,
-                                                  text=True).stdout.split()]
+def test_a_hung_engine_makes_the_cell_an_error_that_names_the_call_and_the_run_goes_on(own_dockerd, tmp_path):
+    """dockerd stops answering (SIGSTOP: a stuck engine) while a cell boots, for longer than a call may take and past
+    the cell's deadline: the cell is `error (engine_lost)` naming the call that hung, never a timeout verdict on the
+    configuration; the harness waits for nothing forever, and once the engine answers again the run finishes its
+    next cell and leaves no container."""
     m = builders.fake_matrix(tmp_path / "m.yaml", {"a_hang": {"FAKE_VLLM_SCENARIO": "hang"},
                                                    "b_boot": {"FAKE_VLLM_SCENARIO": "boot"}},
-                             axis="case", runtime="podman", image=podman["PODMAN_IMAGE"], timeout_s=8,
-                             engine_timeout_s=2)
+                             axis="case", runtime="docker", image=own_dockerd.image, timeout_s=8, engine_timeout_s=2)
     marks = tmp_path / "r"
     harness = start_boot_harness("run", "--matrix", m, "--results-dir", marks, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, env={"CONTAINER_HOST": podman["CONTAINER_HOST"]})
+                                 stderr=subprocess.STDOUT, env={"DOCKER_HOST": own_dockerd.host})
     out = ""
     try:
         wait_for("the first cell's server logging", lambda: any(
             "args:" in f.read_text(errors="replace") for f in marks.glob("*/logs/case_a_hang.log")), timeout=60)
         time.sleep(1)
-        os.kill(service, signal.SIGSTOP)
+        own_dockerd.freeze()
         t_stop = time.monotonic()
         time.sleep(12)  # past the cell's 8 s deadline and several 2 s call timeouts
     finally:
-        os.kill(service, signal.SIGCONT)
-    figure("engine frozen, s", round(time.monotonic() - t_stop, 1))
+        own_dockerd.thaw()
+    figure("engine frozen (dockerd SIGSTOPped), s", round(time.monotonic() - t_stop, 1))
     out, _ = harness.communicate(timeout=120)
     assert harness.returncode == 1, out  # an error cell: not every expectation met
     assert "Traceback" not in out, out
@@ -92,11 +105,10 @@ def test_a_hung_engine_makes_the_cell_an_error_that_names_the_call_and_the_run_g
     hang, boot = run["cells"]
     assert (hang["outcome"], hang["reason"]) == ("error", "engine_lost"), hang["detail"]
     assert "did not answer within 2 s" in hang["detail"] and hang["container"]["engine_trouble"], hang
+    assert hang["container"]["engine"] == "docker", hang["container"]
     assert (boot["outcome"], boot["reason"], boot["container"]["engine_trouble"]) == ("booted", "ready", None)
     assert run["status"] == "complete"
-    left = subprocess.run(["podman", "ps", "-a", "-q", "--filter", "label=boot-harness.owner-pid"],
-                          capture_output=True, text=True, env={**os.environ, **PODMAN_CLI_ENV}).stdout.split()
-    assert left == [], "a container of ours survived the run"
+    assert own_dockerd.our_containers() == [], "a container of ours survived the run"
 
 
 def test_two_runs_on_one_runner_both_complete_and_a_run_still_going_cannot_be_resumed_twice(tmp_path):
@@ -169,8 +181,43 @@ def test_a_full_disk_cuts_the_log_keeps_every_record_whole_and_resume_finishes_t
     assert run["status"] == "complete" and [c["outcome"] for c in run["cells"]] == ["booted"] * 3, run
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_dockerd_restart_mid_run_is_an_error_not_a_verdict_and_the_run_goes_on(own_dockerd, tmp_path, sig):
+    """dockerd restarted while a cell boots. SIGTERM, as `systemctl restart docker` (an upgrade) does: it closes its
+    API, stops every container (the server exits 143) and ends; SIGKILL: it dies at once, its containers run on
+    under containerd until the new daemon (no live-restore) stops them. Either way the cell in flight is
+    `error (engine_lost)`, never `crashed` — the configuration was not at fault; the next cell waits for the engine
+    and boots; the run completes and nothing of ours is left on the restarted engine."""
+    m = builders.fake_matrix(tmp_path / "m.yaml", {"a_boot": {"FAKE_VLLM_SCENARIO": "boot", "FAKE_VLLM_DELAY": "30"},
+                                                   "b_boot": {"FAKE_VLLM_SCENARIO": "boot"}},
+                             axis="case", runtime="docker", image=own_dockerd.image, timeout_s=60,
+                             engine_timeout_s=5, expect=[{"outcome": "booted"}])
+    results = tmp_path / "r"
+    harness = start_boot_harness("run", "--matrix", m, "--results-dir", results, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, env={"DOCKER_HOST": own_dockerd.host})
+    try:
+        wait_for("the first cell's server logging", lambda: any(
+            "args:" in f.read_text(errors="replace") for f in results.glob("*/logs/case_a_boot.log")), timeout=60)
+        t_gone = time.monotonic()
+        stopped = own_dockerd.stop(sig)
+        time.sleep(2)
+    finally:
+        own_dockerd.start()
+    figure(f"engine away (dockerd {sig.name}ed and started again), s", round(time.monotonic() - t_gone, 1))
+    out, _ = harness.communicate(timeout=180)
+    assert stopped == (0 if sig == signal.SIGTERM else -sig), f"dockerd's exit on {sig.name}: {stopped}"
+    assert harness.returncode == 1 and "Traceback" not in out, out
+    run = read_json(only_run(results) / "results.json")
+    a, b = run["cells"]
+    assert (a["outcome"], a["reason"]) == ("error", "engine_lost"), a["detail"]
+    assert "went away" in a["container"]["engine_trouble"], a["container"]
+    assert (b["outcome"], b["reason"]) == ("booted", "ready"), b["detail"]
+    assert run["status"] == "complete"
+    assert own_dockerd.our_containers() == [], "a container of ours survived the run"
+
+
 @pytest.mark.podman
-def test_an_engine_restart_mid_run_is_an_error_not_a_verdict_and_the_run_goes_on(podman, tmp_path):
+def test_a_podman_service_restart_mid_run_is_an_error_not_a_verdict_and_the_run_goes_on(podman, tmp_path):
     """The engine goes away while a cell boots and takes the container with it (a dockerd restart stops every
     container: SIGTERM, exit 143), then comes back (scripts/setup-podman.sh starts the service again, as an upgrade's
     restart would). The cell in flight is `error (engine_lost)`, never `crashed` — the configuration was not at fault;

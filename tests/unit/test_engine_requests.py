@@ -7,7 +7,7 @@ import pytest
 
 from harness.errors import RuntimeUnavailable
 from harness.runtime.engine import (EngineInfo, GpuProbe, check_gpu_support, device_requests, engine_host, engine_info,
-                                    gpu_cli_args, version_tuple)
+                                    gpu_cli_args, trouble, version_tuple)
 
 
 def as_dicts(reqs):
@@ -91,3 +91,26 @@ def test_engine_sockets_default_per_engine_and_follow_the_environment():
     assert engine_host("podman", {}) == "unix:///run/podman/podman.sock"
     assert engine_host("podman", {"CONTAINER_HOST": "unix:///x.sock"}) == "unix:///x.sock"
     assert engine_host("docker", {"DOCKER_HOST": "tcp://h:2375"}) == "tcp://h:2375"
+
+
+def test_an_engine_that_went_away_is_told_through_docker_pys_wrapping():
+    """docker-py wraps a refused or cut connection (the socket gone while dockerd restarts) in a DockerException
+    raised `from` it; an answer, even an error one, is no trouble of the engine's."""
+    import docker.errors
+    import requests
+
+    def wrapped(cause: BaseException) -> BaseException:
+        try:
+            try:
+                raise cause
+            except Exception as exc:
+                raise docker.errors.DockerException("Error while fetching server API version") from exc
+        except docker.errors.DockerException as outer:
+            return outer
+
+    gone = wrapped(requests.exceptions.ConnectionError(FileNotFoundError(2, "No such file or directory")))
+    assert trouble("docker", "start", gone, 5) == ("docker: the engine went away during `start` (ConnectionError: "
+                                                    "restarted or killed)")
+    hung = wrapped(requests.exceptions.ReadTimeout())
+    assert trouble("podman", "inspect", hung, 2) == "podman: `inspect` did not answer within 2 s (the engine hung)"
+    assert trouble("docker", "start", docker.errors.APIError("409 Conflict"), 5) is None
