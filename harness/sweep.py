@@ -46,7 +46,16 @@ def sweep_containers(engine: str, swept: Swept, everything: bool = False) -> Non
         swept.engines_unreachable.append(engine)
         return
     host = socket.gethostname()
-    for c in client.containers.list(all=True, filters={"label": f"{eng.LABEL_PREFIX}.owner-pid"}):
+    try:
+        # ignore_removed: docker-py lists, then inspects each; one whose run removed it in between is no leftover
+        found = client.containers.list(all=True, filters={"label": f"{eng.LABEL_PREFIX}.owner-pid"},
+                                       ignore_removed=True)
+    except Exception as exc:  # noqa: BLE001 - the engine went away or hung while listing: reported, not raised
+        if eng.trouble(engine, "containers list", exc, eng.DEFAULT_CALL_TIMEOUT_S) is None:
+            raise
+        swept.engines_unreachable.append(engine)
+        return
+    for c in found:
         labels = c.labels or {}
         if not everything:
             if labels.get(f"{eng.LABEL_PREFIX}.host") != host:
