@@ -10,14 +10,25 @@ import dataclasses
 import difflib
 import fnmatch
 import itertools
+import math
 import re
 from dataclasses import dataclass, field
 
 from harness.errors import ConfigError, ConfigErrors, UsageError
-from harness.matrix.model import ExpectRule, Matrix, Mount, PatchSpec, Selector
+from harness.matrix.model import CONTAINER_ONLY_MESSAGE, ExpectRule, Matrix, Mount, PatchSpec, Selector
 from harness.verdict.catalogue import Outcome, Reason
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+]+")
+#: A negative number (`--max-model-len -1`, vLLM's "auto"): its sign is spelt, or `-1` would read as length 1.
+_NEGATIVE = re.compile(r"^-(?=[0-9.])")
+
+#: At most this many cells: each is a server boot (a minute or more on a GPU), so 10,000 is already weeks of one
+#: GPU's time, and every record of a run lists every cell. Counted by multiplying the axis sizes, before any product
+#: is built, so a 1.7 KB file of 40 two-valued axes (2**40 cells) is refused at once.
+MAX_CELLS = 10_000
+#: At most this many characters in a cell id: ids name files (`ID.log`, `ID.attempt1.log`, `ID.json`, a container
+#: name), and a file name is at most 255 bytes; 200 leaves room for the longest suffix.
+MAX_ID_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -58,8 +69,9 @@ def axis_label(name: str, label: str | None) -> str:
 
 
 def value_token(label: str, value: str) -> str:
-    """`mml` + `131072` → `mml131072`; `mtp` + `mtp4` → `mtp4`; `floor` + `none` → `floor_none`."""
-    safe = _UNSAFE.sub("_", value).strip("_") or "x"
+    """`mml` + `131072` → `mml131072`; `mtp` + `mtp4` → `mtp4`; `floor` + `none` → `floor_none`; `mml` + `-1` →
+    `mml_neg1`."""
+    safe = _UNSAFE.sub("_", _NEGATIVE.sub("neg", value)).strip("_") or "x"
     if safe.lower().startswith(label.lower()):
         return safe
     return f"{label}{safe}" if safe[0].isdigit() else f"{label}_{safe}"
@@ -145,8 +157,39 @@ def cell_problems(matrix: Matrix, file: str = "<matrix>") -> list[ConfigError]:
     return _expand(matrix, file)[1]
 
 
+def _size_problems(matrix: Matrix, file: str, labels: dict[str, str]) -> list[ConfigError]:
+    """Too many cells, or ids too long to name a file: found from the axes alone, before the product is built."""
+    sizes = {n: len(a.value_names()) for n, a in matrix.axes.items()}
+    count = math.prod(sizes.values())
+    if count > MAX_CELLS:
+        return [ConfigError(file, "axes", f"the {len(sizes)} axes make {count:,} cells (their sizes multiplied, "
+                                          f"before exclude); at most {MAX_CELLS:,}: split the matrix")]
+    longest = {n: max(a.value_names(), key=lambda v: len(value_token(labels[n], v))) for n, a in matrix.axes.items()}
+    length = sum(len(value_token(labels[n], v)) for n, v in longest.items()) + len(longest) - 1
+    if length <= MAX_ID_CHARS:
+        return []
+    axis = max(longest, key=lambda n: len(value_token(labels[n], longest[n])))
+    value = longest[axis]
+    if 2 * len(value_token(labels[axis], value)) < length:  # no one value is to blame: the axes add up
+        return [ConfigError(file, "axes", f"the {len(longest)} axes make cell ids of up to {length:,} characters; at "
+                                          f"most {MAX_ID_CHARS} (an id names the cell's files): shorten values, or "
+                                          "set short `label:`s")]
+    shown = repr(value) if len(value) <= 40 else f"{value[:40]!r}… ({len(value):,} characters)"
+    return [ConfigError(file, f"axes.{axis}", f"value {shown} makes cell ids of {length:,} characters; at most "
+                                              f"{MAX_ID_CHARS} (an id names the cell's files): shorten it, or give it "
+                                              "a short name on a named axis")]
+
+
+def _runtime_problems(matrix: Matrix, file: str) -> list[ConfigError]:
+    """An axis value's image, patches or mounts on `runtime: process` would be ignored without a word."""
+    if matrix.runtime != "process":
+        return []
+    return [ConfigError(file, f"axes.{n}.{v}.{key}", CONTAINER_ONLY_MESSAGE)
+            for n, a in matrix.axes.items() for v in a.value_names() for key in a.fragment(v).container_keys()]
+
+
 def _expand(matrix: Matrix, file: str) -> tuple[list[Cell], list[ConfigError]]:
-    problems: list[ConfigError] = []
+    problems: list[ConfigError] = _runtime_problems(matrix, file)
     for i, selector in enumerate(matrix.exclude):
         if not selector:
             problems.append(ConfigError(file, f"exclude[{i}]", "an empty exclude would drop every cell"))
@@ -163,6 +206,9 @@ def _expand(matrix: Matrix, file: str) -> tuple[list[Cell], list[ConfigError]]:
                                         f"id label {lab!r} is also {seen_labels[lab]!r}'s; set `label:` on one"))
         seen_labels[lab] = n
     if problems:  # the product would be built on selectors or labels that are wrong
+        return [], problems
+    problems = _size_problems(matrix, file, labels)
+    if problems:
         return [], problems
 
     cells: list[Cell] = []
@@ -239,15 +285,21 @@ def select_cells(cells: list[Cell], exprs: list[str] | None, matrix: Matrix, sou
     values = matrix.axis_values()
     chosen: dict[str, Cell] = {}
     for expr in exprs:
-        conds: dict[str, list[str]] = {}
+        if not expr.strip():
+            raise SelectionError(source, "", "an empty expression selects nothing (leave the option out for every "
+                                             "cell)")
+        conds: dict[str, set[str]] = {}
         globs: list[str] = []
         for term in (t.strip() for t in expr.split(",")):
             if not term:
-                continue
+                raise SelectionError(source, "", f"{expr!r} has an empty term (terms are joined by single commas)")
             if "=" in term:
                 axis, _, names = term.partition("=")
                 axis = axis.strip()
-                wanted = [v.strip() for v in names.split("|") if v.strip()]
+                wanted = [v.strip() for v in names.split("|")]
+                if not all(wanted):
+                    raise SelectionError(source, axis, f"{term!r} has an empty value (values are joined by single "
+                                                       "'|')")
                 if axis not in values:
                     raise SelectionError(source, axis, f"unknown axis in {expr!r}{_near(axis, values)} (axes are: "
                                                        f"{', '.join(values)})")
@@ -255,7 +307,7 @@ def select_cells(cells: list[Cell], exprs: list[str] | None, matrix: Matrix, sou
                     if v not in values[axis]:
                         raise SelectionError(source, axis, f"unknown value {v!r} in {expr!r}{_near(v, values[axis])} "
                                                            f"(values are: {', '.join(values[axis])})")
-                conds.setdefault(axis, []).extend(wanted)
+                conds[axis] = conds[axis] & set(wanted) if axis in conds else set(wanted)  # terms are ANDed
             else:
                 globs.append(term)
         for cell in cells:

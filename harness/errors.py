@@ -103,3 +103,14 @@ class RecordWriteError(HarnessError):
 
 class CellStartError(HarnessError):
     """A cell could not be started; the cell's outcome becomes ``error`` with this message as its reason."""
+
+
+class FileRefused(ConfigError):
+    """A file the harness will not read or write as asked — a FIFO (it would block), a device (it never ends, or is
+    not ours to replace), a link out of a run, a file past its size bound, NaN or nesting past the bound in a record —
+    located as ``FILE:key.path: what is wrong`` (exit 2), so no command hangs, eats memory or replaces what it met."""
+
+
+class RunDamaged(ConfigErrors):
+    """Every record of a run directory that cannot be read or is missing, one ``FILE:key: what is wrong`` line each
+    (exit 2): a command never goes on with part of a run as if it were all of it."""

@@ -1,7 +1,13 @@
-"""Printing commands that paste into a POSIX shell: every token quoted, except references we mean to expand."""
+"""Printing commands that paste into a POSIX shell: every token quoted, except references we mean to expand.
+
+No printed command holds a secret (harness.masking says what one is): a secret becomes a reference to the variable of
+the user's environment that holds it (`--api-key "$VLLM_API_KEY"`, `HF_ENDPOINT="https://u:${HF_TOKEN}@hub"`), or
+`***` where none does. `secret_safe_command` renders a whole `ENV… argv…` line; the container renderer
+(harness.runtime.container_spec) uses `SecretRenderer` for its `-e` and argument tokens."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterable, Mapping
 
@@ -12,24 +18,58 @@ class Raw(str):
     """A token printed as is, e.g. `HF_TOKEN="$HF_TOKEN"`: the secret comes from the user's env, never from us."""
 
 
-def env_token(name: str, value: str, secret: bool) -> str:
-    """`NAME=value` as a command prefix: only the value may be quoted, or the shell takes it for a command."""
-    return Raw(f'{name}="${name}"') if secret else Raw(f"{name}={shlex.quote(value)}")
-
-
 def format_shell(tokens: Iterable[str]) -> str:
     return " ".join(t if isinstance(t, Raw) else shlex.quote(t) for t in tokens)
 
 
-def secret_safe_argv(argv: Iterable[str], environ: Mapping[str, str]) -> list[str]:
-    """Server args to print: a credential flag's value becomes a reference to the env variable that holds it
-    (`--api-key "$VLLM_API_KEY"`), or `***` where none does, and any other secret value is masked; never the secret."""
-    args = list(argv)
-    holder = {v: k for k, v in environ.items() if is_secret_key(k) and v}
+def _dq(text: str) -> str:
+    """`text` safe inside double quotes."""
+    return re.sub(r'([\\"$`])', r"\\\1", text)
 
-    def ref(prefix: str, value: str) -> str:
-        if value not in holder:
-            return prefix + MASK
-        return Raw((shlex.quote(prefix) if prefix else "") + f'"${holder[value]}"')
 
-    return Masker(secret_values(environ, args)).argv(args, hide=ref)
+class SecretRenderer:
+    """The secrets of one command (those of `env`, `argv` and the user's `environ`), and the variables of `environ`
+    (or `env`) that hold them, to print each token with references in place of secrets."""
+
+    def __init__(self, env: Mapping[str, str], argv: Iterable[str], environ: Mapping[str, str]):
+        self.argv_in = list(argv)
+        self.masker = Masker(secret_values(environ, ()) | secret_values(env, self.argv_in))
+        self.holder = {v: k for k, v in {**environ, **env}.items() if is_secret_key(k) and v}
+        values = sorted(self.masker.values, key=len, reverse=True)
+        self._rx = re.compile("(" + "|".join(re.escape(v) for v in values) + ")") if values else None
+
+    def text(self, text: str) -> str:
+        """`text` as one shell word: as is when it holds no secret; else double-quoted, each secret a `${NAME}`
+        reference or `***`."""
+        if self._rx is None or not self._rx.search(text):
+            return text
+        parts = self._rx.split(text)
+        out = "".join((f"${{{self.holder[p]}}}" if p in self.holder else _dq(MASK)) if i % 2 else _dq(self.masker(p))
+                      for i, p in enumerate(parts))
+        return Raw(f'"{out}"')
+
+    def env(self, name: str, value: str) -> str:
+        """`NAME=value` (a command prefix, or `-e`'s argument): a secret-named variable is a reference to itself."""
+        if is_secret_key(name):
+            return Raw(f'{name}="${name}"')
+        rendered = self.text(value)
+        return Raw(f"{name}={rendered if isinstance(rendered, Raw) else shlex.quote(rendered)}")
+
+    def argv(self, argv: Iterable[str] | None = None) -> list[str]:
+        """Server args to print: a credential flag's value a reference to the variable that holds it (`--api-key
+        "$VLLM_API_KEY"`), or `***` where none does, and every other token through `text`."""
+
+        def ref(prefix: str, value: str) -> str:
+            if value not in self.holder:
+                return prefix + MASK
+            return Raw((shlex.quote(prefix) if prefix else "") + f'"${self.holder[value]}"')
+
+        args = self.argv_in if argv is None else list(argv)
+        return self.masker.argv(args, hide=ref, other=self.text)
+
+
+def secret_safe_command(env: Mapping[str, str], argv: Iterable[str], environ: Mapping[str, str]) -> list[str]:
+    """`NAME=value … argv…`, the line a person pastes, with no secret in it: the secrets of `env`, `argv` and
+    `environ` (the user's environment) are references to the variables that hold them, or `***`."""
+    r = SecretRenderer(env, argv, environ)
+    return [*(r.env(k, v) for k, v in env.items()), *r.argv()]

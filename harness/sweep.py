@@ -1,12 +1,13 @@
 """Removing what a killed harness left behind: containers carrying our labels, process groups recorded in run dirs,
 and the cells' scratch directories.
 
-Only leftovers whose harness process is gone are touched, so two harness runs on one host never reap each other.
+Only leftovers whose harness process is gone are touched, so two harness runs on one host never reap each other; and
+only what is proven the harness's: a process group whose live member carries the server id its record names (a record
+is a file anyone can write), a work dir claimed by `.owner.json`, never through a symlink.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -15,10 +16,13 @@ from pathlib import Path
 
 from harness.errors import RuntimeUnavailable
 from harness.runtime import scratch
-from harness.runtime.process import group_carries
+from harness.runtime.process import PID_MAX_LIMIT, BadRecord, Proof, proc_start_time, prove_group, read_active_record
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists (0, negatives and numbers past any pid name no single process: False)."""
+    if not 0 < pid <= PID_MAX_LIMIT:
+        return False
     try:
         os.kill(pid, 0)
         return True
@@ -35,6 +39,8 @@ class Swept:
     engines_unreachable: list[str] = field(default_factory=list)
     #: `work/<cell>` scratch (and its TMPDIR) of runs whose harness died
     work_dirs: list[Path] = field(default_factory=list)
+    #: One line each about a record that named something not killed: why, and whether the record was kept.
+    notes: list[str] = field(default_factory=list)
 
 
 def sweep_containers(engine: str, swept: Swept, everything: bool = False) -> None:
@@ -73,26 +79,50 @@ def sweep_containers(engine: str, swept: Swept, everything: bool = False) -> Non
             pass
 
 
+def _owner_alive(pid: int, start: int | None) -> bool:
+    """The harness process that wrote a record still runs (the same process: a reused pid has another start time)."""
+    if pid == os.getpid():
+        return True
+    if not pid_alive(pid):
+        return False
+    now = proc_start_time(pid)
+    return start is None or now is None or now == start
+
+
 def sweep_process_groups(results_dir: Path, swept: Swept) -> None:
-    for record in Path(results_dir).glob("*/active/*.json"):
-        try:
-            data = json.loads(record.read_text())
-            pgid, owner = int(data["pgid"]), int(data.get("owner_pid", 0))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if owner == os.getpid() or (owner and pid_alive(owner)):
-            continue
-        server_id = data.get("server_id")
-        if server_id and not group_carries(pgid, server_id):
-            record.unlink(missing_ok=True)  # the server is gone, and its group id may be someone else's by now
+    """Kill the process groups of killed runs' servers, each only when proven still that server (prove_group); a
+    record that proves nothing is never a kill and never a traceback: it is kept (malformed) or removed (stale), and
+    said so in `swept.notes`."""
+    for record in sorted(Path(results_dir).glob("*/active/*.json")):
+        if scratch.through_symlink(record.parent, results_dir):
+            swept.notes.append(f"left {record}: its folder is a symlink (not followed)")
             continue
         try:
-            os.killpg(pgid, signal.SIGKILL)
-            swept.process_groups.append(pgid)
-        except ProcessLookupError:
-            pass
-        except PermissionError:
+            rec = read_active_record(record)
+        except BadRecord as bad:
+            swept.notes.append(f"left {record}: {bad} (not a record the harness wrote; nothing killed)")
             continue
+        if _owner_alive(rec.owner_pid, rec.owner_start):
+            continue  # a live run's server
+        if rec.pgid in (os.getpgrp(), os.getpid()):
+            swept.notes.append(f"left {record}: process group {rec.pgid} is this process's own (nothing killed)")
+            continue
+        proof = prove_group(rec)
+        if proof is Proof.unknown:
+            swept.notes.append(f"left {record}: cannot prove process group {rec.pgid} is the harness's ({proof.value})")
+            continue
+        if proof is Proof.ours:
+            try:
+                os.killpg(rec.pgid, signal.SIGKILL)
+                swept.process_groups.append(rec.pgid)
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                swept.notes.append(f"left {record}: not allowed to kill process group {rec.pgid}")
+                continue
+        elif proof in (Proof.reused, Proof.not_ours):
+            swept.notes.append(f"removed {record}: process group {rec.pgid} is not its server any more "
+                               f"({proof.value}); not killed")
         record.unlink(missing_ok=True)
 
 

@@ -18,10 +18,14 @@ class Miss:
 
 def misses(run: RunResult) -> list[Miss]:
     """Each reason the run does not pass: it did not finish (a lost or interrupted shard), or a cell errored (the
-    harness could not boot it, so nothing was learnt) or missed its expectation. Cells without one pass."""
+    harness could not boot it, so nothing was learnt) or missed its expectation. Cells without one pass. A run that
+    holds no cell does not pass either: a gate that checked nothing must not say ok. (`run` is what the one loader,
+    harness.results.store.load_run, read from the cells on disk: a missing or unreadable cell file never gets here.)"""
     found = []
     if run.status != RunStatus.complete:
         found.append(Miss("", f"the run is {run.status}, not complete (a shard lost, or a run interrupted)"))
+    if not run.cells:
+        found.append(Miss("", "the run holds no cell record: nothing was checked"))
     for c in run.cells:
         if (why := c.miss()) is not None:
             found.append(Miss(c.cell_id, why))

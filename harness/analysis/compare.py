@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from harness.analysis.kv import (
@@ -45,8 +46,8 @@ def parse_tolerance(text: str) -> float:
             value = value / 100 if value >= 1 else value
     except ValueError:
         raise UsageError(f"--tolerance {text}: not a number (write 2%, 2 or 0.02)") from None
-    if value < 0:
-        raise UsageError(f"--tolerance {text}: must not be negative")
+    if not math.isfinite(value) or value < 0:
+        raise UsageError(f"--tolerance {text}: must be a finite fraction or percentage, 0 or more")
     return value
 
 

@@ -41,6 +41,8 @@ BLOCK_FLAG = "--block-size"
 #: vLLM's default attention block on GPU; the CPU backend uses 128 (docs/cpu-calibration.md).
 GPU_BLOCK, CPU_BLOCK = 16, 128
 FLOOR_ENV = "CLAV_KV_RESERVE_FLOOR_GIB"
+#: the most a length or a KV pool can be (cli/values.py bounds the flags alike): a record beyond is no measurement
+MAX_TOKENS, MAX_BYTES = 1 << 40, float(1 << 62)
 
 def flag_value(argv: list[str], flag: str) -> str | None:
     """The last value given to `flag` (`--flag V` or `--flag=V`), as the server's argparse would take it."""
@@ -119,8 +121,10 @@ class Quantity:
 
 
 def _gib(value: float | None, source: Source) -> Quantity | None:
-    if value is None:
-        return None
+    """A GiB figure of a record as bytes; None for one no log prints (negative, NaN, infinite, beyond any machine):
+    a hand-edited or corrupt record must not turn a fit into NaN or a division into an overflow."""
+    if value is None or not (value == 0 or _plausible(value * GIB, MAX_BYTES)):
+        return None  # 0.0 is a figure (a coarse one, said so below); -3, NaN and 1e300 are not
     b = value * GIB
     return Quantity(b, source, max(0.0, b - GIB_ROUNDING), b + GIB_ROUNDING,
                     coarse=GIB_ROUNDING > COARSE_FRACTION * b)
@@ -170,11 +174,19 @@ def axis_values(run: RunResult, axis: str) -> list[str]:
 
 
 def cell_length(cell: CellResult, axis: str | None) -> int | None:
-    """The cell's max_model_len: its axis value, else its --max-model-len, else the refusal's max seq len."""
+    """The cell's max_model_len: its axis value, else its --max-model-len, else the refusal's max seq len. Only a
+    positive length is one: `-1` / `auto` (vLLM fits the length itself) is unknown until the log says it."""
     for raw in ((cell.axes.get(axis) if axis else None), flag_value(cell.argv, LENGTH_FLAG)):
-        if raw is not None and human_int(raw) is not None:
-            return human_int(raw)
-    return cell.refusal.max_seq_len if cell.refusal and cell.refusal.max_seq_len else None
+        value = human_int(raw) if raw is not None else None
+        if value is not None and _plausible(value, MAX_TOKENS):
+            return value
+    seq = cell.refusal.max_seq_len if cell.refusal else None
+    return seq if seq is not None and _plausible(seq, MAX_TOKENS) else None
+
+
+def _plausible(value: float, limit: float) -> bool:
+    """A figure the analysis can compute with: finite, above 0, at most `limit` (beyond any machine or model)."""
+    return math.isfinite(value) and 0 < value <= limit
 
 
 # ---------------------------------------------------------------- block size
@@ -186,13 +198,13 @@ def block_size(cell: CellResult, override: int | None = None) -> tuple[int, str]
     cell's --block-size, 128 when the log is the CPU backend's, else vLLM's GPU default 16."""
     if override:
         return override, "given"
-    if cell.kv.block_size:
+    if cell.kv.block_size and _plausible(cell.kv.block_size, MAX_TOKENS):
         return cell.kv.block_size, "the log's block size"
     predicted = cell.prediction.prediction if cell.prediction else None
-    if predicted is not None and predicted.block_size:
+    if predicted is not None and predicted.block_size and _plausible(predicted.block_size, MAX_TOKENS):
         return predicted.block_size, "the prediction"
     explicit = flag_value(cell.argv, BLOCK_FLAG)
-    if explicit and human_int(explicit):
+    if explicit and _plausible(human_int(explicit) or 0, MAX_TOKENS):
         return human_int(explicit) or GPU_BLOCK, BLOCK_FLAG
     if cell.kv.device == "cpu":  # the parser read the whole log (harness.logfacts): the analysis reads records only
         return CPU_BLOCK, "CPU backend"
@@ -207,10 +219,11 @@ def cap_of(cell: CellResult) -> Quantity | None:
     kv = cell.kv
     if kv.offload_cap_gib is not None:
         return _gib(kv.offload_cap_gib, Source.offload_cap)
-    if kv.floor_raised_bytes is not None:  # the floor overrides the flag: the pool the engine really got
+    if kv.floor_raised_bytes is not None and _plausible(kv.floor_raised_bytes, MAX_BYTES):
+        # the floor overrides the flag: the pool the engine really got
         return Quantity(float(kv.floor_raised_bytes), Source.kv_floor)
     explicit = flag_value(cell.argv, KV_BYTES_FLAG)
-    if explicit is not None and human_int(explicit):
+    if explicit is not None and _plausible(human_int(explicit) or 0, MAX_BYTES):
         return Quantity(float(human_int(explicit) or 0), Source.kv_bytes_flag)
     if kv.available_gib is not None:
         return _gib(kv.available_gib, Source.available_log)
@@ -237,7 +250,7 @@ def held_back(cell: CellResult) -> int:
 
 def _blocks_for(length: int, block: int) -> int:
     """Blocks one request of `length` tokens needs (vLLM's "KV cache is needed" counts these, not the held-back one)."""
-    return math.ceil(length / block)
+    return -(-length // block)  # integers: exact at any size, no float overflow
 
 
 def need_of(cell: CellResult, length: int | None, cap: Quantity | None, block: int) -> Quantity | None:
@@ -255,7 +268,7 @@ def need_of(cell: CellResult, length: int | None, cap: Quantity | None, block: i
     if cap is None or cap.coarse:
         return None
     rel = cap.err / cap.bytes if cap.bytes else 0.0
-    if r is not None and r.kind == Reason.kv_insufficient and r.estimated_max_model_len:
+    if r is not None and r.kind == Reason.kv_insufficient and _plausible(r.estimated_max_model_len or 0, MAX_TOKENS):
         # vLLM's estimate M is the longest request the cap holds: the cap is M/block whole blocks plus those held back,
         # and less than one more, so a block costs at most cap / (M/block + held): `length` needs that many blocks.
         m = r.estimated_max_model_len
@@ -263,9 +276,9 @@ def need_of(cell: CellResult, length: int | None, cap: Quantity | None, block: i
         lower = cap.bytes * _blocks_for(length, block) / (m / block + held + 1)
         return Quantity(upper, Source.estimate_scaled, lower * (1 - rel), upper * (1 + rel), detail=f"{m:,}")
     if cell.outcome == Outcome.booted:
-        tokens = cell.kv.kv_tokens
+        tokens = cell.kv.kv_tokens if _plausible(cell.kv.kv_tokens or 0, MAX_TOKENS) else None
         conc_rel = 0.0
-        if tokens is None and cell.kv.max_concurrency:
+        if tokens is None and _plausible(cell.kv.max_concurrency or 0, MAX_TOKENS):
             tokens = cell.kv.max_concurrency * length
             conc_rel = 0.005 / cell.kv.max_concurrency  # printed %.2fx
         if tokens:
@@ -296,7 +309,7 @@ class CellKv:
         """One block's bytes at most: the prediction's when it has one, else the need over its blocks (the need has
         no fewer bytes than its blocks' pages, so this errs on the side of a floor that boots)."""
         p = self.cell.prediction.prediction if self.cell.prediction else None
-        if p is not None and p.bytes_per_block:
+        if p is not None and p.bytes_per_block and _plausible(p.bytes_per_block, MAX_BYTES):
             return float(p.bytes_per_block)
         if self.need is None or not self.length:
             return None

@@ -7,6 +7,7 @@ relative and an absolute tolerance (`25%,30s`): 30 s more on a 40-minute boot is
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -48,10 +49,13 @@ def parse_time_tolerance(text: str) -> TimeTolerance:
         if not m or m.group(2) in seen:
             raise UsageError(f"--time-tolerance {text}: {part.strip()!r} is not a percentage (25%) or seconds (30s)")
         seen.add(m.group(2))
+        value = float(m.group(1))
+        if not math.isfinite(value):  # digits enough to overflow a float
+            raise UsageError(f"--time-tolerance {text}: {part.strip()!r} is beyond any duration")
         if m.group(2) == "%":
-            rel = float(m.group(1)) / 100
+            rel = value / 100
         else:
-            abs_s = float(m.group(1))
+            abs_s = value
     return TimeTolerance(rel, abs_s)
 
 

@@ -18,6 +18,7 @@ from harness.logfacts import LogParser
 from harness.logfacts.timeline import Milestone, Timeline
 from harness.masking import Masker, secret_values
 from harness.predict.cell import predict_cell
+from harness.predict.prediction import PredictionRecord
 from harness.matrix.load import LoadedMatrix
 from harness.gpu.records import GpuInfo
 from harness.results.model import CellResult, Expected, Timings
@@ -96,7 +97,9 @@ class CellRunner:
     clock: Clock = SYSTEM
 
     def run(self, cell: Cell, attempt: Attempt = Attempt()) -> CellResult:
-        masker = Masker(self.base_masker_values | secret_values(cell.env, cell.server_args))
+        m = self.loaded.matrix  # the command/entrypoint too: `sh -c "HF_TOKEN=… vllm serve …"` is one
+        masker = Masker(self.base_masker_values | secret_values(cell.env, [*m.command, *(m.entrypoint or []),
+                                                                            *cell.server_args]))
         work = scratch.claim(self.store.work_dir(cell.id))
         gpus = attempt.gpus
         started_at, t0 = now(), self.clock.now()
@@ -159,9 +162,8 @@ class CellRunner:
         facts = seen.facts if seen else LogParser().facts
         code = seen.exit_code if seen and seen.exit_code is not None else exit_code
         read = self.runtime.read_server_file
-        prediction = predict_cell(cell.server_args, lambda path: read(cell, path), facts.kv, facts.refusal,
-                                  d.outcome, d.reason, facts.vllm_version) if argv else None
-        return CellResult(
+        prediction = _prediction(cell, read, facts, d, masker) if argv else None
+        return masker.record(CellResult(  # every field masked: a prediction's note, a container's error quote values
             cell_id=cell.id, axes=dict(cell.axes), runtime=self.runtime.name, argv=masker.argv(argv),
             env=masker.env(cell.env),
             outcome=d.outcome, reason=d.reason, detail=masker(d.detail),
@@ -181,4 +183,15 @@ class CellRunner:
             port=server.port if server else None, container=server.container_info() if server else None,
             patches=server.applied_patches() if server else [], gpus=list(attempt.gpus or []),
             attempts=attempt.number, contaminated=attempt.number > 1,
-        )
+        ))
+
+
+def _prediction(cell: Cell, read, facts, d: Decision, masker: Masker) -> PredictionRecord:
+    """The cell's prediction, or why there is none: the boot already happened, so a prediction that fails for any
+    reason (a config the predictor does not know, a bug in it) is a note on the cell's record, never a lost cell and
+    a run left `running`."""
+    try:
+        return predict_cell(cell.server_args, lambda path: read(cell, path), facts.kv, facts.refusal, d.outcome,
+                            d.reason, facts.vllm_version)
+    except Exception as exc:  # noqa: BLE001 - whatever it was, the record must be written
+        return PredictionRecord(skipped=masker(f"not predicted: the predictor failed: {type(exc).__name__}: {exc}"))

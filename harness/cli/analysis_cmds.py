@@ -10,21 +10,13 @@ from pathlib import Path
 
 from rich.console import Console
 
+from harness.cli import values
 from harness.cli.common import USAGE_EXIT, add_command, say_to, stderr
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
 from harness.predict.platforms import HELP, PLATFORMS
 from harness.report.text import show
 from harness.verdict import Outcome
-
-
-def _positive_int(text: str) -> int:
-    from harness.analysis.kv import human_int
-
-    value = human_int(text)
-    if value is None or value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive length (131072, 128k, 128K)")
-    return value
 
 
 def register(sub: argparse._SubParsersAction) -> dict:
@@ -51,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> dict:
                     "See docs/analysis.md.")
     p.add_argument("run", type=Path, metavar="RUN", help="a run directory (or its results.json)")
     p.add_argument("--length-axis", help="the max_model_len axis (default: the one passing --max-model-len)")
-    p.add_argument("--block-size", type=_positive_int, help="KV block in tokens (default: --block-size of the "
+    p.add_argument("--block-size", type=values.length, help="KV block in tokens (default: --block-size of the "
                    "cell, 128 on the CPU backend, else 16)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
@@ -65,9 +57,9 @@ def register(sub: argparse._SubParsersAction) -> dict:
     p.add_argument("--matrix", "-m", required=True, help="the matrix file (YAML)")
     p.add_argument("--select", "-s", action="append", metavar="EXPR", help="cells to take (as `run`)")
     p.add_argument("--axis", help="the max_model_len axis (default: the axis whose flag is --max-model-len)")
-    p.add_argument("--lo", type=_positive_int, help="smallest length to consider (default: one block)")
-    p.add_argument("--hi", type=_positive_int, help="largest length to consider (default: the axis's largest value)")
-    p.add_argument("--block-size", type=_positive_int, help="resolution in tokens (default: learnt from the first "
+    p.add_argument("--lo", type=values.length, help="smallest length to consider (default: one block)")
+    p.add_argument("--hi", type=values.length, help="largest length to consider (default: the axis's largest value)")
+    p.add_argument("--block-size", type=values.length, help="resolution in tokens (default: learnt from the first "
                    "boot: 128 on the CPU backend, else 16)")
     p.add_argument("--from", dest="from_run", type=Path, metavar="RUN_DIR",
                    help="reuse the outcomes a run already recorded for these groups (no boot for those lengths)")
@@ -116,6 +108,7 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
 
 def cmd_compare(args: argparse.Namespace, out: Console) -> int:
     from harness.analysis.compare import compare_runs, pairs_within, parse_tolerance
+    from harness.analysis.kv import length_axis
     from harness.analysis.timing import parse_time_tolerance
     from harness.report.compare import render_diff, render_pairs
     from harness.results.store import load_run
@@ -134,6 +127,8 @@ def cmd_compare(args: argparse.Namespace, out: Console) -> int:
     tolerance = parse_tolerance(args.tolerance)
     time_tolerance = parse_time_tolerance(args.time_tolerance)
     (a, _), (b, _) = load_run(args.runs[0]), load_run(args.runs[1])
+    for run in (a, b):
+        length_axis(run, args.length_axis)  # a --length-axis no run has is refused, never silently unused
     diff = compare_runs(a, b, tolerance, time_tolerance)
     if args.json:
         print(json.dumps(diff.to_dict(), indent=2, default=str))
@@ -200,10 +195,9 @@ def cmd_report(args: argparse.Namespace, out: Console) -> int:
     if args.plot:
         if rep.png is None:
             raise UsageError(f"--plot {args.plot}: " + (rep.notes[-1] if rep.notes else "nothing to plot"))
-        args.plot.parent.mkdir(parents=True, exist_ok=True)
-        args.plot.write_bytes(rep.png)
+        write_text(args.plot, rep.png, "--plot")
     if args.html:
-        write_text(args.html, rep.html())
+        write_text(args.html, rep.html(), "--html")
         say_to(stderr())(f"html: {args.html}")
     if args.markdown:
         link = None
@@ -217,7 +211,7 @@ def cmd_report(args: argparse.Namespace, out: Console) -> int:
         if str(args.markdown) == "-":
             sys.stdout.write(text)
         else:
-            write_text(args.markdown, text)
+            write_text(args.markdown, text, "--markdown")
             say_to(stderr())(f"markdown: {args.markdown}")
     if str(args.markdown) != "-":  # markdown on stdout is for a pipe: nothing else goes there
         show(out, grid_renderable(run, args.axis, args.length_axis))

@@ -99,11 +99,20 @@ def _stacks_on_sigusr2() -> None:
         pass
 
 
+def _masked(error: str, argv: list[str] | None) -> str:
+    """An error quotes the value it refuses: the secrets of the environment, of the command line and those the error
+    itself shows (`(got '--api-key sk-…')`) masked in it."""
+    from harness.masking import Masker, embedded_secrets, secret_values
+
+    return Masker(secret_values(None, sys.argv[1:] if argv is None else argv) | embedded_secrets(error))(error)
+
+
 def main(argv: list[str] | None = None, runtimes: RuntimeFactory = make_runtime) -> int:
     """`boot-harness ARGV`; `runtimes` builds each matrix's runtime (a test or the docs check passes a fake one)."""
     _stacks_on_sigusr2()
     parser, handlers = _build()
     out = plain_console()  # commands print ids, paths and axis values: text, never rich markup
+    given = argv
     try:
         argv = sys.argv[1:] if argv is None else list(argv)
         _unknown_flags_first(parser, argv)
@@ -122,15 +131,15 @@ def main(argv: list[str] | None = None, runtimes: RuntimeFactory = make_runtime)
         args.runtimes = runtimes
         return int(handlers[args.command](args, out))
     except ConfigErrors as exc:  # every mistake of a matrix file, one line each
-        print(str(exc), file=sys.stderr)
+        print(_masked(str(exc), given), file=sys.stderr)
         return exc.exit_code
     except UsageError as exc:
-        print(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, file=sys.stderr)
+        print(_masked(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, given), file=sys.stderr)
         return exc.exit_code
     except Interrupted as exc:  # a command that boots has recorded what finished; --resume goes on
         return exc.exit_code
     except HarnessError as exc:  # a record that could not be written, ...: one line, never a traceback
-        print(str(exc).splitlines()[0], file=sys.stderr)
+        print(_masked(str(exc).splitlines()[0], given), file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:  # `boot-harness cells ... | head`
         sys.stderr.close()
@@ -138,7 +147,7 @@ def main(argv: list[str] | None = None, runtimes: RuntimeFactory = make_runtime)
     except OSError as exc:  # a path the user gave that is a directory, a file, missing, not ours to write
         if getattr(exc, "filename", None) is None:
             raise
-        print(f"{exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        print(_masked(f"{exc.filename}: {exc.strerror or exc}", given), file=sys.stderr)
         return ExitCode.USAGE
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED

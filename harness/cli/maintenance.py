@@ -56,6 +56,8 @@ def cmd_gc(args: argparse.Namespace, out: Console) -> int:
     for work in swept.work_dirs:
         what = "the run's compile cache" if work.name == RUN_DIR_NAME else "work dir"
         say(f"removed {what} {work}")
+    for note in swept.notes:
+        say(f"gc: {note}")
     reached = [e for e in engines if e not in swept.engines_unreachable]
     say(f"gc: {len(swept.containers)} container(s), {len(swept.process_groups)} process group(s), "
         f"{len(swept.work_dirs)} work dir(s) removed (engines swept: {', '.join(reached) or 'none answered'})")
@@ -82,9 +84,7 @@ def cmd_facts(args: argparse.Namespace, out: Console) -> int:
 
     from harness.logfacts import parse_file
 
-    if not args.logfile.is_file():
-        raise UsageError(f"{args.logfile}: no such file")
-    facts = parse_file(args.logfile)
+    facts = parse_file(args.logfile)  # a missing, non-regular or unreadable file: one line naming it
     reason = facts.refusal.kind if facts.refusal else (Reason.ready if facts.ready_lines else None)
     record = {"vllm_version": facts.vllm_version, "reason": reason, "kv": facts.kv.model_dump(),
               "refusal": facts.refusal.model_dump() if facts.refusal else None,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 
 from rich.console import Console
 
+from harness.cli import values
 from harness.cli.common import USAGE_EXIT, add_command, say_to
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
@@ -35,10 +35,10 @@ def register(sub: argparse._SubParsersAction) -> dict:
                     "against the prediction. Formulas and their vLLM sources: docs/kv-model.md.")
     p.add_argument("model", metavar="MODEL", help="a model directory with config.json, or the config file")
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--available-bytes", metavar="N", help="KV memory per rank in bytes (4294967296, 4G)")
-    size.add_argument("--available-gib", metavar="G", type=float, help="KV memory per rank in GiB (as vLLM logs "
+    size.add_argument("--available-bytes", metavar="N", type=values.byte_count, help="KV memory per rank in bytes (4294967296, 4G)")
+    size.add_argument("--available-gib", metavar="G", type=values.gib, help="KV memory per rank in GiB (as vLLM logs "
                       "'Available KV cache memory')")
-    p.add_argument("--vllm-version", default=None, metavar="X.Y.Z",
+    p.add_argument("--vllm-version", default=None, metavar="X.Y.Z", type=values.vllm_version,
                    help="the release whose rules apply (default: what --log names, else 0.32.0)")
     p.add_argument("--platform", choices=PLATFORMS, default=None, help=HELP + " (default: what --log tells, else "
                    "gpu)")
@@ -63,7 +63,8 @@ def register(sub: argparse._SubParsersAction) -> dict:
     p.add_argument("--from", dest="prior", metavar="RUN", help="an earlier run of this matrix: each cell's logged "
                    "KV pool, device and vLLM version")
     p.add_argument("--platform", choices=PLATFORMS, help=HELP + " (default: what --from logged, else gpu)")
-    p.add_argument("--vllm-version", metavar="X.Y.Z", help="the release whose rules apply (default: what --from "
+    p.add_argument("--vllm-version", metavar="X.Y.Z", type=values.vllm_version,
+                   help="the release whose rules apply (default: what --from "
                    "logged, else 0.32.0)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     return {"kv": cmd_kv, "plan": cmd_plan}
@@ -82,6 +83,9 @@ def cmd_plan(args: argparse.Namespace, out: Console) -> int:
     if args.prior:
         run, _ = load_run(args.prior)
         prior = {c.cell_id: Logged(c.kv, c.refusal, c.vllm_version) for c in run.cells}
+        if cells and not any(c.id in prior for c in cells):
+            raise UsageError(f"--from {args.prior}: a run of matrix {run.matrix.name!r} ({run.matrix.path}); none of "
+                             f"the {len(cells)} selected cells of {args.matrix} is in it")
     runtime = args.runtimes(loaded)
     planned = plan_cells(cells, runtime.read_server_file, prior, args.platform, args.vllm_version)
     if args.json:
@@ -126,16 +130,10 @@ def cmd_kv(args: argparse.Namespace, out: Console) -> int:
 
 
 def _available_arg(args: argparse.Namespace) -> tuple[int, str] | None:
-    from harness.units import human_int
-
+    """The KV size given on the command line (already checked by its `type=`: cli/values.py)."""
     if args.available_bytes is not None:
-        available = human_int(args.available_bytes)
-        if available is None or available < 0:
-            raise UsageError(f"--available-bytes {args.available_bytes!r}: not a byte count (4294967296, 4G)")
-        return available, "--available-bytes"
+        return args.available_bytes, "--available-bytes"
     if args.available_gib is not None:
-        if not math.isfinite(args.available_gib) or args.available_gib < 0:
-            raise UsageError(f"--available-gib {args.available_gib}: must be a size in GiB, 0 or more")
         return int(args.available_gib * GIB), "--available-gib"
     return None
 

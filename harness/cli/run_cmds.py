@@ -9,6 +9,7 @@ from rich.console import Console
 
 from harness.boot.session import RunOptions, RunSession, planned_commands, repro_command
 from harness.boot.signals import Interrupted
+from harness.cli import values
 from harness.cli.common import USAGE_EXIT, add_command, add_matrix, add_parallel, add_selection, add_shard, say_to, stderr
 from harness.selection import selected
 from harness.errors import UsageError
@@ -45,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> dict:
     p.add_argument("--results-dir", type=Path, default=Path("results"),
                    help="where --exec records the run, and where patched files for the command are kept")
     p.add_argument("--timeout-s", type=float, help="override the matrix's per-cell deadline")
-    p.add_argument("--port", type=int, default=8000, help="host port the printed command serves on (default 8000)")
+    p.add_argument("--port", type=values.port, default=8000, help="host port the printed command serves on (default 8000)")
     return {"run": cmd_run, "repro": cmd_repro}
 
 
@@ -121,6 +122,8 @@ def _report_sweep(session: RunSession, say) -> None:
     if s.containers or s.process_groups or s.work_dirs:
         say(f"gc: removed {len(s.containers)} leftover container(s), {len(s.process_groups)} leftover process "
             f"group(s) and {len(s.work_dirs)} work dir(s) of killed runs")
+    for note in s.notes:  # active/ records that named no process group of ours: nothing was killed
+        say(f"gc: {note}")
 
 
 def _finish(session: RunSession, out: Console) -> int:

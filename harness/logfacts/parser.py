@@ -316,8 +316,11 @@ def parse_text(text: str) -> LogFacts:
 
 def iter_file_lines(path: str | os.PathLike[str]) -> Iterator[str]:
     """Physical lines of a file, read in fixed chunks: a line longer than the parser reads is cut, and its excess
-    skipped without being held, so memory stays bounded whatever the file holds."""
-    with open(path, "rb") as f:
+    skipped without being held, so memory stays bounded whatever the file holds. A regular file only (harness.files):
+    a FIFO would block and a device never end."""
+    from harness.files import open_regular
+
+    with open_regular(path) as f:
         buf = b""
         skipping = False  # inside an over-long line whose head was already yielded
         while True:

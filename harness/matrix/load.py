@@ -6,7 +6,8 @@ import difflib
 import hashlib
 import os
 import re
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,8 +41,22 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML keeps the last of two equal keys; in a matrix that silently drops an axis value, so it is an error."""
 
 
+class ValueRefused(yaml.constructor.ConstructorError):
+    """A value YAML can write but a matrix cannot hold (a null key, a set, an integer Python will not read): not a
+    syntax error, so the line says what is wrong without that prefix."""
+
+    def __init__(self, problem: str, mark: Any):
+        super().__init__(None, None, problem, mark)
+
+
+def key_text(key: Any) -> str:
+    """The text a mapping key becomes: every key of a matrix is a name (axis, value, env), so `1` is `'1'`."""
+    return str(key)
+
+
 def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen: dict[Any, Any] = {}
+    texts: dict[str, Any] = {}
     for key_node, _ in node.value:
         if key_node.tag == "tag:yaml.org,2002:merge":
             raise yaml.constructor.ConstructorError(
@@ -58,7 +73,15 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r}", key_node.start_mark
             )
+        if key is None:
+            raise ValueRefused("a null key (null, ~ or nothing) names nothing: quote it ('null') if you mean the word",
+                               key_node.start_mark)
+        text = key_text(key)
+        if text in texts:  # 1 and '1', true and 'True', 1.50 and '1.5': one name, so one would vanish
+            raise ValueRefused(f"keys {texts[text]!r} and {key!r} are both the name {text!r}: write one of them",
+                               key_node.start_mark)
         seen[key] = True
+        texts[text] = key
     return loader.construct_mapping(node, deep=deep)
 
 
@@ -75,7 +98,36 @@ _UniqueKeyLoader.add_implicit_resolver(
 )
 # Likewise integers: YAML 1.1 reads `010` as 8 and `1:30` as 90; in 1.2 they are 10 and the string "1:30".
 _UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
-_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", lambda loader, node: int(loader.construct_scalar(node), 10))
+
+
+def _construct_int(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> int:
+    text = loader.construct_scalar(node)
+    try:
+        return int(text, 10)
+    except ValueError:  # past Python's int_max_str_digits (4,300): no setting in a matrix has that many digits
+        digits = sum(c.isdigit() for c in text)
+        raise ValueRefused(f"an integer of {digits:,} digits: Python reads at most {sys.get_int_max_str_digits():,} "
+                           "(quote it if it is a name)", node.start_mark) from None
+
+
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+
+
+def _refuse_tag(what: str) -> Any:
+    def construct(loader: _UniqueKeyLoader, node: yaml.Node) -> Any:
+        raise ValueRefused(what, node.start_mark)
+    return construct
+
+
+# YAML's other collections and scalars have no place in a matrix: a set has no order (values would be taken in hash
+# order, differently each run), and pydantic would read a set as a list, !!binary bytes as text, pairs as lists.
+for _tag, _what in {
+    "set": "a YAML set (!!set) has no order: write a list, [a, b]",
+    "omap": "a YAML !!omap is not used in matrix files: write a mapping",
+    "pairs": "a YAML !!pairs is not used in matrix files: write a mapping",
+    "binary": "a YAML !!binary is not used in matrix files: write the text",
+}.items():
+    _UniqueKeyLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _refuse_tag(_what))
 
 
 def format_loc(loc: tuple[Any, ...]) -> str:
@@ -190,6 +242,23 @@ def _too_many_values(data: Any, limit: int = MAX_VALUES) -> bool:
     return False
 
 
+def _nul_paths(data: Any) -> Iterator[str]:
+    """Key paths of the strings (keys or values, expanded) that hold a NUL: every string of a matrix reaches an argv,
+    an env, an id or a record, and exec, the environment and file names all end a string at NUL — found here, at
+    `validate`, not when a cell starts after its run directory exists."""
+    stack: list[tuple[str, Any, bool]] = [("", data, False)]
+    while stack:  # in the file's order; no recursion (the nesting bound is YAML's)
+        path, node, is_key = stack.pop()
+        if isinstance(node, str) and "\0" in node:
+            yield path.replace("\0", "\\0")  # the line names the key, never prints the NUL
+        elif isinstance(node, dict) and not is_key:
+            for k, v in reversed(node.items()):
+                sub = f"{path}.{k}" if path else str(k)
+                stack += [(sub, v, False), (sub, k, True)]
+        elif isinstance(node, list):
+            stack.extend((f"{path}[{i}]", v, False) for i, v in reversed(list(enumerate(node))))
+
+
 def parse_matrix(raw_text: str, file: str, environ: Mapping[str, str] | None = None,
                  placeholders: bool = False) -> Matrix:
     return _parse(raw_text, file, environ, placeholders)[0]
@@ -204,8 +273,11 @@ def _parse(raw_text: str, file: str, environ: Mapping[str, str] | None,
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f"line {mark.line + 1}" if mark else "yaml"
+        if isinstance(exc, yaml.reader.ReaderError):  # a character YAML refuses (NUL, other controls): no mark
+            where = f"line {raw_text.count(chr(10), 0, exc.position) + 1}"
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(file, where, f"YAML syntax error: {problem}") from None
+        raise ConfigError(file, where, problem if isinstance(exc, ValueRefused) else f"YAML syntax error: {problem}") \
+            from None
     if data is None:
         raise ConfigError(file, "", "the file is empty")
     if not isinstance(data, dict):
@@ -217,11 +289,11 @@ def _parse(raw_text: str, file: str, environ: Mapping[str, str] | None,
     setup = data.get("setup") if isinstance(data.get("setup"), str) else None  # read as written, never expanded
     unset: list = []
     try:
-        data = expand_tree(data, os.environ if environ is None else environ, problems=unset, placeholders=placeholders)
+        expanded = expand_tree({k: v for k, v in data.items() if k != "setup"},
+                               os.environ if environ is None else environ, problems=unset, placeholders=placeholders)
     except RecursionError:
         raise ConfigError(file, "", "the file nests too deep") from None
-    if setup is not None:
-        data["setup"] = setup
+    data = {**expanded, **({"setup": data["setup"]} if "setup" in data else {})}
     names = tuple(dict.fromkeys(u.name for u in unset if u.name))
 
     def hint(name: str | None) -> str:
@@ -230,6 +302,8 @@ def _parse(raw_text: str, file: str, environ: Mapping[str, str] | None,
         return f"; set it up with: {setup}" if setup else f" (write ${{{name}:-default}})"
 
     problems = [ConfigError(file, u.path, u.message + hint(u.name)) for u in unset if not (placeholders and u.name)]
+    problems += [ConfigError(file, path, "holds a NUL character (\\0): no argument, environment value, id or file "
+                                         "name can") for path in _nul_paths(data)]
     if problems:
         raise ConfigErrors.of(problems)
     try:
@@ -247,14 +321,9 @@ def load_matrix(path: str | os.PathLike[str], environ: Mapping[str, str] | None 
 
     p = Path(path)
     shown = str(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(shown, "", "no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(shown, "", "is a directory, not a matrix file") from None
-    except OSError as exc:
-        raise ConfigError(shown, "", f"cannot read: {exc.strerror}") from None
+    from harness.files import read_bytes  # the one reader: a regular file, bounded; a FIFO or a device is refused
+
+    raw = read_bytes(p)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -268,8 +337,13 @@ def load_matrix(path: str | os.PathLike[str], environ: Mapping[str, str] | None 
 
 
 def _file_problems(loaded: LoadedMatrix, shown: str) -> list[ConfigError]:
-    """Patch files ship with the matrix, so a missing one is a mistake in the file, found before any cell runs."""
+    """Patch files ship with the matrix, so a missing one is a mistake in the file, found before any cell runs; a
+    compile cache path that would be `/`, a home or the project itself is one too (the harness writes into it)."""
+    from harness.runtime.compile_cache import refusal  # the cache's rules live with the code that writes into it
+
     out = []
+    if (why := refusal(loaded.matrix.compile_cache, loaded.base_dir)) is not None:
+        out.append(ConfigError(shown, "compile_cache", why))
     for axis_name, axis in loaded.matrix.axes.items():
         for value in axis.value_names():
             for i, patch in enumerate(axis.fragment(value).patches):

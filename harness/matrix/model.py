@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, ValidationInfo,
+                      field_validator, model_validator)
 
 from harness.verdict.catalogue import OutcomeName, ReasonName, check_reason
 
@@ -21,17 +23,61 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+#: The largest integer a float holds exactly (2**53): an integral float past it has lost digits.
+_EXACT_FLOAT = 2 ** 53
+
+
 def _argv_item(value: Any) -> str:
-    """YAML turns `4` into an int; an argv item is text, but a bool or a mapping there is a mistake, not a number."""
+    """YAML turns `4` into an int; an argv item is text, but a bool or a mapping there is a mistake, not a number.
+    A float is written as Python prints it, except an integral one (`1.0e+9`), which is an integer written in float
+    notation: it becomes `1000000000`, never `1000000000.0` (which an integer flag refuses after the run began)."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ValueError(f"must be a string or a number, not {type(value).__name__}")
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"must be a finite number, not {value} (quote it if it is text)")
+        if value.is_integer():
+            if abs(value) > _EXACT_FLOAT:
+                raise ValueError(f"{value!r} is an integer past a float's exact range: write its digits")
+            return str(int(value))
     return str(value)
+
+
+def _argv_items(values: list[Any]) -> list[str]:
+    """`_argv_item` of each; two items written differently that become one text (`1` and `'1'`, `1.50` and `'1.5'`)
+    are a mistake: on an axis, one of its cells would vanish."""
+    out: list[str] = []
+    written: dict[str, Any] = {}
+    for value in values:
+        text = _argv_item(value)
+        if text in written and written[text] is not value and repr(written[text]) != repr(value):
+            raise ValueError(f"values {written[text]!r} and {value!r} are both {text!r}: write one of them")
+        written.setdefault(text, value)
+        out.append(text)
+    return out
+
+
+#: The spellings YAML 1.2 reads as booleans (a `${VAR:-true}` is one of them once expanded).
+_BOOL_WORDS = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+
+
+def _yaml_bool(value: Any) -> Any:
+    """Only true or false: pydantic would read `"no"`, `"off"`, `0` or `"1"` as a boolean, so a quoted `"no"` meant
+    as text, or a typo, would silently switch a setting."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value in _BOOL_WORDS:
+        return _BOOL_WORDS[value]
+    raise ValueError("must be a valid boolean: true or false")
+
+
+YamlBool = Annotated[bool, BeforeValidator(_yaml_bool)]
 
 
 def _check_env(env: dict[str, Any]) -> dict[str, str]:
     out = {}
     for key, value in env.items():
-        if not _ENV_NAME.match(str(key)):
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
             raise ValueError(f"{key!r} is not a valid environment variable name")
         out[str(key)] = _argv_item(value)
     return out
@@ -42,7 +88,7 @@ class Mount(_Strict):
 
     source: str
     target: str
-    read_only: bool = True
+    read_only: YamlBool = True
 
     @field_validator("target")
     @classmethod
@@ -87,6 +133,10 @@ class Fragment(_Strict):
     _args = field_validator("args", mode="before")(lambda v: [_argv_item(x) for x in v] if isinstance(v, list) else v)
     _env = field_validator("env", mode="before")(lambda v: _check_env(v) if isinstance(v, dict) else v)
 
+    def container_keys(self) -> list[str]:
+        """The keys set here that only a container runtime uses (a process server would run without them)."""
+        return [k for k in ("image", "patches", "mounts") if getattr(self, k)]
+
 
 class FlagAxis(_Strict):
     """An axis that passes `flag value` for each value, e.g. `--max-model-len 131072`."""
@@ -96,9 +146,7 @@ class FlagAxis(_Strict):
     label: str | None = Field(None, pattern=_LABEL,
                               description="prefix of this axis in cell ids (default: initials of the axis name)")
 
-    _values = field_validator("values", mode="before")(
-        lambda v: [_argv_item(x) for x in v] if isinstance(v, list) else v
-    )
+    _values = field_validator("values", mode="before")(lambda v: _argv_items(v) if isinstance(v, list) else v)
 
     @field_validator("flag")
     @classmethod
@@ -183,6 +231,11 @@ def _normalize_selector(value: Any) -> Any:
 
 GpuRequest = Union[Literal["all"], int, list[str]]
 
+#: Keys only a container runtime reads (`memory` has its own message); a process runtime refuses them when written.
+#: Not `gpus`/`gpus_per_cell`: a process matrix's cells wait for (or are handed) those GPUs too.
+CONTAINER_ONLY = ("image", "ipc", "shm_size", "mounts", "container_port", "entrypoint", "pull", "engine_timeout_s")
+CONTAINER_ONLY_MESSAGE = "is a container setting (runtime docker or podman): runtime process would ignore it"
+
 
 class Matrix(_Strict):
     """A matrix file: common settings plus axes whose product, less `exclude`, is the set of cells."""
@@ -196,7 +249,7 @@ class Matrix(_Strict):
     args: list[str] = []
     env: dict[str, str] = {}
     timeout_s: float = Field(900.0, gt=0, allow_inf_nan=False, description="one deadline per cell: start to verdict")
-    probe: bool = Field(True, description="after /health 200, one max_tokens=1 completion must succeed")
+    probe: YamlBool = Field(True, description="after /health 200, one max_tokens=1 completion must succeed")
     linger_s: float = Field(10.0, ge=0, allow_inf_nan=False,
                             description="after a refusal line, how long to wait for the exit code")
     compile_cache: str = Field("run", pattern=r"^(run|none|.*/.*)$", description="the torch.compile cache the cells share: `run` (one directory per "
@@ -280,6 +333,14 @@ class Matrix(_Strict):
         if v is not None and info.data.get("runtime", "process") == "process":
             raise ValueError("is a container's limit (runtime docker or podman); a process server has none — the "
                              "harness raises its oom_score_adj instead, so the kernel takes the server first")
+        return v
+
+    @field_validator(*CONTAINER_ONLY)
+    @classmethod
+    def _container_only(cls, v: Any, info: ValidationInfo) -> Any:
+        """Checked only where the file writes the key: on `runtime: process` it would be ignored without a word."""
+        if info.data.get("runtime") == "process" and v is not None and v != []:
+            raise ValueError(CONTAINER_ONLY_MESSAGE)
         return v
 
     @model_validator(mode="before")

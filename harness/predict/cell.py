@@ -9,10 +9,10 @@ range (lowest to highest possible pool) and a logged number agrees when it falls
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 from harness.errors import UsageError
+from harness.files import parse_json
 from harness.logfacts import KvFacts, Refusal
 from harness.predict.model import ModelShape, shape_from_config
 from harness.predict.prediction import FactCheck, KvPrediction, PredictionRecord
@@ -34,18 +34,13 @@ def config_of(path: str, read: Reader) -> ModelShape | None:
     data = read(file)
     if data is None:
         return None
-    try:
-        raw = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"{file}: not JSON ({exc})") from None
+    raw = parse_json(data, file, strict=False)  # bounded nesting; Infinity read as vLLM's Python reads it
     if not isinstance(raw, dict):
         raise UsageError(f"{file}: not a JSON object")
     if "quantization_config" not in raw:  # ModelOpt ≤0.29's file beside config.json, merged in as load_config does
         legacy = read(file.rsplit("/", 1)[0] + "/hf_quant_config.json") if "/" in file else None
-        try:
-            quant = json.loads(legacy) if legacy is not None else None
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise UsageError(f"{file.rsplit('/', 1)[0]}/hf_quant_config.json: not JSON ({exc})") from None
+        quant = (parse_json(legacy, f"{file.rsplit('/', 1)[0]}/hf_quant_config.json", strict=False)
+                 if legacy is not None else None)
         if isinstance(quant, dict):
             raw["quantization_config"] = quant
     return shape_from_config(raw, file)

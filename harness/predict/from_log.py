@@ -15,7 +15,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UsageError
+from harness.errors import FileRefused, UsageError
 from harness.logfacts import LogFacts, LogParser
 from harness.logfacts.engine_config import EngineConfig, read_engine_config, speculative_of
 from harness.logfacts.parser import iter_file_lines
@@ -234,6 +234,8 @@ def check_log(model: str, log: str, given: list[str], *, version: str | None = N
     figure it logged against the prediction. `available`: (bytes, source) replacing the log's KV memory."""
     try:
         lines = list(iter_file_lines(log))
+    except FileRefused as exc:  # missing, a FIFO, a device: harness.files' one reader said which
+        raise UsageError(f"{log}: cannot read the log ({exc.message})") from None
     except OSError as exc:
         raise UsageError(f"{log}: cannot read the log ({exc.strerror or exc})") from None
     parser = LogParser()

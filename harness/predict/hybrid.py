@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from harness.predict.model import Layer, ModelShape
 from harness.predict.pages import Page
 from harness.predict.platforms import is_cpu
-from harness.predict.serve_flags import ServeFlags
+from harness.predict.serve_flags import ServeFlags, speculative_tokens
 from harness.predict.versions import HybridRules, config_rules_for, hybrid_rules_for
 
 #: smallest kernel block of the attention backend vLLM picks: FlashAttention MultipleOf(16) on GPUs, the CPU
@@ -95,7 +95,7 @@ def config_ssm_dtype(shape: ModelShape, version: str, notes: list[str]) -> str |
 
 def num_speculative_tokens(flags: ServeFlags) -> int:
     """`vllm_config.num_speculative_tokens`: each draft token keeps one more state block (and conv rows)."""
-    return int(flags.speculative.get("num_speculative_tokens") or 0) if flags.speculative else 0
+    return speculative_tokens(flags.speculative) if flags.speculative else 0
 
 
 def plan_states(state_layers: list[Layer], attn_token_bytes: int | None, block: int, *, flags: ServeFlags,

@@ -8,7 +8,6 @@ says it is incomplete instead of being silently wrong.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -198,19 +197,16 @@ def _config_values(raw: dict[str, Any], cfg: dict[str, Any]) -> ConfigValues:
 def load_config(path: str | Path) -> tuple[Path, dict[str, Any]]:
     p = Path(path)
     file = p / "config.json" if p.is_dir() else p
-    try:
-        data = json.loads(file.read_text())
-        legacy = file.parent / "hf_quant_config.json"
-        if isinstance(data, dict) and "quantization_config" not in data and legacy.is_file():
-            # ModelOpt ≤0.29 writes its quantization config beside config.json; vLLM merges it in
-            # (transformers_utils/config.py get_config)
-            data["quantization_config"] = json.loads(legacy.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"{file}: no such file (give a model directory with config.json, or the file)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{file}: cannot read: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{file}: not JSON: {exc.msg} at line {exc.lineno}") from None
+    from harness.files import read_json  # the one reader: regular, bounded, each refusal names the file
+
+    if not (file.exists() or file.is_symlink()):
+        raise UsageError(f"{file}: no such file (give a model directory with config.json, or the file)")
+    data = read_json(file, strict=False)
+    legacy = file.parent / "hf_quant_config.json"
+    if isinstance(data, dict) and "quantization_config" not in data and legacy.is_file():
+        # ModelOpt ≤0.29 writes its quantization config beside config.json; vLLM merges it in
+        # (transformers_utils/config.py get_config)
+        data["quantization_config"] = read_json(legacy, strict=False)
     if not isinstance(data, dict):
         raise UsageError(f"{file}: not a JSON object")
     return file, data
@@ -230,7 +226,39 @@ def shape_from_config(raw: dict[str, Any], where: str) -> ModelShape:
         raise UsageError(f"{where}: a KV-relevant value is not what vLLM expects: {exc}") from None
 
 
+_LENGTH_KEYS = ("sliding_window", "attention_chunk_size", *_MAX_LEN_KEYS)
+#: the config.json integers the KV sizing multiplies or iterates over, and the most any real model has by far:
+#: a value above is refused in one line naming the file and the key, never sized (a 10**9-layer list eats the
+#: machine's memory); counts the sizing divides by must be 1 or more
+_SIZE_LIMITS = {**dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "num_nextn_predict_layers",
+                                 "mtp_num_hidden_layers"), 1 << 14),
+                **dict.fromkeys(("num_attention_heads", "n_head", "num_key_value_heads", "num_kv_heads", "n_head_kv",
+                                 "multi_query_group_num", "num_attention_groups"), 1 << 16),
+                **dict.fromkeys(("head_dim", "v_head_dim", "hidden_size_per_head", "kv_lora_rank", "qk_rope_head_dim"),
+                                1 << 20),
+                **dict.fromkeys(("hidden_size", "n_embd", "d_model"), 1 << 24),
+                **dict.fromkeys(_LENGTH_KEYS, 1 << 40)}
+_DIVISORS = {"num_attention_heads", "n_head", "num_key_value_heads", "num_kv_heads", "n_head_kv",
+             "multi_query_group_num", "num_attention_groups"}
+
+
+def _check_sizes(where: str, raw: dict[str, Any]) -> None:
+    text = raw.get("text_config")
+    for prefix, cfg in (("", raw), ("text_config.", text if isinstance(text, dict) else {})):
+        for key, limit in _SIZE_LIMITS.items():
+            v = cfg.get(key)
+            if not isinstance(v, int) or isinstance(v, bool):
+                continue
+            if v > limit:
+                raise UsageError(f"{where}:{prefix}{key}: {v}: beyond any model (at most {limit:,}); not sized")
+            if key in _LENGTH_KEYS:
+                continue  # some configs write -1 or 0 for "none" here; the readers below take those as unset
+            if v < 0 or (v == 0 and key in _DIVISORS):
+                raise UsageError(f"{where}:{prefix}{key}: {v}: must be {'1' if key in _DIVISORS else '0'} or more")
+
+
 def _read(where: str, raw: dict[str, Any]) -> ModelShape:
+    _check_sizes(where, raw)
     cfg = _text_config(raw)
     pattern = cfg.get("hybrid_override_pattern") or cfg.get("layers_block_type")
     n_layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers") or (len(pattern) if pattern else None)

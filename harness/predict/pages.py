@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from harness.predict.kinds import LayerKind
 from harness.errors import UsageError
-from harness.predict.dtypes import DTYPE_BYTES
+from harness.predict.dtypes import DTYPE_BYTES, config_compute_dtype
 from harness.predict.model import Layer, ModelShape
 
 #: --kv-cache-dtype values that store one byte per element (the fp8 family and int8 without per-head scales)
@@ -18,20 +18,18 @@ DS_MLA_TOKEN_BYTES = 656
 
 
 def model_dtype(shape: ModelShape, dtype_flag: str) -> tuple[str, list[str]]:
-    """The dtype the server runs the model in: `--dtype`, or for `auto` the config's dtype with float32 downcast to
-    bfloat16 (vllm/config/model.py `_resolve_auto_dtype`; bfloat16 is the first supported dtype on CUDA ≥ 8.0 and on
-    x86 CPUs with AVX-512 BF16)."""
+    """The dtype the server runs the model in: `--dtype`, or for `auto` the config's dtype as vLLM resolves it
+    (dtypes.config_compute_dtype: float32 and the dtypes it does not compute in, FP8 / int8, become bfloat16)."""
     notes: list[str] = []
     d = (dtype_flag or "auto").lower()
     if d != "auto":
         if d not in DTYPE_BYTES:
             raise UsageError(f"--dtype {dtype_flag!r}: not one of auto, {', '.join(sorted(DTYPE_BYTES))}")
         return d, notes
-    config = (shape.config_dtype or "float32").lower()
-    if config in ("float32", "float"):
-        notes.append(f"--dtype auto: the config's {config} runs as bfloat16 (vLLM downcasts float32 models)")
-        return "bfloat16", notes
-    return config, notes
+    dtype, note = config_compute_dtype(shape.config_dtype)
+    if note:
+        notes.append(note)
+    return dtype, notes
 
 
 def kv_element_bytes(kv_dtype_flag: str, dtype: str) -> int:

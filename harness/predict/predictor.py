@@ -21,7 +21,7 @@ from harness.predict.model import Layer, ModelShape, apply_hf_overrides, shape_f
 from harness.predict.pages import Page, kv_element_bytes, model_dtype, page_for
 from harness.predict.platforms import is_cpu, resolve
 from harness.predict.prediction import KvPrediction, LayerGroup
-from harness.predict.serve_flags import ServeFlags
+from harness.predict.serve_flags import ServeFlags, speculative_tokens
 from harness.predict.versions import (DEFAULT_VERSION, ConfigRules, Rules, config_rules_for,
                                      hybrid_rules_for, rules_for)
 
@@ -213,6 +213,8 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
     rules, crules = rules_for(version), config_rules_for(version)
     notes: list[str] = []
     shape = with_overrides(shape, flags, crules, notes)
+    if flags.speculative:
+        speculative_tokens(flags.speculative)  # a count vLLM would refuse is refused here, whether or not it sizes
     unmodelled = list(shape.unmodelled)
     mml = flags.max_model_len or default_max_model_len(shape, crules, notes)
     if not mml:
@@ -270,7 +272,7 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
     windowed = any(p.layer.kind == LayerKind.sliding for p in pages)  # chunked local attention included
     extra = 0
     if is_mtp(flags.speculative.get("method")) and shape.mtp_layers > 1:
-        extra = max(0, int(flags.speculative.get("num_speculative_tokens") or 1) - 1)
+        extra = max(0, (speculative_tokens(flags.speculative) or 1) - 1)
     sizing = Sizing(grouping, _in_flight(flags, cpu, rules, notes, windowed) if windowed else 0, extra,
                     per_layer_need=rules.need_formula == "layers")
     need = sizing.need(mml)

@@ -521,4 +521,39 @@ def _flags(values: dict[str, Any], release: _Release) -> ServeFlags:
     for dest, flag in (("tensor_parallel_size", "--tensor-parallel-size"), ("block_size", "--block-size")):
         if dest in values and values[dest] < 1:
             raise UsageError(f"{flag} {values[dest]}: must be 1 or more")
+    for dest, flag in (("max_model_len", "--max-model-len"), ("tensor_parallel_size", "--tensor-parallel-size"),
+                       ("block_size", "--block-size"), ("max_num_batched_tokens", "--max-num-batched-tokens"),
+                       ("max_num_seqs", "--max-num-seqs"), ("kv_cache_memory_bytes", "--kv-cache-memory-bytes")):
+        _within(flag, values.get(dest), _LIMITS[dest])
+    n = spec.get("num_speculative_tokens") if isinstance(spec, dict) else None
+    if isinstance(n, int) and not isinstance(n, bool):  # a string is kept as the parser read it: see speculative_tokens
+        speculative_tokens({"num_speculative_tokens": n})
     return ServeFlags(**values)
+
+
+#: Far beyond any machine or model, so the arithmetic stays exact and bounded: a value above is a typo, refused in
+#: one line rather than sized (a 10**30-token block, a 10**400-byte pool: floats overflow, lists never end).
+_LIMITS = {"max_model_len": 1 << 40, "tensor_parallel_size": 1 << 16, "block_size": 1 << 20,
+           "max_num_batched_tokens": 1 << 40, "max_num_seqs": 1 << 32, "kv_cache_memory_bytes": 1 << 62,
+           "num_speculative_tokens": 1 << 16}
+
+
+def speculative_tokens(spec: dict[str, Any], default: int = 0) -> int:
+    """`num_speculative_tokens` as vLLM's SpeculativeConfig validates it: a count (a dotted flag's value may have
+    stayed the string "4"), 0 or more, bounded; anything else is one line, not a traceback."""
+    n = spec.get("num_speculative_tokens")
+    if n is None:
+        return default
+    try:
+        count = None if isinstance(n, (bool, float)) else int(n)
+    except ValueError:
+        count = None
+    if count is None or count < 0:
+        raise UsageError(f"--speculative-config: num_speculative_tokens {n!r}: not a count (0, 1, 4, ...)")
+    _within("--speculative-config num_speculative_tokens", count, _LIMITS["num_speculative_tokens"])
+    return count
+
+
+def _within(flag: str, value: Any, limit: int) -> None:
+    if isinstance(value, int) and value > limit:
+        raise UsageError(f"{flag} {value}: beyond any machine (at most {limit:,}); not sized")

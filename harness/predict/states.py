@@ -75,6 +75,9 @@ class StateSpec:
 
     def page_bytes(self, tp: int, num_spec: int, dtypes: dict[Role, str]) -> int:
         """`MambaSpec.page_size_bytes` before padding: every tensor of one request's state."""
+        unknown = sorted({d for d in dtypes.values() if d not in DTYPE_BYTES})
+        if unknown:  # a config's mamba_ssm_dtype / mamba_ssm_cache_dtype vLLM would not take either
+            raise UsageError(f"state dtype {', '.join(map(repr, unknown))}: not one of {', '.join(sorted(DTYPE_BYTES))}")
         return sum(prod(shape) * DTYPE_BYTES[dtypes[role]] for shape, role in self.tensors(tp, num_spec))
 
 

@@ -42,6 +42,20 @@ RULES: tuple[Rules, ...] = (
           need_formula="groups", window_in_flight="batches"),
 )
 DEFAULT_VERSION = "0.32.0"
+#: the releases the rule and flag tables were read off (serve_flags.py: the 0.8.0-0.34.0 wheels), as (major, minor)
+KNOWN_RELEASES = ((0, 8), (0, 34))
+
+
+def outside_known(version: str) -> str | None:
+    """Why the predictor may be wrong for `version` (a release outside those it was read off), or None."""
+    v = parse_version(version)[:2]
+    first, newest = KNOWN_RELEASES
+    known = f"the releases the predictor knows ({first[0]}.{first[1]}-{newest[0]}.{newest[1]})"
+    if v > newest:
+        return f"newer than {known}: the newest rules apply"
+    if v < first:
+        return f"older than {known}: the oldest rules apply"
+    return None
 
 
 def parse_version(text: str) -> tuple[int, int, int]:

@@ -154,9 +154,17 @@ def render_html(run: RunResult, grids: list[Grid], analysis: Analysis | None, pn
             f"<body>{''.join(body)}</body></html>\n")
 
 
-def write_text(path: Path, text: str) -> None:
-    """Atomically, and readable by others (a report is meant to be shared or served)."""
-    from harness.results.store import atomic_write_text
+def write_text(path: Path, text: str | bytes, flag: str | None = None) -> None:
+    """A report file, written the one way files are (harness.files.write_atomic): through a symbolic link (the link
+    kept), never over a device, FIFO or directory; a new file readable by others (a report is meant to be shared or
+    served). What goes wrong is said of the path (`--html PATH: …`, exit 2): a report is no run to resume."""
+    from harness.errors import FileRefused, UsageError
+    from harness.files import write_atomic
 
-    atomic_write_text(Path(path), text)
-    Path(path).chmod(0o644)
+    where = f"{flag} {path}" if flag else str(path)
+    try:
+        write_atomic(path, text, mode=0o644)
+    except FileRefused as exc:
+        raise UsageError(f"{where}: {exc.message}") from None
+    except OSError as exc:
+        raise UsageError(f"{where}: cannot be written: {exc.strerror or exc}") from None

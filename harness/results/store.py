@@ -11,19 +11,25 @@ import os
 import platform
 import secrets
 import socket
+import stat
 import tempfile
 import threading
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from harness import __version__
-from harness.errors import RecordWriteError, UsageError
+from harness.errors import ConfigError, FileRefused, RecordWriteError, RunDamaged, UsageError
+from harness.files import kind_of, parse_json, read_bytes, write_atomic
 from harness.matrix.load import LoadedMatrix
 from harness.results.model import CellResult, HostInfo, MatrixRef, RunResult, RunStatus
 from harness.verdict import Outcome
+
+
+_R = TypeVar("_R", bound=BaseModel)
 
 
 def now() -> datetime:
@@ -31,31 +37,12 @@ def now() -> datetime:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write-then-rename in the same folder, fsynced, so readers see the old file or the new one, never half."""
+    """A record, written the one way files are (harness.files.write_atomic): readers see the old file or the new one,
+    never half; a failure to write is a RecordWriteError (the run stops, `--resume` finishes it)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        write_atomic(path, text)
     except OSError as exc:
         raise RecordWriteError(path, exc) from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise RecordWriteError(path, exc) from None
-        raise
-    try:
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
 
 
 def new_run_id(name: str) -> str:
@@ -128,29 +115,22 @@ class RunStore:
     @classmethod
     def open(cls, run_dir: Path, loaded: LoadedMatrix | None = None, order: list[str] | None = None) -> RunStore:
         """Reopen a run: the cells on disk are the truth, in the order results.json listed them (or `order`, the
-        matrix's, when resuming); results.json is rebuilt from them."""
+        matrix's, when resuming); results.json is rebuilt from them. A damaged run (a cell file cut short, holding
+        NaN or another cell's id, not a regular file, or listed but gone) is a RunDamaged naming each file: every
+        reader (`check`, `report`, `compare`, `analyze`, `merge`, `run --resume`) refuses it alike."""
         run_dir = Path(run_dir)
-        try:
-            run = RunResult.model_validate_json((run_dir / "results.json").read_text())
-        except FileNotFoundError:
-            raise UsageError(f"{run_dir}: not a run directory (no results.json)") from None
-        except (ValidationError, ValueError) as exc:
-            raise UsageError(f"{run_dir}/results.json: not a valid run record ({str(exc).splitlines()[0]})") from None
+        run = _read_record(RunResult, run_dir / "results.json", missing=f"{run_dir}: not a run directory (no "
+                                                                        "results.json)")
         if loaded is not None and run.matrix.sha256 != loaded.sha256:
             raise UsageError(
                 f"{run_dir}: the matrix changed since this run (sha256 {run.matrix.sha256[:12]}… then, "
                 f"{loaded.sha256[:12]}… now); start a new run instead of resuming"
             )
         listed = [c.cell_id for c in run.cells]
-        cells = []
-        for f in sorted((run_dir / "cells").glob("*.json")):
-            try:
-                cells.append(CellResult.model_validate_json(f.read_text()))
-            except (ValidationError, ValueError):
-                continue  # cannot happen with atomic writes; a foreign file is not a finished cell
         store = cls(run_dir, run, order if order is not None else listed)
-        store._cells = {c.cell_id: c for c in cells}
+        store._cells = _read_cells(run_dir, listed)
         store.run.cells = store._ordered()
+        store.run.summary = summarize(store.run.cells)  # of the cells on disk, never results.json's last word
         return store
 
     def done(self) -> set[str]:
@@ -179,8 +159,64 @@ class RunStore:
         atomic_write_text(self.run_dir / "results.json", self.run.model_dump_json(indent=2))
 
 
+def _read_record(model: type[_R], path: Path, missing: str | None = None) -> _R:
+    """One record file, strictly: a regular file (never through a link: a run directory is never a way out of
+    itself), bounded, JSON without NaN or overflow, valid against `model`; else FileRefused/RunDamaged naming it."""
+    if missing is not None and not os.path.lexists(path):
+        raise UsageError(missing)
+    what = f"not a valid {'run' if model is RunResult else 'cell'} record"
+    data = read_bytes(path, follow=False)
+    try:
+        value = parse_json(data, str(path))
+    except FileRefused as exc:
+        raise FileRefused(exc.file, exc.key, f"{what}: {exc.message}") from None
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        raise RunDamaged.of([FileRefused(str(path), ".".join(map(str, e["loc"])), f"{what}: {e['msg']}")
+                             for e in exc.errors()]) from None
+
+
+def _read_cells(run_dir: Path, listed: list[str]) -> dict[str, CellResult]:
+    """Every `cells/<id>.json` of a run. A cell file that cannot be read, is not a cell record, holds another cell's
+    id, or that results.json lists but is not there, makes the run damaged: each is named, and nothing is skipped."""
+    cells_dir = run_dir / "cells"
+    problems: list[ConfigError] = []
+    cells: dict[str, CellResult] = {}
+    try:
+        st = os.lstat(cells_dir)
+    except FileNotFoundError:
+        st = None
+    if st is None or not stat.S_ISDIR(st.st_mode):
+        if listed or st is not None:
+            what = "missing" if st is None else f"{kind_of(st.st_mode).value}, not a directory"
+            raise FileRefused(str(cells_dir), "", f"{what}; results.json lists {len(listed)} cell(s)")
+        return cells
+    for name in sorted(os.listdir(cells_dir)):
+        if not name.endswith(".json") or name.startswith("."):  # .<id>.json.*.tmp: a write a kill cut short
+            continue
+        f = cells_dir / name
+        try:
+            cell = _read_record(CellResult, f)
+        except ConfigError as exc:
+            problems.extend(getattr(exc, "problems", [exc]))
+            continue
+        if cell.cell_id != name[:-len(".json")]:
+            problems.append(FileRefused(str(f), "cell_id", f"is {cell.cell_id!r}: the record of a cell is "
+                                                           "cells/<its id>.json (a copied or renamed file)"))
+            continue
+        cells[cell.cell_id] = cell
+    problems += [FileRefused(str(cells_dir / f"{cid}.json"), "", "missing, though results.json lists the cell")
+                 for cid in listed if cid not in cells and not any(p.file == str(cells_dir / f"{cid}.json")
+                                                                   for p in problems)]
+    if problems:
+        raise RunDamaged.of(problems)
+    return cells
+
+
 def load_run(path: Path) -> tuple[RunResult, Path]:
-    """The one run loader: a run directory (or its results.json) as recorded — the cells on disk, in the run's order."""
+    """The one run loader: a run directory (or its results.json) as recorded — the cells on disk, in the run's order.
+    Strict (`RunStore.open`): every cell file that cannot be read or is missing is named, never skipped."""
     run_dir = Path(path)
     if run_dir.is_file() and run_dir.name == "results.json":
         run_dir = run_dir.parent

@@ -103,7 +103,10 @@ class Runtime(Protocol):
 
 def read_host_file(path: Path) -> bytes | None:
     """`path` on this host (a directory means its config.json), or None: what a process server would read."""
-    try:
-        return path.read_bytes() if path.is_file() else None
-    except OSError:
+    from harness.errors import FileRefused
+    from harness.files import read_bytes
+
+    try:  # a regular file only, bounded: a FIFO or /dev/zero named as the model neither blocks nor fills memory
+        return read_bytes(path)
+    except FileRefused:
         return None

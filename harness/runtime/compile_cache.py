@@ -13,12 +13,18 @@ with a plain `open(…, "w")` (compilation/backends.py, 0.8–0.34), so a reader
 
 Modes (`compile_cache:` in the matrix): `run` (default; a directory per run, removed with its scratch), `none` (every
 cell cold, in its own scratch), or a path (the user's, kept across runs).
+
+A container's server may run as another user than the harness, so the folders the harness creates for the cache are
+opened to all (0777); a folder it did not create keeps its mode, and a path that is `/`, a home, the current folder,
+the matrix's folder or its repository (or a folder holding one of them, or a symlink to it) is refused (`refusal`).
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,12 +58,102 @@ def planned_dir(setting: str, matrix_dir: Path, run_dir: Path | None) -> Path | 
     return root if root.is_absolute() else (matrix_dir / root).resolve()
 
 
+#: Folders of the system itself: never a cache (nor anything under /proc, /sys, /dev).
+_SYSTEM = ("/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/media", "/mnt", "/opt", "/proc",
+           "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/tmp")
+
+
+def _repo_root(start: Path) -> Path | None:
+    for p in (start, *start.parents):
+        if (p / ".git").exists():
+            return p
+    return None
+
+
+def _protected(matrix_dir: Path) -> list[tuple[str, Path]]:
+    """Folders a cache must neither be nor hold, each with what it is."""
+    cwd = Path.cwd()
+    found = [("the filesystem root", Path("/")), ("the current folder", cwd), ("the matrix file's folder", matrix_dir),
+             ("your home folder", Path.home())]
+    for label, start in (("the matrix file's repository", matrix_dir), ("the current repository", cwd)):
+        repo = _repo_root(start)
+        if repo is not None:
+            found.append((label, repo))
+    try:
+        found += [(f"the home folder of {u.pw_name}", Path(u.pw_dir)) for u in pwd.getpwall() if u.pw_dir.startswith("/")]
+    except OSError:
+        pass
+    return [(label, Path(os.path.realpath(p))) for label, p in found]
+
+
+def refusal(setting: str, matrix_dir: Path) -> str | None:
+    """Why the `compile_cache:` path `setting` may not be used, or None. The harness writes into the cache and opens
+    the folders it creates to all, so the cache must be a folder of its own, never one that holds the user's files."""
+    if setting in ("run", "none"):
+        return None
+    root = Path(os.path.abspath(matrix_dir / os.path.expanduser(setting)))
+    real = Path(os.path.realpath(root))
+    if root.is_symlink():
+        shown = f"{setting!r} (a link to {real})"
+    else:
+        shown = repr(setting) if str(real) == setting.rstrip("/") else f"{setting!r} ({real})"
+    own = "give the cache a folder of its own, e.g. ~/.cache/boot-harness/compile"
+    protected = _protected(Path(os.path.realpath(matrix_dir)))
+    for label, p in protected:
+        if real == p:
+            return f"{shown} is {label}: {own}"
+    for label, p in protected:
+        if real in p.parents:
+            return f"{shown} holds {label} ({p}): {own}"
+    if str(real) in _SYSTEM or real.parts[1:2] in (("proc",), ("sys",), ("dev",)):
+        return f"{shown} is a system folder: {own}"
+    if real.exists() and not real.is_dir():
+        return f"{shown} is not a folder"
+    return None
+
+
 def _files(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()]
 
 
 def _count(root: Path) -> int:
     return len(_files(root)) if root.is_dir() else 0
+
+
+def make_dirs(path: Path, open_below: Path) -> list[Path]:
+    """`mkdir -p path`; the folders it created at or below `open_below` are opened to all (0777): only what the
+    harness created changes mode. Returns the folders created."""
+    missing = []
+    p = path
+    while not os.path.lexists(p):
+        missing.append(p)
+        p = p.parent
+    created = []
+    for d in reversed(missing):
+        try:
+            d.mkdir()
+        except FileExistsError:
+            continue  # made meanwhile by someone else: not ours
+        created.append(d)
+        if d == open_below or open_below in d.parents:
+            _open(d)
+    return created
+
+
+def _open(d: Path) -> None:
+    """A folder the harness created: a container's server running as another user must be able to write it."""
+    try:
+        if stat.S_ISDIR(os.lstat(d).st_mode):
+            d.chmod(0o777)
+    except OSError:
+        pass
+
+
+def _open_copy(root: Path) -> None:
+    """Open every folder of a tree the harness copied itself (a cell's private copy); a symlink is not followed."""
+    for top, dirs, _ in os.walk(root, followlinks=False):
+        _open(Path(top))
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(top, d))]
 
 
 def merge(source: Path, into: Path) -> int:
@@ -67,9 +163,9 @@ def merge(source: Path, into: Path) -> int:
     added = 0
     for path in new:
         dest = into / path.relative_to(source)
-        dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(f".{dest.name}.bh-{os.getpid()}.tmp")
         try:
+            make_dirs(dest.parent, into)
             shutil.copy2(path, tmp)
             if dest.exists():  # another cell got there first: its file is as good
                 tmp.unlink()
@@ -79,15 +175,6 @@ def merge(source: Path, into: Path) -> int:
         except OSError:
             tmp.unlink(missing_ok=True)
     return added
-
-
-def _open_to_all(root: Path) -> None:
-    """A container's server may run as another user than the harness: it must be able to write the cache."""
-    for d in [root, *(p for p in root.rglob("*") if p.is_dir())]:
-        try:
-            d.chmod(0o777)
-        except OSError:
-            pass
 
 
 @dataclass
@@ -111,11 +198,11 @@ class CompileCache:
         if root is None:
             return cls("none", None, False, False)
         owned = setting == "run"
+        make_dirs(root, root)
         if owned:
             scratch.claim(root)
-        else:
-            root.mkdir(parents=True, exist_ok=True)
-        _open_to_all(root)
+        for sub in server_env(str(root)).values():
+            make_dirs(Path(sub), root)
         return cls("run" if owned else "path", root, parallel > 1, owned)
 
     def checkout(self, work_dir: Path) -> Checkout | None:
@@ -127,7 +214,7 @@ class CompileCache:
         mine = work_dir / "compile-cache"
         shutil.copytree(self.root, mine, symlinks=True, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns(scratch.OWNER_FILE, ".*.tmp"))
-        _open_to_all(mine)
+        _open_copy(mine)
         return Checkout(mine, True, _count(mine))
 
     def checkin(self, used: Checkout | None, compiled: bool, hit: bool | None) -> CompileCacheUse | None:
@@ -137,7 +224,6 @@ class CompileCache:
             return None
         if used.private:
             added = merge(used.path, self.root) if compiled else 0
-            _open_to_all(self.root)
         else:
             added = max(0, _count(self.root) - used.files_before)
         return CompileCacheUse(mode=self.mode, dir=str(self.root), private_copy=used.private,

@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.cells import Cell
-from harness.masking import is_secret_key
 from harness.matrix.model import Matrix, Mount
 from harness.runtime import compile_cache, engine as eng
 from harness.runtime.process import SERVER_ENV
-from harness.shell import Raw, secret_safe_argv
+from harness.shell import SecretRenderer
 
 HOST = "127.0.0.1"
 GpuRequest = str | int | tuple[str, ...] | None
@@ -156,8 +155,9 @@ def to_engine_kwargs(spec: ContainerSpec) -> dict[str, Any]:
 def to_cli_tokens(spec: ContainerSpec, engine: str | None = None,
                   environ: Mapping[str, str] | None = None) -> list[str]:
     """`docker run` / `podman run` (`engine`, default the spec's) as tokens for harness.shell.format_shell: a secret
-    env value is a `"$NAME"` reference, a secret server argument a reference to the variable in `environ` (default
-    os.environ) or the spec's env that holds it, else masked."""
+    env value is a `"$NAME"` reference, and a secret anywhere else (an argument, inside another env value or the
+    entrypoint) a reference to the variable in `environ` (default os.environ) or the spec's env that holds it, else
+    masked (harness.shell.SecretRenderer)."""
     engine = engine or spec.engine
     tokens: list[str] = [engine, "run"]
     if spec.remove:
@@ -176,9 +176,10 @@ def to_cli_tokens(spec: ContainerSpec, engine: str | None = None,
     tokens += ["-p", f"{spec.host_ip}:{'' if spec.host_port is None else spec.host_port}:{spec.container_port}"]
     for v in spec.volumes:
         tokens += ["-v", f"{v.source}:{v.target}:{v.mode}"]
-    for k, v in spec.env:
-        tokens += ["-e", Raw(f'{k}="${k}"') if is_secret_key(k) else f"{k}={v}"]
-    if spec.entrypoint_word is not None:
-        tokens += ["--entrypoint", spec.entrypoint_word]
     environ = os.environ if environ is None else environ
-    return [*tokens, spec.image, *spec.entrypoint[1:], *secret_safe_argv(spec.args, {**environ, **dict(spec.env)})]
+    render = SecretRenderer(dict(spec.env), [*spec.entrypoint, *spec.args], environ)
+    for k, v in spec.env:
+        tokens += ["-e", render.env(k, v)]
+    if spec.entrypoint_word is not None:
+        tokens += ["--entrypoint", render.text(spec.entrypoint_word)]
+    return [*tokens, spec.image, *render.argv(spec.entrypoint[1:]), *render.argv(spec.args)]

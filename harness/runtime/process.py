@@ -8,29 +8,31 @@ so that `gc` can still reap it after the harness itself was SIGKILLed.
 from __future__ import annotations
 
 import ctypes
-import json
+import enum
 import os
 import secrets
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from harness.runtime.pull import PullObserver
 from harness.cells import Cell
 from harness.clock import SYSTEM, Clock
-from harness.errors import CellStartError, RuntimeUnavailable
+from harness.errors import CellStartError, FileRefused, HarnessError, RuntimeUnavailable
+from harness.files import read_json, write_atomic
 from harness.logfacts.timeline import Milestone
 from harness.runtime.records import AppliedPatch, ContainerInfo
 from harness.runtime import compile_cache, scratch
 from harness.runtime.base import CellContext, LineSink, read_host_file
 from harness.runtime.ports import free_port, listener_pids, pid_in_group, port_answers
 from harness.runtime.reader import pump_lines
-from harness.masking import is_secret_key
-from harness.shell import env_token, secret_safe_argv
+from harness.shell import secret_safe_command
 
 HOST = "127.0.0.1"
 #: What every server gets: plain logs (the parser still strips ANSI) and a per-cell home for caches and sockets.
@@ -71,8 +73,8 @@ def cell_dirs(work_dir: Path) -> dict[str, str]:
     sockets there, and a unix socket path longer than 107 bytes makes the engine fail to start."""
     work_dir.mkdir(parents=True, exist_ok=True)
     short_tmp = work_dir / "tmp"
-    if not short_tmp.exists():
-        short_tmp.symlink_to(tempfile.mkdtemp(prefix=scratch.TMP_PREFIX))
+    if not short_tmp.is_symlink() and not short_tmp.exists():
+        short_tmp.symlink_to(scratch.make_tmp(work_dir))
     dirs = {
         "TMPDIR": short_tmp.resolve(),
         "VLLM_CACHE_ROOT": work_dir / "vllm-cache",
@@ -88,13 +90,118 @@ def gpu_env(gpu_ids: list[str] | None) -> dict[str, str]:
     return {} if gpu_ids is None else {"CUDA_VISIBLE_DEVICES": ",".join(gpu_ids)}
 
 
-def group_carries(pgid: int, server_id: str) -> bool:
-    """Whether a live process of group `pgid` carries SERVER_ID_VAR=server_id in its environment (True where /proc
-    cannot tell)."""
-    if not os.path.isdir("/proc/self"):
-        return True
+#: Linux's largest pid: a recorded group id above it is no process group.
+PID_MAX_LIMIT = scratch.PID_MAX_LIMIT
+#: The longest active/ record read: ours are a few hundred bytes.
+RECORD_MAX_BYTES = 64 * 1024
+
+
+def proc_start_time(pid: int) -> int | None:
+    """When `pid` started, in clock ticks since boot (/proc/PID/stat field 22): a pid reused since has another."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def boot_id() -> str | None:
+    """This boot's id: start times and pids of another boot prove nothing."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def new_server_id(owner_pid: int, owner_start: int | None) -> str:
+    """The id a server carries in SERVER_ID_VAR: its harness (pid and start time), then a random part. The process
+    carries it, so the owner it names is the one that started it, whatever a record file claims."""
+    return f"{owner_pid}-{owner_start or 0}-{secrets.token_hex(8)}"
+
+
+class ActiveRecord(BaseModel):
+    """`active/<cell>.json` while a local server lives: what `gc` needs to find its process group after the harness
+    was SIGKILLed, and to prove the group is still that server before it kills anything."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    runtime: Literal["process"] = "process"
+    cell_id: str
+    pgid: int = Field(gt=1, le=PID_MAX_LIMIT, description="the server's process group (its leader's pid)")
+    leader_start: int | None = Field(description="the leader's start time (/proc/PID/stat field 22)")
+    boot_id: str | None = Field(description="the boot the start time counts from")
+    owner_pid: int = Field(gt=0, le=PID_MAX_LIMIT, description="the harness process that started the server")
+    owner_start: int | None = Field(description="the harness process's start time")
+    server_id: str = Field(pattern=r"^[0-9]+-[0-9]+-[0-9a-f]{16}$",
+                           description="SERVER_ID_VAR, which every process of the server carries")
+
+    @model_validator(mode="after")
+    def _owner_is_the_ids(self) -> ActiveRecord:
+        if not self.server_id.startswith(f"{self.owner_pid}-{self.owner_start or 0}-"):
+            raise ValueError("server_id does not name the record's owner_pid and owner_start")
+        return self
+
+
+class BadRecord(HarnessError):
+    """An active/ record that is not one the harness wrote (the message says why): never acted on."""
+
+
+def read_active_record(path: Path) -> ActiveRecord:
+    """The record at `path` (harness.files: no symlink followed, no FIFO blocked on, a bounded read), or BadRecord
+    saying why it is none."""
+    try:
+        data = read_json(path, RECORD_MAX_BYTES, follow=False)
+    except FileRefused as exc:
+        raise BadRecord(f"{exc.key}: {exc.message}" if exc.key else exc.message) from None
+    if not isinstance(data, dict):
+        raise BadRecord(f"is a JSON {type(data).__name__}, not an object")
+    try:
+        return ActiveRecord.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        got = "" if first["type"] == "missing" else f" (got {first.get('input')!r:.40})"
+        raise BadRecord(f"{where + ': ' if where else ''}{first['msg']}{got}") from None
+
+
+def write_active_record(path: Path, record: ActiveRecord) -> None:
+    """Whole or not at all (harness.files): a harness SIGKILLed mid-write leaves no half record."""
+    write_atomic(path, record.model_dump_json())
+
+
+class Proof(enum.Enum):
+    """What /proc says about a recorded process group."""
+
+    ours = "a live process of the group carries the record's server id"
+    gone = "no live process is in the group"
+    other_boot = "the record is from another boot"
+    reused = "the group's leader is another process now (its start time differs)"
+    not_ours = "no live process of the group carries the record's server id"
+    unknown = "there is no /proc to ask"
+
+
+def prove_group(record: ActiveRecord) -> Proof:
+    """Whether the group a record names is still that server: the only case in which `gc` may kill it."""
+    now = boot_id()
+    if record.boot_id is None or record.leader_start is None or now is None:
+        return Proof.unknown
+    if record.boot_id != now:
+        return Proof.other_boot
+    leader_start = proc_start_time(record.pgid)
+    if leader_start is not None and leader_start != record.leader_start:
+        return Proof.reused
+    members = live_group_members(record.pgid)
+    if not members:
+        return Proof.gone
+    return Proof.ours if group_carries(record.pgid, record.server_id, members) else Proof.not_ours
+
+
+def group_carries(pgid: int, server_id: str, members: set[int] | None = None) -> bool:
+    """Whether a live process of group `pgid` carries SERVER_ID_VAR=server_id in its environment (False where /proc
+    cannot tell, or the processes are another user's: what is not proven ours is not killed)."""
     needle = f"{SERVER_ID_VAR}={server_id}".encode()
-    for pid in live_group_members(pgid) or ():
+    for pid in (live_group_members(pgid) if members is None else members) or ():
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
                 if needle in f.read().split(b"\0"):
@@ -232,8 +339,9 @@ class ProcessRuntime:
             raise CellStartError(f"port {port} already answers before our server started")
         argv = self.argv(cell, port)
         cache = compile_cache.server_env(str(ctx.compile_cache)) if ctx.compile_cache else {}
+        owner_start = proc_start_time(os.getpid())
         env = {**self.base_env, **SERVER_ENV, **cell_dirs(ctx.work_dir), **cache, **cell.env, **gpu_env(ctx.gpu_ids),
-               SERVER_ID_VAR: secrets.token_hex(8)}
+               SERVER_ID_VAR: new_server_id(os.getpid(), owner_start)}
         pid_dir = ctx.run_dir / "active"
         pid_dir.mkdir(parents=True, exist_ok=True)
         try:
@@ -245,16 +353,16 @@ class ProcessRuntime:
             raise CellStartError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
         ctx.mark(Milestone.started)
         pid_file = pid_dir / f"{cell.id}.json"
-        pid_file.write_text(json.dumps({"runtime": "process", "pgid": proc.pid, "owner_pid": os.getpid(),
-                                        "cell_id": cell.id, "server_id": env[SERVER_ID_VAR]}))
+        write_active_record(pid_file, ActiveRecord(
+            cell_id=cell.id, pgid=proc.pid, leader_start=proc_start_time(proc.pid), boot_id=boot_id(),
+            owner_pid=os.getpid(), owner_start=owner_start, server_id=env[SERVER_ID_VAR]))
         threading.Thread(target=pump_lines, args=(proc.stdout, on_line), daemon=True, name=f"log-{cell.id}").start()
         return ProcessServer(proc, argv, port, pid_file, self.clock)
 
     def command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> list[str]:
         cache = compile_cache.server_env(str(ctx.compile_cache)) if ctx.compile_cache else {}
         env = {**SERVER_ENV, **cache, **cell.env, **gpu_env(ctx.gpu_ids)}
-        return [*(env_token(k, v, is_secret_key(k)) for k, v in env.items()),
-                *secret_safe_argv(self.argv(cell, host_port), {**self.base_env, **cell.env})]
+        return secret_safe_command(env, self.argv(cell, host_port), self.base_env)
 
     def read_server_file(self, cell: Cell, path: str) -> bytes | None:
         return read_host_file(Path(path))

@@ -1,10 +1,13 @@
 """`boot-harness merge RUN_DIR... --out DIR`: the runs of a matrix's shards as one run directory.
 
 Refused (UsageError, exit 2): runs of different matrices (matrix sha256), of different selections, shards of different
-splits (1/2 with 1/3) or the same shard twice, and any cell id recorded by two runs. Every input's `cells/`, `logs/`
-(retried attempts' logs included) and `patches/` are copied; `results.json` is written fresh, in the matrix's cell
-order when the matrix file is at hand, else by cell id. The result is an ordinary run directory: `report`,
-`compare` and even `run --resume` take it.
+splits (1/2 with 1/3) or the same shard twice, any cell id recorded by two runs, and an input whose records cannot all
+be read (harness.results.store's one loader). Cell records are written fresh from what was loaded; every input's
+`logs/` (retried attempts' logs included) and `patches/` are copied — regular files only: a symbolic link (to
+anything, inside the run or out) or a FIFO/device is never followed nor copied, and each one skipped is a warning
+line, so a merged run (an uploaded artifact) holds nothing from outside its inputs. `results.json` is written fresh,
+in the matrix's cell order when the matrix file is at hand, else by cell id. The result is an ordinary run directory:
+`report`, `compare` and even `run --resume` take it.
 
 Its status is `complete` only if every input was complete and, for shards, every shard 1..N is there; otherwise
 `interrupted` (resumable: `run --resume` boots the cells the missing shard would have). Where each cell came from —
@@ -15,11 +18,14 @@ schemas, `merge.json` beside it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UsageError
+from harness.files import copy_regular, kind_of
 from harness.results.model import CellResult, RunResult, RunStatus
 from harness.results.store import atomic_write_text, load_run, summarize
 from harness.scale.shard import parse_shard
@@ -105,6 +111,9 @@ def _matrix_order(runs: list[tuple[Path, RunResult]], matrix_path: Path | None) 
     from harness.matrix.load import load_matrix
 
     sha = runs[0][1].matrix.sha256
+    if matrix_path is not None and not matrix_path.is_file():
+        raise UsageError(f"--matrix {matrix_path}: " + ("is a directory, not a file" if matrix_path.is_dir()
+                                                       else "no such file"))
     path = matrix_path or Path(runs[0][1].matrix.path)
     if not path.is_file():
         return None, f"matrix file {path} not here: cells ordered by id"
@@ -116,19 +125,31 @@ def _matrix_order(runs: list[tuple[Path, RunResult]], matrix_path: Path | None) 
     return [c.id for c in expand_cells(loaded.matrix, str(path))], ""
 
 
-def _copy_tree(src: Path, dst: Path, what: str) -> None:
-    if not src.is_dir():
+def _copy_tree(src: Path, dst: Path, what: str, skipped: list[str]) -> None:
+    """The regular files under `src` into `dst`, walked without following a link; each link, FIFO, device or socket
+    met is a line in `skipped`, never copied."""
+    try:
+        st = os.lstat(src)
+    except FileNotFoundError:
         return
-    for f in sorted(src.rglob("*")):
-        rel = f.relative_to(src)
-        target = dst / rel
-        if f.is_dir():
-            target.mkdir(parents=True, exist_ok=True)
-            continue
-        if target.exists():
-            raise UsageError(f"{what}/{rel} is in two of the runs: shards must not overlap")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(f, target)
+    if not stat.S_ISDIR(st.st_mode):
+        skipped.append(f"{src}: {kind_of(st.st_mode).value}, not copied")
+        return
+    for folder, dirs, files in os.walk(src):  # followlinks=False: a link to a folder is listed in `dirs`, not entered
+        here = Path(folder)
+        for name in sorted(dirs + files):
+            f = here / name
+            rel = f.relative_to(src)
+            target = dst / rel
+            mode = os.lstat(f).st_mode
+            if stat.S_ISDIR(mode):
+                target.mkdir(parents=True, exist_ok=True)
+            elif not stat.S_ISREG(mode):
+                skipped.append(f"{f}: {kind_of(mode).value}, not copied (a merged run holds its inputs' own files)")
+            elif os.path.lexists(target):
+                raise UsageError(f"{what}/{rel} is in two of the runs: shards must not overlap")
+            else:
+                copy_regular(f, target)
 
 
 def merge_runs(run_dirs: list[Path], out: Path, matrix_path: Path | None = None) -> MergeOutcome:
@@ -167,10 +188,15 @@ def merge_runs(run_dirs: list[Path], out: Path, matrix_path: Path | None = None)
 
     out.mkdir(parents=True, exist_ok=True)
     try:
-        for sub in ("cells", "logs", "patches"):
+        (out / "cells").mkdir(exist_ok=True)
+        for c in cells:  # the records as loaded and checked: a cell file is never copied blind
+            atomic_write_text(out / "cells" / f"{c.cell_id}.json", c.model_dump_json(indent=2))
+        skipped: list[str] = []
+        for sub in ("logs", "patches"):
             (out / sub).mkdir(exist_ok=True)
             for d, _ in runs:
-                _copy_tree(d / sub, out / sub, sub)
+                _copy_tree(d / sub, out / sub, sub, skipped)
+        warnings += skipped
         atomic_write_text(out / MERGE_FILE, json.dumps({"merged_from": sources, "warnings": warnings}, indent=2))
         atomic_write_text(out / "results.json", run.model_dump_json(indent=2))
     except BaseException:

@@ -19,6 +19,7 @@ FAKE_VLLM_DELAY (seconds, default 0.3) is how long "loading" takes. Knobs that c
   FAKE_VLLM_LOG_REQUESTS=1  log every request served, with this server's pid and port
   FAKE_VLLM_ECHO_ENV=1      print the whole environment into the log (vLLM echoes its args; this is worse)
   FAKE_VLLM_ERROR_TEXT=T    `crash` prints `ValueError: T` as its last error line (it becomes the cell's detail)
+  FAKE_VLLM_VERSION=V       the vLLM version it logs (default 0.0.0-fake), so a cell's KV prediction is made
   FAKE_VLLM_MARKS=DIR       touch DIR/<phase>.<pid> at each phase: started, child, bound, probe (a completion
                             arrived): how a test outside the harness knows where the boot is
 Real vLLM is tested elsewhere; these are faults it cannot be made to show on demand.
@@ -176,7 +177,7 @@ def main() -> None:
     ignore_term = scenario == "ignore_term" or flag("FAKE_VLLM_IGNORE_TERM")
     if ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    log("INFO 11-29 10:00:00 [api_server.py:1] vLLM API server version 0.0.0-fake")
+    log(f"INFO 11-29 10:00:00 [api_server.py:1] vLLM API server version {os.environ.get('FAKE_VLLM_VERSION', '0.0.0-fake')}")
     mark("started")
     log(f"INFO 11-29 10:00:00 [api_server.py:2] args: {' '.join(sys.argv[1:])}")
     if flag("FAKE_VLLM_ECHO_ENV"):

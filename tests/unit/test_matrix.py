@@ -414,6 +414,7 @@ def test_expect_naming_an_unknown_value_is_an_error(error_of):
 
 ENV_MATRIX = """
     name: t
+    runtime: docker
     model: ${MODEL_DIR}/tiny
     image: ${IMAGE:-vllm/vllm-openai:v0.11.0}
     env: {TEMPLATE: "$${NOT_EXPANDED}"}
