@@ -65,8 +65,17 @@ LANES = {
 }
 
 
+#: Files under a lane's folder that belong to no lane: they touch no engine, sweep only the run dirs they make, and
+#: start no background work, so either worker may take them (the hostile-input suite: minutes that would otherwise
+#: all wait on the engines worker).
+FREE = ("tests/reliability/test_hostile_files.py", "tests/reliability/test_hostile_matrix.py",
+        "tests/reliability/test_hostile_secrets.py", "tests/reliability/test_hostile_values.py")
+
+
 def lane_of(nodeid: str) -> str | None:
     path = nodeid.split("::", 1)[0]
+    if path in FREE:
+        return None
     return next((lane for lane, prefixes in LANES.items() if path.startswith(prefixes)), None)
 
 

@@ -21,7 +21,7 @@ from tests import builders
 from tests.cli import boot_harness as cli  # noqa: F401 - the suite's modules take it from here
 from tests.cli import start_boot_harness
 from tests.figures import figure  # noqa: F401 - the suite's modules take it from here
-from tests.conftest import ROOT, VLLM_CPU_IMAGE as IMAGE, docker_env, vllm_cpu_env
+from tests.conftest import ROOT, VLLM_CPU_IMAGE as IMAGE, docker_env, lane_of, vllm_cpu_env
 
 FAKE = ROOT / "tests" / "fakes" / "fake_vllm.py"
 OWNER_LABEL = "boot-harness.owner-pid"
@@ -264,7 +264,15 @@ def pytest_collection_modifyitems(session, config, items):
     items[:] = others[:first] + rest + docker + real + others[first:]
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(autouse=True)
+def _background_on_the_engines_worker(request):
+    """The background lanes start with this directory's first test on the engines lane's worker: a file free of lanes
+    (tests/conftest.py, FREE) may run on the other worker, which must not boot the chains a second time."""
+    if lane_of(request.node.nodeid) == "engines":
+        request.getfixturevalue("_work_in_background")
+
+
+@pytest.fixture(scope="session")
 def _work_in_background(request, tmp_path_factory):
     """Two lanes start with the session, while the fake-server tests run in the main thread: a real vLLM boot is ~50 s
     of mostly one core, and much of a container scenario is waiting. The process lane runs the real vLLM process chain;
