@@ -21,7 +21,8 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from harness.analysis.kv import CPU_BLOCK, GPU_BLOCK, cell_length
+from harness.analysis.kv import cell_length
+from harness.predict.predictor import CPU_BLOCK, GPU_BLOCK
 from harness.errors import UsageError
 from harness.names import Named
 from harness.results.model import CellResult

@@ -23,6 +23,8 @@ import math
 from dataclasses import dataclass
 from harness.errors import UsageError
 from harness.names import Named
+from harness.predict.predictor import CPU_BLOCK, GPU_BLOCK
+from harness.predict.serve_flags import flag_value, option_name
 from harness.predict.versions import DEFAULT_VERSION, rules_for
 from harness.results.model import CellResult, RunResult
 from harness.verdict import Outcome, Reason
@@ -35,24 +37,18 @@ KIB = 1024.0
 GIB_ROUNDING = 0.005 * GIB
 #: A GiB figure whose rounding is more than this fraction of it is too coarse to fit or to derive from.
 COARSE_FRACTION = 0.05
-LENGTH_FLAG = "--max-model-len"
-KV_BYTES_FLAG = "--kv-cache-memory-bytes"
-BLOCK_FLAG = "--block-size"
-#: vLLM's default attention block on GPU; the CPU backend uses 128 (docs/cpu-calibration.md).
-GPU_BLOCK, CPU_BLOCK = 16, 128
+#: the flag as the harness writes it in a suggested command (reading one goes through serve_flags.flag_value)
+KV_BYTES_FLAG = option_name("kv_cache_memory_bytes")
 FLOOR_ENV = "CLAV_KV_RESERVE_FLOOR_GIB"
 #: the most a length or a KV pool can be (cli/values.py bounds the flags alike): a record beyond is no measurement
 MAX_TOKENS, MAX_BYTES = 1 << 40, float(1 << 62)
 
-def flag_value(argv: list[str], flag: str) -> str | None:
-    """The last value given to `flag` (`--flag V` or `--flag=V`), as the server's argparse would take it."""
-    found = None
-    for i, token in enumerate(argv):
-        if token == flag and i + 1 < len(argv):
-            found = argv[i + 1]
-        elif token.startswith(flag + "="):
-            found = token[len(flag) + 1:]
-    return found
+
+def _read(cell: CellResult, dest: str) -> int | None:
+    """A number the cell's server read for `dest`, through serve_flags' one reader (every spelling vLLM takes, as
+    the cell's release converts it); None when not given or not a number (`auto` is -1: no length, see below)."""
+    value = flag_value(cell.argv, dest, cell.vllm_version)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 class Source(Named):
@@ -135,7 +131,8 @@ def _gib(value: float | None, source: Source) -> Quantity | None:
 
 def length_axis(run: RunResult, override: str | None = None) -> str | None:
     """The run's max_model_len axis: `override`, else an axis named max_model_len, else the axis whose value every
-    cell passes after --max-model-len. None when there is none (a UsageError when `override` names no axis)."""
+    cell's server read as its max_model_len (any spelling vLLM reads: `--max_model_len`, `--max-model-len=8k`). None
+    when there is none (a UsageError when `override` names no axis)."""
     axes = axis_order(run)
     if override:
         if override not in axes:
@@ -145,8 +142,8 @@ def length_axis(run: RunResult, override: str | None = None) -> str | None:
         if name.replace("-", "_").lower() in ("max_model_len", "max_len", "mml"):
             return name
     for name in axes:
-        vals = [(flag_value(c.argv, LENGTH_FLAG), c.axes.get(name)) for c in run.cells]
-        if vals and all(v is not None and a is not None and human_int(v) == human_int(a) for v, a in vals):
+        vals = [(_read(c, "max_model_len"), c.axes.get(name)) for c in run.cells]
+        if vals and all(v is not None and a is not None and v == human_int(a) for v, a in vals):
             return name
     return None
 
@@ -176,8 +173,8 @@ def axis_values(run: RunResult, axis: str) -> list[str]:
 def cell_length(cell: CellResult, axis: str | None) -> int | None:
     """The cell's max_model_len: its axis value, else its --max-model-len, else the refusal's max seq len. Only a
     positive length is one: `-1` / `auto` (vLLM fits the length itself) is unknown until the log says it."""
-    for raw in ((cell.axes.get(axis) if axis else None), flag_value(cell.argv, LENGTH_FLAG)):
-        value = human_int(raw) if raw is not None else None
+    raw = cell.axes.get(axis) if axis else None
+    for value in ((human_int(raw) if raw is not None else None), _read(cell, "max_model_len")):
         if value is not None and _plausible(value, MAX_TOKENS):
             return value
     seq = cell.refusal.max_seq_len if cell.refusal else None
@@ -203,9 +200,9 @@ def block_size(cell: CellResult, override: int | None = None) -> tuple[int, str]
     predicted = cell.prediction.prediction if cell.prediction else None
     if predicted is not None and predicted.block_size and _plausible(predicted.block_size, MAX_TOKENS):
         return predicted.block_size, "the prediction"
-    explicit = flag_value(cell.argv, BLOCK_FLAG)
-    if explicit and _plausible(human_int(explicit) or 0, MAX_TOKENS):
-        return human_int(explicit) or GPU_BLOCK, BLOCK_FLAG
+    explicit = _read(cell, "block_size")
+    if explicit is not None and _plausible(explicit, MAX_TOKENS):
+        return explicit, option_name("block_size")
     if cell.kv.device == "cpu":  # the parser read the whole log (harness.logfacts): the analysis reads records only
         return CPU_BLOCK, "CPU backend"
     return GPU_BLOCK, "vLLM's GPU default"
@@ -222,9 +219,9 @@ def cap_of(cell: CellResult) -> Quantity | None:
     if kv.floor_raised_bytes is not None and _plausible(kv.floor_raised_bytes, MAX_BYTES):
         # the floor overrides the flag: the pool the engine really got
         return Quantity(float(kv.floor_raised_bytes), Source.kv_floor)
-    explicit = flag_value(cell.argv, KV_BYTES_FLAG)
-    if explicit is not None and _plausible(human_int(explicit) or 0, MAX_BYTES):
-        return Quantity(float(human_int(explicit) or 0), Source.kv_bytes_flag)
+    explicit = _read(cell, "kv_cache_memory_bytes")
+    if explicit is not None and _plausible(explicit, MAX_BYTES):
+        return Quantity(float(explicit), Source.kv_bytes_flag)
     if kv.available_gib is not None:
         return _gib(kv.available_gib, Source.available_log)
     if kv.reserved_gib is not None:

@@ -8,10 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.analysis.frontier import Answer, GroupFrontier, find_frontier, known_from_run
-from harness.analysis.kv import BLOCK_FLAG, GPU_BLOCK, LENGTH_FLAG, block_size, flag_value, human_int
+from harness.analysis.kv import block_size, human_int
 from harness.cells import groups_by, vary
 from harness.boot.session import RunOptions, RunSession, frontier_run_id
 from harness.predict.plan import Logged, plan_cells
+from harness.predict.predictor import GPU_BLOCK
+from harness.predict.serve_flags import flag_dest, flag_value, option_name, spelling_of
 from harness.boot.signals import Interrupted
 from harness.errors import UsageError
 from harness.results.model import RunStatus
@@ -19,23 +21,34 @@ from harness.results.store import atomic_write_text, dump_json
 
 
 def matrix_length_axis(matrix, override: str | None = None) -> tuple[str, str]:
-    """(axis name, flag) of a matrix's max_model_len axis: `override`, an axis with flag --max-model-len, or one
-    named max_model_len (whose values then pass --max-model-len)."""
+    """(axis name, flag) of a matrix's max_model_len axis: `override`, an axis whose flag vLLM reads as max_model_len
+    (`--max-model-len`, `--max_model_len`, `--max-model`: serve_flags.flag_dest), or one named max_model_len (whose
+    values then pass --max-model-len)."""
     from harness.matrix.model import FlagAxis
 
     names = list(matrix.axes)
+    length_flag = option_name("max_model_len")
     if override:
         if override not in matrix.axes:
             raise UsageError(f"--axis {override}: the matrix has no such axis (axes are: {', '.join(names)})")
         ax = matrix.axes[override]
-        return override, ax.flag if isinstance(ax, FlagAxis) else LENGTH_FLAG
+        return override, ax.flag if isinstance(ax, FlagAxis) else length_flag
     for n, ax in matrix.axes.items():
-        if isinstance(ax, FlagAxis) and ax.flag == LENGTH_FLAG:
+        if isinstance(ax, FlagAxis) and flag_dest(ax.flag) == "max_model_len":
             return n, ax.flag
     for n, ax in matrix.axes.items():
         if n.replace("-", "_").lower() == "max_model_len":
-            return n, ax.flag if isinstance(ax, FlagAxis) else LENGTH_FLAG
+            return n, ax.flag if isinstance(ax, FlagAxis) else length_flag
     raise UsageError(f"the matrix has no max_model_len axis (axes are: {', '.join(names)}); name it with --axis")
+
+
+def _spelling(argv: list[str], flag: str) -> str | None:
+    """The argument of argv a probe sets: the last one vLLM reads as `flag`'s dest (the spelling may differ from the
+    axis's, `--max_model_len=8k` for `--max-model-len`); a flag no KV dest has is looked for as written."""
+    dest = flag_dest(flag)
+    if dest is not None:
+        return spelling_of(argv, dest)
+    return flag if any(token.partition("=")[0] == flag for token in argv) else None
 
 
 def predicted_frontier(session: RunSession, cell, axis: str, from_run, platform: str | None) -> int | None:
@@ -63,8 +76,9 @@ def run_frontier(loaded, cells: list, *, lo: int | None, hi: int | None, axis: s
     matrix = loaded.matrix
     axis, flag = matrix_length_axis(matrix, axis)
     groups = groups_by(cells, axis)
+    spellings = {members[0].id: _spelling(members[0].server_args, flag) for _, members in groups}
     for _, members in groups:
-        if flag_value(members[0].server_args, flag) is None:
+        if spellings[members[0].id] is None:
             raise UsageError(f"cell {members[0].id} passes no {flag}: the frontier needs the length on the command line")
     session = RunSession.open(loaded, [m[0] for _, m in groups],
                               RunOptions(results_dir=results_dir, selection=selection, timeout_s=timeout_s,
@@ -73,14 +87,16 @@ def run_frontier(loaded, cells: list, *, lo: int | None, hi: int | None, axis: s
     found: list[GroupFrontier] = []
     for key, members in groups:
         template = members[0]
+        written = spellings[template.id]
         values = [human_int(c.axes[axis]) for c in members if human_int(c.axes[axis])]
         g_hi = hi if hi is not None else max(values, default=0)
-        explicit_block = block or human_int(flag_value(template.server_args, BLOCK_FLAG) or "") or None
+        given = flag_value(template.server_args, "block_size")
+        explicit_block = block or (given if isinstance(given, int) and given > 0 else None)
         state = {"block": explicit_block or GPU_BLOCK, "fixed": explicit_block is not None}
         label = ", ".join(f"{k}={v}" for k, v in key.items())
 
-        def oracle(length: int, why: str, template=template, state=state, label=label) -> Answer:
-            cell = vary(template, matrix, axis, flag, str(length))
+        def oracle(length: int, why: str, template=template, state=state, label=label, written=written) -> Answer:
+            cell = vary(template, matrix, axis, written, str(length))
             say(f"[{label}] probe {length:,} ({why}): booting {cell.id}")
             result = session.boot(cell)
             if result is None:
@@ -95,7 +111,7 @@ def run_frontier(loaded, cells: list, *, lo: int | None, hi: int | None, axis: s
             return obs
 
         known = known_from_run(from_run, axis, key) if from_run is not None else []
-        start = predicted_frontier(session, vary(template, matrix, axis, flag, str(g_hi)), axis, from_run,
+        start = predicted_frontier(session, vary(template, matrix, axis, written, str(g_hi)), axis, from_run,
                                    platform) \
             if predict else None
         if start is not None:

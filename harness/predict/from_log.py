@@ -23,7 +23,7 @@ from harness.predict.cell import GIB, _available, checks, hint, platform_of
 from harness.predict.model import ModelShape, read_model
 from harness.predict.prediction import FactCheck, PredictionRecord
 from harness.predict.predictor import draft_model_path, predict
-from harness.predict.serve_flags import parse_serve_flags
+from harness.predict.serve_flags import parse_serve_flags, spelling_of
 from harness.predict.versions import DEFAULT_VERSION, parse_version, rules_for
 from harness.verdict.catalogue import Outcome, Reason
 
@@ -89,7 +89,7 @@ def serve_argv(cfg: EngineConfig, facts: LogFacts, version: str) -> tuple[list[s
     if facts.kv.autofit_max_model_len:
         argv += ["--max-model-len", str(facts.kv.autofit_max_model_len)]
         notes.append(f"max_model_len {facts.kv.autofit_max_model_len}: what the log's auto-fit settled on")
-    elif "--max-model-len" not in argv:
+    elif spelling_of(argv, "max_model_len", version) is None:
         logged = facts.kv.concurrency_tokens or (facts.refusal.max_seq_len if facts.refusal else None)
         if logged:
             argv += ["--max-model-len", str(logged)]

@@ -25,6 +25,8 @@ from harness.predict.serve_flags import ServeFlags, speculative_tokens
 from harness.predict.versions import (DEFAULT_VERSION, ConfigRules, Rules, config_rules_for,
                                      hybrid_rules_for, rules_for)
 
+#: vLLM's default attention block on GPU, the CPU backend's (docs/cpu-calibration.md) and the CPU MLA kernel's: the one
+#: home of these sizes (analysis.kv and the frontier import them).
 GPU_BLOCK, CPU_BLOCK, CPU_MLA_BLOCK = 16, 128, 16
 #: the speculative methods whose draft is the checkpoint's own MTP layers
 _NO_LAYERS = {"ngram", "ngram_gpu", "suffix", "medusa", "mlp_speculator"}

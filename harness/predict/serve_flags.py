@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -451,32 +452,114 @@ def _rewrite(argv: list[str], grammar: Grammar) -> list[str]:
 def parse_serve_flags(argv: list[str], version: str | None = None) -> ServeFlags:
     """The KV-sizing flags of `vllm serve … FLAGS` (or a cell's argv) as vLLM `version` (default 0.32.0) reads them."""
     release = _Release(version or DEFAULT_VERSION)
-    args = _rewrite(list(argv), release.grammar)
+    return _flags(_read(argv, release, recorded=False), release)
+
+
+def _read(argv: list[str], release: _Release, recorded: bool) -> dict[str, Any]:
+    """Each KV dest's value as `release`'s parser reads argv, the last one given winning. `recorded`: argv a server
+    already got (a record, a matrix's cell): what this reader would refuse is passed over rather than raised (the
+    record says how vLLM took it; a fork's or another release's flag must not stop an analysis), and a value it
+    cannot convert leaves its dest unknown."""
+    try:
+        args = _rewrite(list(argv), release.grammar)
+    except UsageError:  # a dotted flag without its value, last
+        if not recorded:
+            raise
+        args = _rewrite(list(argv)[:-1], release.grammar)
     values: dict[str, Any] = {}
     i = 0
     while i < len(args):
         arg = args[i]
         if arg == "--":
+            if recorded:  # a recorded argv has the runtime's command before vLLM's: its `--` is not vLLM's
+                i += 1
+                continue
             raise UsageError("`--` among the serve flags: vLLM takes whatever follows it as positional arguments "
                              "and refuses them")
-        resolved = release.resolve(arg)
+        try:
+            resolved = release.resolve(arg)
+        except UsageError:
+            if not recorded:
+                raise
+            resolved = None
         if resolved is None or resolved[1] is None:
             i += 1
             continue
         spelling, option, explicit = resolved
-        if option.kind in ("on", "off"):
-            if explicit is not None:
-                raise UsageError(f"{spelling}={explicit}: {option.name} takes no value in vLLM {release.name}")
-            values[option.dest] = option.kind == "on"
-        else:
-            if explicit is None:
-                if i + 1 >= len(args) or release.resolve(args[i + 1]) is not None:
-                    raise UsageError(f"{option.name}: expects a value")
-                explicit = args[i + 1]
-                i += 1
-            values[option.dest] = _convert(option, explicit, spelling, release)
+        try:
+            if option.kind in ("on", "off"):
+                if explicit is not None:
+                    raise UsageError(f"{spelling}={explicit}: {option.name} takes no value in vLLM {release.name}")
+                values[option.dest] = option.kind == "on"
+            else:
+                if explicit is None:
+                    if i + 1 >= len(args) or _takes_as_option(release, args[i + 1], recorded):
+                        raise UsageError(f"{option.name}: expects a value")
+                    explicit = args[i + 1]
+                    i += 1
+                values[option.dest] = _convert(option, explicit, spelling, release)
+        except UsageError:
+            if not recorded:
+                raise
+            values.pop(option.dest, None)
         i += 1
-    return _flags(values, release)
+    return values
+
+
+def _takes_as_option(release: _Release, arg: str, recorded: bool) -> bool:
+    """Whether argparse takes `arg` for an option (so not for the value before it); in a recorded argv, one this
+    reader would refuse is an option too."""
+    try:
+        return release.resolve(arg) is not None
+    except UsageError:
+        if not recorded:
+            raise
+        return True
+
+
+# --- the one reader of a flag in an argv the harness did not parse for a prediction ---------------------------------
+
+@functools.lru_cache(maxsize=64)
+def _recorded_release(version: str | None) -> _Release:
+    """The release a recorded argv is read as: its logged version, else (none logged, or no X.Y in it) the default.
+    Cached: an analysis reads every cell's flags, a probe every token's."""
+    try:
+        return _Release(version or DEFAULT_VERSION)
+    except UsageError:
+        return _Release(DEFAULT_VERSION)
+
+
+def flag_value(argv: list[str], dest: str, version: str | None = None) -> Any:
+    """What vLLM `version` read for `dest` (`max_model_len`, `block_size`, `kv_cache_memory_bytes`, ...) from argv a
+    server got: every spelling it takes (`--max_model_len`, `--max-model=8k`, a unique prefix, `-tp`), the last given
+    winning, converted as that release converts it (`8k` 8000, `8K` 8192, `auto` -1). None when it is not given or its
+    value is one vLLM refuses. Every reader of a cell's flags (analysis, report, frontier) reads through this, so no
+    spelling vLLM reads identically is read differently here."""
+    return _read(argv, _recorded_release(version), recorded=True).get(dest)
+
+
+def flag_dest(flag: str, version: str | None = None) -> str | None:
+    """The KV dest vLLM `version` reads `flag` as (`--max_model_len`, `--max-model`: max_model_len), None for any
+    other flag: how a matrix's flag axis is told to be the length axis, whatever its spelling."""
+    release = _recorded_release(version)
+    args = _rewrite([flag.partition("=")[0]], release.grammar)
+    try:
+        resolved = release.resolve(args[0]) if len(args) == 1 else None
+    except UsageError:
+        return None
+    return resolved[1].dest if resolved is not None and resolved[1] is not None else None
+
+
+def spelling_of(argv: list[str], dest: str, version: str | None = None) -> str | None:
+    """The flag as written in argv (`--max_model_len`) that gives `dest` its value (the last such), so that a probe
+    can set that same argument; None when no argument gives it."""
+    names = [token.partition("=")[0] for token in argv if token.startswith("-")]
+    return next((n for n in reversed(names) if flag_dest(n, version) == dest), None)
+
+
+def option_name(dest: str) -> str:
+    """The long option vLLM documents for `dest` (`max_model_len`: `--max-model-len`): how the harness writes it."""
+    return next(name for name, history in _LONG.items() if any(d == dest for _, d, _, _ in history))
 
 
 def _flags(values: dict[str, Any], release: _Release) -> ServeFlags:
@@ -518,13 +601,12 @@ def _flags(values: dict[str, Any], release: _Release) -> ServeFlags:
         if mml == -1 and _newest(_LONG["--max-model-len"], release.v)[2] == "len":
             raise UsageError("--max-model-len auto: auto-fit is not predicted; give a length")
         raise UsageError(f"--max-model-len {mml}: not a length")
-    for dest, flag in (("tensor_parallel_size", "--tensor-parallel-size"), ("block_size", "--block-size")):
+    for dest in ("tensor_parallel_size", "block_size"):
         if dest in values and values[dest] < 1:
-            raise UsageError(f"{flag} {values[dest]}: must be 1 or more")
-    for dest, flag in (("max_model_len", "--max-model-len"), ("tensor_parallel_size", "--tensor-parallel-size"),
-                       ("block_size", "--block-size"), ("max_num_batched_tokens", "--max-num-batched-tokens"),
-                       ("max_num_seqs", "--max-num-seqs"), ("kv_cache_memory_bytes", "--kv-cache-memory-bytes")):
-        _within(flag, values.get(dest), _LIMITS[dest])
+            raise UsageError(f"{option_name(dest)} {values[dest]}: must be 1 or more")
+    for dest in ("max_model_len", "tensor_parallel_size", "block_size", "max_num_batched_tokens", "max_num_seqs",
+                 "kv_cache_memory_bytes"):
+        _within(option_name(dest), values.get(dest), _LIMITS[dest])
     n = spec.get("num_speculative_tokens") if isinstance(spec, dict) else None
     if isinstance(n, int) and not isinstance(n, bool):  # a string is kept as the parser read it: see speculative_tokens
         speculative_tokens({"num_speculative_tokens": n})
