@@ -1,7 +1,9 @@
 """Time as a value passed in: the one seam every wait in the harness goes through (as tenacity injects `sleep`).
 
 A `Clock` reads a monotonic time and sleeps; `SYSTEM` is the real one. `FakeClock` moves only when something sleeps
-on it, so a unit test of a 180 s idle wait or a 5 s stop grace runs in microseconds and never really sleeps.
+on it, so a unit test of a 180 s idle wait or a 5 s stop grace runs in microseconds and never really sleeps. It is the
+only clock: the watch (its events, health poller and timeline) and the fake GPU inventory read this one too, so one
+attempt's deadlines, milestones and waits are all on the same time.
 """
 
 from __future__ import annotations

@@ -31,6 +31,8 @@ _RUN_DIR = pytest.StashKey[Path]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    from harness.cli.common import add_timeout
+
     group = parser.getgroup("boot-harness", "boot every cell of a vLLM configuration matrix")
     group.addoption("--boot-matrix", "--matrix", dest="boot_matrix", default=None,
                     help="matrix file whose cells become tests")
@@ -38,8 +40,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="where the run directory goes (default: results)")
     group.addoption("--boot-select", "--select", dest="boot_select", action="append", default=None, metavar="EXPR",
                     help="cells to take (as the CLI's --select)")
-    group.addoption("--boot-timeout", dest="boot_timeout", type=float, default=None,
-                    help="override the matrix's per-cell deadline (s)")
+    add_timeout(group.addoption, "--boot-timeout", dest="boot_timeout")
     group.addoption("--boot-shard", "--shard", dest="boot_shard", default=None, metavar="I/N",
                     help="only shard I of N of the cells (as the CLI's --shard)")
 

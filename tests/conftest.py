@@ -69,7 +69,8 @@ LANES = {
 #: start no background work, so either worker may take them (the hostile-input suite: minutes that would otherwise
 #: all wait on the engines worker).
 FREE = ("tests/reliability/test_hostile_files.py", "tests/reliability/test_hostile_matrix.py",
-        "tests/reliability/test_hostile_secrets.py", "tests/reliability/test_hostile_values.py")
+        "tests/reliability/test_hostile_secrets.py", "tests/reliability/test_hostile_values.py",
+        "tests/reliability/test_flag_spellings_read.py")
 
 
 def lane_of(nodeid: str) -> str | None:

@@ -3,8 +3,7 @@
 They are ordinary `RunResult`/`CellResult` objects (the one schema), so every analysis and report command works on
 them; tests, docs and demos use them where a real boot would only repeat numbers already measured.
 
-    from harness.results.store import write_run
-    from tests.synthetic import seed_run
+    from tests.synthetic import seed_run, write_run
     write_run(seed_run(), Path("results"))        # then: boot-harness analyze results/seed-measured
 """
 
@@ -15,7 +14,7 @@ from pathlib import Path
 
 from harness.logfacts import KvFacts, Refusal
 from harness.results.model import CellResult, Expected, HostInfo, MatrixRef, RunResult
-from harness.results.store import summarize
+from harness.results.store import atomic_write_text, summarize
 from harness.verdict import Reason
 
 _T0 = datetime(2026, 9, 30, 16, 0, tzinfo=timezone.utc)
@@ -124,3 +123,13 @@ def cpu_example_run(run_id: str = "cpu-tiny-calibrated") -> RunResult:
         cpu_cell(4096, "draft", "raised", raised, expected=("booted", None)),
     ]
     return make_run(run_id, cells, "cpu-tiny")
+
+
+def write_run(run: RunResult, results_dir: Path) -> Path:
+    """Write `run` as a run directory (results.json and cells/*.json), as `boot-harness run` would."""
+    run_dir = Path(results_dir) / run.run_id
+    for c in run.cells:
+        atomic_write_text(run_dir / "cells" / f"{c.cell_id}.json", c.model_dump_json(indent=2))
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run_dir / "results.json", run.model_dump_json(indent=2))
+    return run_dir

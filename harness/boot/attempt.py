@@ -103,7 +103,7 @@ class CellRunner:
         work = scratch.claim(self.store.work_dir(cell.id))
         gpus = attempt.gpus
         started_at, t0 = now(), self.clock.now()
-        timeline = TimelineRecorder(self.clock.now, t0, on_mark=attempt.on_milestone)
+        timeline = TimelineRecorder(self.clock, t0, on_mark=attempt.on_milestone)
         cache = self.compile_cache.checkout(work) if self.compile_cache else None
         cache_use: CompileCacheUse | None = None
         ctx = CellContext(run_dir=self.store.run_dir, work_dir=work, masker=masker, matrix_dir=self.loaded.base_dir,
@@ -111,7 +111,7 @@ class CellRunner:
                           labels={"boot-harness.run": self.store.run.run_id, "boot-harness.cell": cell.id},
                           gpu_ids=None if gpus is None or not attempt.assigned else [g.id or str(g.index) for g in gpus])
         sink = LogSink(self.store.log_path(cell.id), masker, echo=self.echo)
-        events = ThreadedEvents(self.clock.now)
+        events = ThreadedEvents(self.clock)
         server: Server | None = None
         watch: Watch | None = None
         seen: Observation | None = None
@@ -128,7 +128,7 @@ class CellRunner:
                 argv = server.argv
                 sink.note("argv: " + " ".join(masker.argv(argv)))
                 watch = Watch(server, events, sink, self.config, started_at=t0, timeline=timeline,
-                              clock=self.clock.now)
+                              clock=self.clock)
                 seen = watch.run()
         finally:
             exit_code = None

@@ -21,8 +21,8 @@ cell records each GPU's name, driver, total and free memory at start (harness.bo
 policy). What the second attempt's refusal means (the configuration's verdict, or `error` / `gpu_memory_held` when its
 GPUs were still above idle) is the verdict policy's to say (harness.verdict.policy).
 
-The executor is the scheduler only: the registry of live servers is harness.boot.live, the retry harness.boot.retry,
-the log notes harness.boot.notes.
+The executor is the scheduler only: the registry of live servers is harness.boot.server_registry, the retry
+harness.boot.retry, the log notes harness.boot.notes.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import queue
 import threading
 
 from harness.boot.attempt import Attempt, CellRunner, NullObserver, Observer
-from harness.boot.live import LiveServers, TrackingRuntime
+from harness.boot.server_registry import LiveServers, TrackingRuntime
 from harness.boot.notes import gpu_notes, note
 from harness.boot.retry import BusyRetry, RetryPolicy
 from harness.boot.signals import Interrupted, interrupts_raise, signals_held

@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from harness.cli import values
-from harness.cli.common import USAGE_EXIT, add_command, say_to, stderr
+from harness.cli.common import USAGE_EXIT, add_command, add_timeout, say_to, stderr
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
 from harness.predict.platforms import HELP, PLATFORMS
@@ -67,7 +67,7 @@ def register(sub: argparse._SubParsersAction) -> dict:
                    "starts from: " + HELP + " (default: what --from logged, else gpu)")
     p.add_argument("--no-prediction", action="store_true", help="start from --hi, not from the predicted frontier")
     p.add_argument("--results-dir", type=Path, default=Path("results"), help="where the run directory goes")
-    p.add_argument("--timeout-s", type=float, help="override the matrix's per-cell deadline")
+    add_timeout(p.add_argument)
     p.add_argument("--json", action="store_true", help="the frontiers as one JSON object on stdout")
 
     p = add_command(sub, "report", "the outcome grid and KV plot of a run: at the terminal, as one offline HTML "

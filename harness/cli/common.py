@@ -4,7 +4,9 @@ print text as written: harness.report.text)."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -32,6 +34,14 @@ def add_parallel(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-idle-timeout-s", type=float, default=None, metavar="S",
                    help="how long a cell waits for its GPUs' memory to return to idle before starting anyway "
                         "(default 180)")
+
+
+def add_timeout(add_option: Callable[..., Any], flag: str = "--timeout-s", **kw: Any) -> None:
+    """The one declaration of the per-cell deadline override, for `run`, `repro`, `frontier` and the pytest plugin
+    (`add_option` is a parser's `add_argument` or a pytest group's `addoption`). It is checked in one place, where
+    every entry point hands it over: RunOptions (harness.boot.session)."""
+    add_option(flag, type=float, default=None, metavar="S", help="override the matrix's per-cell deadline (seconds)",
+               **kw)
 
 
 def stderr() -> Console:

@@ -10,7 +10,8 @@ from rich.console import Console
 from harness.boot.session import RunOptions, RunSession, planned_commands, repro_command
 from harness.boot.signals import Interrupted
 from harness.cli import values
-from harness.cli.common import USAGE_EXIT, add_command, add_matrix, add_parallel, add_selection, add_shard, say_to, stderr
+from harness.cli.common import (USAGE_EXIT, add_command, add_matrix, add_parallel, add_selection, add_shard,
+                                add_timeout, say_to, stderr)
 from harness.selection import selected
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
@@ -30,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> dict:
     p.add_argument("--results-dir", type=Path, default=Path("results"), help="where run directories go (default: results)")
     p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="finish an interrupted run: only cells it lacks")
     p.add_argument("--dry-run", action="store_true", help="print what each cell would run, touch nothing")
-    p.add_argument("--timeout-s", type=float, help="override the matrix's per-cell deadline")
+    add_timeout(p.add_argument)
     p.add_argument("--keep-work", action="store_true", help="keep each cell's TMPDIR and caches under the run dir")
     add_shard(p)
     add_parallel(p)
@@ -45,13 +46,13 @@ def register(sub: argparse._SubParsersAction) -> dict:
     p.add_argument("--exec", action="store_true", help="run the cell attached, streaming its log, and record it")
     p.add_argument("--results-dir", type=Path, default=Path("results"),
                    help="where --exec records the run, and where patched files for the command are kept")
-    p.add_argument("--timeout-s", type=float, help="override the matrix's per-cell deadline")
+    add_timeout(p.add_argument)
     p.add_argument("--port", type=values.port, default=8000, help="host port the printed command serves on (default 8000)")
     return {"run": cmd_run, "repro": cmd_repro}
 
 
 def cmd_run(args: argparse.Namespace, out: Console) -> int:
-    from harness.report.live import LiveProgress
+    from harness.report.progress import LiveProgress
     from harness.runtime.pull import PullDisplay
     from harness.shell import format_shell
 
@@ -100,13 +101,13 @@ def cmd_repro(args: argparse.Namespace, out: Console) -> int:
         raise UsageError(f"{args.matrix}: {why} (see `boot-harness cells --matrix {args.matrix}`)")
     cell = cells[args.cell_id]
     err = stderr()
+    # made (and so checked) before either branch: a bad --timeout-s is exit 2 with or without --exec
+    options = RunOptions(results_dir=args.results_dir, selection=[cell.id], timeout_s=args.timeout_s,
+                         echo=lambda line: print(line, flush=True))
     if not args.exec:
-        RunOptions(timeout_s=args.timeout_s)  # the same checks as --exec: a bad --timeout-s is exit 2 either way
         print(format_shell(repro_command(sel.loaded, cell, args.results_dir, args.port, say=say_to(err),
                                          runtime=args.runtimes(sel.loaded), pull_observer=PullDisplay(err))))
         return ExitCode.OK
-    options = RunOptions(results_dir=args.results_dir, selection=[cell.id], timeout_s=args.timeout_s,
-                         echo=lambda line: print(line, flush=True))
     session = RunSession.open(sel.loaded, [cell], options, runtime=args.runtimes(sel.loaded), say=say_to(err),
                               pull_observer=PullDisplay(err))
     _report_sweep(session, say_to(err))
@@ -127,7 +128,7 @@ def _report_sweep(session: RunSession, say) -> None:
 
 
 def _finish(session: RunSession, out: Console) -> int:
-    from harness.report.live import print_summary
+    from harness.report.progress import print_summary
 
     run = session.finish(RunStatus.complete)
     if session.cells:

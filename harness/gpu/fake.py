@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 
-from harness.errors import UsageError
+from harness.clock import SYSTEM, Clock
 from harness.gpu.records import GpuInfo
 
 GIB = 1024**3
@@ -18,7 +16,7 @@ class FakeInventory:
     slots = 1
 
     def __init__(self, count: int, total_gib: float = 80.0, idle_used_gib: float = 0.5,
-                 clock: Callable[[], float] = time.monotonic, name: str = "Fake GPU"):
+                 clock: Clock = SYSTEM, name: str = "Fake GPU"):
         self.count = count
         self.total_gib = total_gib
         self.idle_used_gib = idle_used_gib
@@ -28,26 +26,13 @@ class FakeInventory:
         self._lock = threading.Lock()
         self.reads = 0
 
-    @classmethod
-    def from_spec(cls, spec: str) -> FakeInventory:
-        """`N` or `N:TOTAL_GIB` (the BOOT_HARNESS_FAKE_GPUS test hook)."""
-        count, _, total = spec.partition(":")
-        try:
-            return cls(int(count), float(total) if total else 80.0)
-        except ValueError:
-            raise UsageError(f"BOOT_HARNESS_FAKE_GPUS={spec!r}: expected N or N:TOTAL_GIB") from None
-
     def hold(self, index: int, gib: float, for_s: float = float("inf")) -> None:
         """Memory in use on GPU `index` beyond idle, for `for_s` seconds from now (a server still dying)."""
         with self._lock:
-            self._holds[index].append((gib, self.clock() + for_s))
-
-    def release_all(self, index: int) -> None:
-        with self._lock:
-            self._holds[index] = []
+            self._holds[index].append((gib, self.clock.now() + for_s))
 
     def _used_gib(self, index: int) -> float:
-        now = self.clock()
+        now = self.clock.now()
         with self._lock:
             self.reads += 1
             return self.idle_used_gib + sum(g for g, until in self._holds[index] if until > now)

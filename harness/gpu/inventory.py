@@ -18,8 +18,6 @@ from harness.gpu.records import GpuInfo
 
 #: How many CPU cells `--parallel auto` boots at once on a host without GPUs (default 1).
 CPU_SLOTS_ENV = "BOOT_HARNESS_CPU_SLOTS"
-#: Test hook: `N[:TOTAL_GIB]` makes runs use a fake inventory of N GPUs instead of NVML (nothing is measured).
-FAKE_GPUS_ENV = "BOOT_HARNESS_FAKE_GPUS"
 
 
 @runtime_checkable
@@ -162,14 +160,10 @@ def resolve_parallel(spec: str | int | None, inventory: Inventory, gpus_per_cell
 def open_inventory(gpus_per_cell: int, id_kind: str = "index", env: Mapping[str, str] | None = None,
                    shares_gpus: bool = False) -> Inventory:
     """The inventory a run gets: NVML when cells use GPUs — their own (`gpus_per_cell`) or the matrix's shared
-    `gpus:` — (or the fake one a test asks for), else CPU slots. A run that uses GPUs cannot go on without NVML: the
-    wait for the last cell's GPU memory to be released, the memory-busy retry and each cell's GPU record need it."""
+    `gpus:` — else CPU slots. A run that uses GPUs cannot go on without NVML: the wait for the last cell's GPU memory
+    to be released, the memory-busy retry and each cell's GPU record need it. A test or a benchmark that wants other
+    GPUs passes its inventory in (`plan_slots(..., inventory=)`, `RunSession(..., inventory=)`), never by a switch."""
     env = os.environ if env is None else env
-    fake = env.get(FAKE_GPUS_ENV, "").strip()
-    if fake:
-        from harness.gpu.fake import FakeInventory
-
-        return FakeInventory.from_spec(fake)
     if gpus_per_cell <= 0 and not shares_gpus:
         return CpuInventory.from_env(env)
     from harness.gpu.nvml import NvmlInventory, NvmlUnavailable

@@ -19,13 +19,12 @@ Plus "Chunked prefill is enabled with max_num_batched_tokens=N." (config/schedul
 from __future__ import annotations
 
 import ast
-import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .parser import iter_file_lines, own_text
+from .parser import own_text
 from .text import MAX_LINE_CHARS, segments, split_line
 
 _CONFIG_LINE = re.compile(r"\AInitializing (?:a V1 |a V0 |an )LLM engine \(v?([^)\s]{1,80})\) with config: ")
@@ -171,7 +170,3 @@ def read_engine_config(lines: Iterable[str]) -> EngineConfig:
             elif batched is None and (m := _BATCHED.match(msg)):
                 batched = int(m.group(1))
     return EngineConfig(version=version, config=config, args=args, max_num_batched_tokens=batched)
-
-
-def read_engine_config_file(path: str | os.PathLike[str]) -> EngineConfig:
-    return read_engine_config(iter_file_lines(path))

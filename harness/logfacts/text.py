@@ -89,9 +89,3 @@ def split_line(line: str) -> Line:
         source = _source(header.group("where") or header.group("where0"))
         line = line[header.end():]
     return Line(process, level, stamp, line.strip(), source)
-
-
-def clean_line(line: str) -> tuple[str | None, str]:
-    """Return ``(level, message)``: level is None when the line had no log header (tracebacks, pydantic errors)."""
-    parts = split_line(line)
-    return parts.level, parts.message

@@ -171,11 +171,6 @@ class Timeline(BaseModel):
         spans = self.spans()
         return max(spans, key=lambda s: s.seconds) if spans else None
 
-    def boot_s(self) -> float | None:
-        """Seconds to a served (else healthy) server; None when it never got there."""
-        m = self.milestones
-        return m.served if m.served is not None else m.healthy
-
 
 def skipped(eager: bool, device: str | None) -> frozenset[Milestone]:
     """The milestones a boot will not pass: no torch.compile and no graphs when eager, no CUDA graphs on a CPU."""

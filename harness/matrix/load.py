@@ -259,11 +259,6 @@ def _nul_paths(data: Any) -> Iterator[str]:
             stack.extend((f"{path}[{i}]", v, False) for i, v in reversed(list(enumerate(node))))
 
 
-def parse_matrix(raw_text: str, file: str, environ: Mapping[str, str] | None = None,
-                 placeholders: bool = False) -> Matrix:
-    return _parse(raw_text, file, environ, placeholders)[0]
-
-
 def _parse(raw_text: str, file: str, environ: Mapping[str, str] | None,
            placeholders: bool) -> tuple[Matrix, tuple[str, ...]]:
     try:

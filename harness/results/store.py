@@ -231,16 +231,6 @@ def dump_json(obj: object) -> str:
     return json.dumps(obj, indent=2, sort_keys=True)
 
 
-def write_run(run: RunResult, results_dir: Path) -> Path:
-    """Write `run` as a run directory (results.json and cells/*.json), as `boot-harness run` would."""
-    run_dir = Path(results_dir) / run.run_id
-    for c in run.cells:
-        atomic_write_text(run_dir / "cells" / f"{c.cell_id}.json", c.model_dump_json(indent=2))
-    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / "results.json", run.model_dump_json(indent=2))
-    return run_dir
-
-
 class RunLock:
     """One writer per run directory: a `--resume` of a run that is still going (a second CI job, a person beside the
     nightly) would boot its cells again and interleave its records with the first's. An flock, so the kernel lets go

@@ -8,7 +8,6 @@ so that `gc` can still reap it after the harness itself was SIGKILLed.
 from __future__ import annotations
 
 import ctypes
-import enum
 import os
 import secrets
 import shutil
@@ -27,6 +26,7 @@ from harness.clock import SYSTEM, Clock
 from harness.errors import CellStartError, FileRefused, HarnessError, RuntimeUnavailable
 from harness.files import read_json, write_atomic
 from harness.logfacts.timeline import Milestone
+from harness.names import Named
 from harness.runtime.records import AppliedPatch, ContainerInfo
 from harness.runtime import compile_cache, scratch
 from harness.runtime.base import CellContext, LineSink, read_host_file
@@ -170,7 +170,7 @@ def write_active_record(path: Path, record: ActiveRecord) -> None:
     write_atomic(path, record.model_dump_json())
 
 
-class Proof(enum.Enum):
+class Proof(Named):
     """What /proc says about a recorded process group."""
 
     ours = "a live process of the group carries the record's server id"

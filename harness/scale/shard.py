@@ -55,11 +55,3 @@ def shard_cells(cells: Sequence[T], i: int, n: int) -> list[T]:
 
 def _id(cell: object) -> str:
     return cell if isinstance(cell, str) else cell.id  # type: ignore[attr-defined]
-
-
-def shard_sizes(cell_ids: Sequence[str], n: int) -> list[int]:
-    """How many cells each of the n shards gets (what `cells --shard` users ask before picking N)."""
-    sizes = [0] * n
-    for cid in cell_ids:
-        sizes[shard_of(cid, n) - 1] += 1
-    return sizes

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from harness.clock import SYSTEM, Clock
 from harness.names import Named
 
-Clock = Callable[[], float]
 
 class EventKind(Named):
     line = "line"
@@ -47,7 +45,7 @@ class ThreadedEvents:
     slowed to the pace the watch loop reads at (the pipe fills, the server blocks on write) instead of growing our
     memory. Only the log reader ever waits; exit, health and probe events always go through."""
 
-    def __init__(self, clock: Clock = time.monotonic, max_pending_chars: int = MAX_PENDING_CHARS):
+    def __init__(self, clock: Clock = SYSTEM, max_pending_chars: int = MAX_PENDING_CHARS):
         self.clock = clock
         self._q: queue.Queue[Event] = queue.Queue()
         self._room = threading.Condition()
@@ -60,7 +58,7 @@ class ThreadedEvents:
 
     def line_sink(self, text: str | None) -> None:
         if text is None:
-            self.put(Event(EventKind.eof, self.clock()))
+            self.put(Event(EventKind.eof, self.clock.now()))
             return
         with self._room:
             while self._pending and self._pending + len(text) > self._max_pending and not self._closed:
@@ -68,7 +66,7 @@ class ThreadedEvents:
             if self._closed:
                 return  # the watch is over and nobody reads any more: drop, never block the reader for ever
             self._pending += len(text)
-        self.put(Event(EventKind.line, self.clock(), text=text))
+        self.put(Event(EventKind.line, self.clock.now(), text=text))
 
     def get(self, timeout: float) -> Event | None:
         try:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import requests
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, retry_if_result
 
-from harness.watch.events import Clock, Event, EventKind, EventQueue
+from harness.clock import Clock
+from harness.watch.events import Event, EventKind, EventQueue
 
 
 def health_ok(session: requests.Session, url: str, timeout: float) -> bool:
@@ -41,11 +42,11 @@ class HealthPoller:
     BURST_S, BURST_INTERVAL_S = 3.0, 0.05
 
     def wake(self) -> None:
-        self._burst_until = self.clock() + self.BURST_S
+        self._burst_until = self.clock.now() + self.BURST_S
         self._wake.set()
 
     def _wait(self, _: RetryCallState) -> float:
-        return self.BURST_INTERVAL_S if self.clock() < self._burst_until else self.interval_s
+        return self.BURST_INTERVAL_S if self.clock.now() < self._burst_until else self.interval_s
 
     def stop(self) -> None:
         self._stop.set()
@@ -58,7 +59,7 @@ class HealthPoller:
             self._wake.clear()
 
     def _should_stop(self, _: RetryCallState) -> bool:
-        return self._stop.is_set() or self.clock() >= self.deadline
+        return self._stop.is_set() or self.clock.now() >= self.deadline
 
     def _run(self) -> None:
         retrying = Retrying(
@@ -69,7 +70,7 @@ class HealthPoller:
             retry_error_callback=lambda _: False,
         )
         if retrying(health_ok, self.session, self.url, self.request_timeout_s) and not self._stop.is_set():
-            self.events.put(Event(EventKind.healthy, self.clock()))
+            self.events.put(Event(EventKind.healthy, self.clock.now()))
 
 
 @dataclass(frozen=True)

@@ -13,17 +13,17 @@ policy's to decide (harness.verdict.policy), with what the runtime and the execu
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from harness.clock import SYSTEM, Clock
 from harness.logfacts import LogFacts, LogParser, Signal
 from harness.logfacts.timeline import Milestone, PhaseAt
 from harness.units import fmt_seconds
 from harness.runtime.base import Server
 from harness.verdict.catalogue import Reason
 from harness.verdict.policy import Sighting, SightingKind
-from harness.watch.events import Clock, Event, EventKind, EventQueue
+from harness.watch.events import Event, EventKind, EventQueue
 from harness.watch.health import HealthPoller, ProbeResult, probe_completion
 from harness.watch.logsink import LogSink
 from harness.watch.timeline import TimelineRecorder
@@ -82,11 +82,11 @@ class Watch:
     """One boot's watch. `run()` returns what it saw; the caller tears the server down afterwards."""
 
     def __init__(self, server: Server, events: EventQueue, sink: LogSink, config: WatchConfig,
-                 clock: Clock = time.monotonic, poller: PollerFactory | None = None, prober: Prober = probe_completion,
+                 clock: Clock = SYSTEM, poller: PollerFactory | None = None, prober: Prober = probe_completion,
                  started_at: float | None = None, timeline: TimelineRecorder | None = None):
         self.server, self.events, self.sink, self.config = server, events, sink, config
         self.clock = clock
-        self.start = clock() if started_at is None else started_at
+        self.start = clock.now() if started_at is None else started_at
         #: The cell's milestones: the runtime marked its own before the watch began; lines, /health and the probe here.
         self.timeline = timeline or TimelineRecorder(clock, self.start)
         self.deadline = self.start + config.timeout_s
@@ -111,13 +111,13 @@ class Watch:
 
     def _exit_waiter(self) -> None:
         code = self.server.wait(None)
-        self.events.put(Event(EventKind.exit, self.clock(), code=code))
+        self.events.put(Event(EventKind.exit, self.clock.now(), code=code))
 
     def _found(self, kind: SightingKind, detail: str, event_t: float | None, ready_t: float | None = None) -> Observation:
         refusal = self.parser.facts.refusal if kind == SightingKind.refusal else None
         return Observation(Sighting(kind, detail, refusal=refusal, exit_code=self.exit_code), exit_code=self.exit_code,
                            ready_s=self._rel(ready_t), ready_line_s=self._rel(self.ready_line_t),
-                           event_s=self._rel(event_t), verdict_s=self._rel(self.clock()))
+                           event_s=self._rel(event_t), verdict_s=self._rel(self.clock.now()))
 
     def _take(self, ev: Event) -> Signal:
         if ev.kind == EventKind.line:
@@ -146,9 +146,9 @@ class Watch:
 
     def _drain_after_exit(self, t_exit: float) -> Observation:
         """The server is gone; its last lines may still be in the pipe, and they may hold the refusal."""
-        until = self.clock() + DRAIN_S
-        while not self.eof and self.clock() < until:
-            ev = self._next(min(SLICE_S, until - self.clock()))
+        until = self.clock.now() + DRAIN_S
+        while not self.eof and self.clock.now() < until:
+            ev = self._next(min(SLICE_S, until - self.clock.now()))
             if ev is not None and self._take(ev) is Signal.REFUSAL:
                 return self._refusal_found(t_exit)
         if self.parser.facts.refusal is not None:
@@ -172,7 +172,7 @@ class Watch:
         self.timeline.mark(Milestone.healthy, t)
         if not self.config.probe:
             return self._found(SightingKind.healthy, "/health answered 200", t, ready_t=t)
-        remaining = max(1.0, self.deadline - self.clock())
+        remaining = max(1.0, self.deadline - self.clock.now())
         result = self._probe(min(self.config.probe_timeout_s, remaining))
         if result.ok:
             self.timeline.mark(Milestone.served)
@@ -198,7 +198,7 @@ class Watch:
             try:
                 box.append(self._prober(self.server.base_url, timeout_s))
             finally:
-                self.events.put(Event(EventKind.probed, self.clock()))
+                self.events.put(Event(EventKind.probed, self.clock.now()))
 
         threading.Thread(target=probe, daemon=True, name="probe").start()
         while True:
@@ -212,9 +212,9 @@ class Watch:
 
     def _linger(self) -> None:
         """After a refusal: give the server `linger_s` to exit on its own, keeping every line it still writes."""
-        until = self.clock() + self.config.linger_s
-        while self.clock() < until and not (self.eof and self.exit_code is not None):
-            ev = self._next(min(SLICE_S, until - self.clock()))
+        until = self.clock.now() + self.config.linger_s
+        while self.clock.now() < until and not (self.eof and self.exit_code is not None):
+            ev = self._next(min(SLICE_S, until - self.clock.now()))
             if ev is not None:
                 self._take(ev)
 
@@ -233,15 +233,15 @@ class Watch:
 
     def collect_rest(self, limit_s: float = 2.0) -> None:
         """After teardown: the lines the server wrote while being stopped still belong in its log."""
-        until = self.clock() + limit_s
-        while not self.eof and self.clock() < until:
-            ev = self._next(min(SLICE_S, until - self.clock()))
+        until = self.clock.now() + limit_s
+        while not self.eof and self.clock.now() < until:
+            ev = self._next(min(SLICE_S, until - self.clock.now()))
             if ev is not None:
                 self._take(ev)
 
     def _watch(self, poller: HealthPoller) -> Observation:
         while True:
-            now = self.clock()
+            now = self.clock.now()
             if now >= self.deadline:
                 return self._found(SightingKind.deadline, f"no verdict within {fmt_seconds(self.config.timeout_s)}: "
                                    f"{self.phase(self.deadline).describe()}", self.deadline)

@@ -7,11 +7,10 @@ phase on one clock, including the ones nobody prints (imports, API server start,
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
+from harness.clock import SYSTEM, Clock
 from harness.logfacts.timeline import RANK, Durations, Milestone, Milestones, PhaseAt, Timeline, phase_at
-from harness.watch.events import Clock
 
 
 class TimelineRecorder:
@@ -20,10 +19,10 @@ class TimelineRecorder:
     A milestone may be marked again (the last rank's weights, a draft model's compile) until a later one is reached,
     so each says when its phase ended for the whole engine and the milestones never go backwards."""
 
-    def __init__(self, clock: Clock = time.monotonic, start: float | None = None,
+    def __init__(self, clock: Clock = SYSTEM, start: float | None = None,
                  on_mark: Callable[[Milestone, float], None] | None = None):
         self.clock = clock
-        self.start = clock() if start is None else start
+        self.start = clock.now() if start is None else start
         self._at: dict[Milestone, float] = {}
         self._lock = threading.Lock()
         #: Told each milestone marked, with seconds since the start (outside the lock: it may take its time).
@@ -31,7 +30,7 @@ class TimelineRecorder:
 
     def mark(self, milestone: Milestone, t: float | None = None) -> None:
         """`milestone` happened at `t` (on `clock`; now when None)."""
-        at = self.clock() if t is None else t
+        at = self.clock.now() if t is None else t
         with self._lock:
             if any(RANK[m] > RANK[milestone] for m in self._at if m is not Milestone.decided):
                 return  # a later phase has begun: this line is a straggler, not the end of the phase
@@ -46,7 +45,7 @@ class TimelineRecorder:
 
     def phase(self, t: float | None = None, skip: frozenset[Milestone] = frozenset()) -> PhaseAt:
         """Where the server is at `t` (now when None), never naming a phase in `skip` (LogFacts.skipped)."""
-        at = self.clock() if t is None else t
+        at = self.clock.now() if t is None else t
         return phase_at(self.milestones(), round(at - self.start, 3), skip)
 
     def timeline(self, durations: Durations, decided_at: float | None,

@@ -26,7 +26,7 @@ from harness.results.model import RunResult
 from harness.results.store import RunStore
 from harness.boot.attempt import CellRunner, watch_config
 from harness.boot.executor import Executor
-from harness.boot.live import LiveServers
+from harness.boot.server_registry import LiveServers
 from harness.boot.signals import Interrupted
 from harness.runtime.process import ProcessRuntime
 
@@ -101,7 +101,7 @@ def overlaps(timeline) -> list[tuple[str, str]]:
 def test_cells_run_at_once_on_disjoint_gpus_and_record_them_in_matrix_order(tmp_path):
     cells, runner, store = setup(tmp_path, {n: {} for n in "abcd"}, gpus_per_cell=2, delay=0.6)
     clock = FakeClock()
-    inv = FakeInventory(4, total_gib=80, clock=clock.now)
+    inv = FakeInventory(4, total_gib=80, clock=clock)
     sched = Executor(runner, inv, parallel=2, gpus_per_cell=2, idle=IdleBaseline(inv, poll_s=0.02, clock=clock))
     results = sched.run(cells)
     assert [r.cell_id for r in results] == [c.id for c in cells]
@@ -130,7 +130,7 @@ def test_cpu_cells_run_at_once_without_a_gpu_assignment(tmp_path):
 def test_a_cell_waits_for_its_gpu_to_return_to_idle_and_says_so_in_its_log(tmp_path):
     cells, runner, store = setup(tmp_path, {"a": {}})
     clock = FakeClock()
-    inv = FakeInventory(1, clock=clock.now)
+    inv = FakeInventory(1, clock=clock)
     idle = IdleBaseline(inv, timeout_s=10, poll_s=0.02, clock=clock)
     idle.capture()
     inv.hold(0, gib=30, for_s=0.5)  # the previous cell's server, still giving its memory back
@@ -146,7 +146,7 @@ def test_a_cell_waits_for_its_gpu_to_return_to_idle_and_says_so_in_its_log(tmp_p
 def test_a_busy_refusal_is_contaminated_and_retried_once_after_the_wait(tmp_path):
     cells, runner, store = setup(tmp_path, {"a": {"REC_BUSY": "first"}})
     clock = FakeClock()
-    inv = FakeInventory(1, clock=clock.now)
+    inv = FakeInventory(1, clock=clock)
     (r,) = Executor(runner, inv, parallel=1, gpus_per_cell=1, idle=IdleBaseline(inv, poll_s=0.02, clock=clock)).run(cells)
     assert (r.outcome, r.attempts) == ("booted", 2), r.detail
     assert r.contaminated
@@ -159,7 +159,7 @@ def test_a_busy_refusal_is_contaminated_and_retried_once_after_the_wait(tmp_path
 def test_a_second_busy_refusal_on_an_idle_gpu_is_the_configurations_verdict(tmp_path):
     cells, runner, _ = setup(tmp_path, {"a": {"REC_BUSY": "always"}})
     clock = FakeClock()
-    inv = FakeInventory(1, clock=clock.now)
+    inv = FakeInventory(1, clock=clock)
     (r,) = Executor(runner, inv, parallel=1, gpus_per_cell=1, idle=IdleBaseline(inv, poll_s=0.02, clock=clock)).run(cells)
     assert (r.outcome, r.reason, r.attempts, r.matched) == ("refused", "gpu_memory_busy", 2, False)
 
@@ -167,7 +167,7 @@ def test_a_second_busy_refusal_on_an_idle_gpu_is_the_configurations_verdict(tmp_
 def test_a_second_busy_refusal_while_memory_is_still_held_is_never_the_verdict(tmp_path):
     cells, runner, _ = setup(tmp_path, {"a": {"REC_BUSY": "always"}})
     clock = FakeClock()
-    inv = FakeInventory(1, clock=clock.now)
+    inv = FakeInventory(1, clock=clock)
     idle = IdleBaseline(inv, timeout_s=0.2, poll_s=0.02, clock=clock)
     idle.capture()
     inv.hold(0, gib=60)  # something outside the harness holds the GPU all along
@@ -287,7 +287,7 @@ def test_a_server_the_main_thread_stops_voids_its_cells_verdict_before_the_stop_
     assert live.was_killed("late") and late.stops == 1
 
 
-def test_a_shared_gpu_request_one_cell_at_a_time_waits_retries_and_passes_the_request_on(tmp_path, monkeypatch):
+def test_a_shared_gpu_request_one_cell_at_a_time_waits_retries_and_passes_the_request_on(tmp_path):
     """`gpus: all` without gpus_per_cell: the matrix's own request goes to every cell unchanged (no
     CUDA_VISIBLE_DEVICES assignment), yet each cell waits for those GPUs to be idle, records them, and a memory-busy
     refusal is booted once more — the same hygiene as cells on their own GPUs, with `--parallel 1`."""
@@ -296,8 +296,7 @@ def test_a_shared_gpu_request_one_cell_at_a_time_waits_retries_and_passes_the_re
     cells, runner, store = setup(tmp_path, {"a": {"REC_BUSY": "first"}, "b": {}})
     loaded = runner.loaded
     runner.loaded = type(loaded)(**{**loaded.__dict__, "matrix": loaded.matrix.model_copy(update={"gpus": "all"})})
-    monkeypatch.setenv("BOOT_HARNESS_FAKE_GPUS", "2:80")
-    plan = plan_slots(runner.loaded.matrix, "1")
+    plan = plan_slots(runner.loaded.matrix, "1", inventory=FakeInventory(2, total_gib=80))
     assert plan.parallel == 1 and plan.shared_gpus == [0, 1]
     assert "every cell waits for GPUs 0, 1 to be idle" in plan.describe()
     results = plan.executor(runner).run(cells)
@@ -313,7 +312,6 @@ def test_a_matrix_that_asks_for_gpus_on_a_host_without_nvml_is_one_line_exit_2(t
     cells, runner, _ = setup(tmp_path, {"a": {}})
     doc = yaml.safe_load((tmp_path / "m.yaml").read_text())
     (tmp_path / "g.yaml").write_text(yaml.safe_dump({**doc, "gpus": "all"}))
-    monkeypatch.delenv("BOOT_HARNESS_FAKE_GPUS", raising=False)
     monkeypatch.setenv("PYTHONPATH", "")
     import harness.gpu.nvml as nvml
 

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results.store import write_run
-from tests.synthetic import cpu_example_run, seed_run
+from tests.synthetic import cpu_example_run, seed_run, write_run
 from tests.conftest import require
 from tests.integration.conftest import harness_cli
 

@@ -12,12 +12,14 @@ import sys
 from pathlib import Path
 
 from tests.conftest import ROOT
+from tests.doc_block import DocBlock
 
 CORPUS = ROOT / "tests" / "data" / "bad_matrices"
 EXTRA = ROOT / "tests" / "reliability" / "data" / "bad_matrices"
 DOC = ROOT / "docs" / "reliability.md"
 BEGIN, END = "<!-- bad-matrices:begin (python -m tests.reliability.bad_input_table --write) -->", \
     "<!-- bad-matrices:end -->"
+BLOCK = DocBlock(DOC, BEGIN, END)
 #: Variables the corpus relies on being unset (as tests/unit/test_bad_matrices.py).
 UNSET = ("BOOT_HARNESS_TEST_UNSET", "BOOT_HARNESS_TEST_UNSET_TOO", "MODEL", "VLLM_IMAGE")
 
@@ -61,18 +63,11 @@ def render() -> str:
 
 
 def current() -> str | None:
-    text = DOC.read_text(encoding="utf-8") if DOC.exists() else ""
-    if BEGIN not in text or END not in text:
-        return None
-    return text[text.index(BEGIN): text.index(END) + len(END)]
+    return BLOCK.current()
 
 
 def write() -> None:
-    text = DOC.read_text(encoding="utf-8")
-    old = current()
-    if old is None:
-        raise SystemExit(f"{DOC}: no {BEGIN} ... {END} block to fill")
-    DOC.write_text(text.replace(old, render()), encoding="utf-8")
+    BLOCK.write(render())
 
 
 if __name__ == "__main__":

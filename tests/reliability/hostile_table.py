@@ -18,9 +18,11 @@ import tempfile
 from pathlib import Path
 
 from tests.conftest import ROOT
+from tests.doc_block import DocBlock
 
 DOC = ROOT / "docs" / "reliability.md"
 BEGIN, END = "<!-- hostile:begin (python -m tests.reliability.hostile_table --write) -->", "<!-- hostile:end -->"
+BLOCK = DocBlock(DOC, BEGIN, END)
 
 #: (file, the class of input it tries, what was at stake)
 CLASSES = [
@@ -93,44 +95,11 @@ def render(counts: dict[str, int] | None = None) -> str:
 
 
 def current() -> str | None:
-    text = DOC.read_text(encoding="utf-8") if DOC.exists() else ""
-    if BEGIN not in text or END not in text:
-        return None
-    return text[text.index(BEGIN): text.index(END) + len(END)]
+    return BLOCK.current()
 
 
 def write() -> None:
-    text = DOC.read_text(encoding="utf-8")
-    old = current()
-    if old is None:
-        raise SystemExit(f"{DOC}: no {BEGIN} ... {END} block to fill")
-    DOC.write_text(text.replace(old, render()), encoding="utf-8")
-
-
-def before(ref: str) -> dict[str, tuple[int, int]]:
-    """Today's cases run against the harness of `ref` (its worktree, today's tests/ copied in), under a 6 GiB address
-    space so that an unbounded read fails instead of exhausting the machine: (passed, run) per file."""
-    with tempfile.TemporaryDirectory(prefix="hostile-before-") as tmp:
-        tree = Path(tmp) / "tree"
-        subprocess.run(["git", "worktree", "add", "-q", "--detach", str(tree), ref], cwd=ROOT, check=True)
-        try:
-            subprocess.run(["rm", "-rf", str(tree / "tests")], check=True)
-            subprocess.run(["cp", "-r", str(ROOT / "tests"), str(tree / "tests")], check=True)
-            report = Path(tmp) / "report.txt"
-            with report.open("w") as f:
-                subprocess.run(["bash", "-c", 'ulimit -v 6291456; exec "$@"', "-", sys.executable, "-m", "pytest",
-                                "-q", "-rA", "-p", "no:cacheprovider", "-n", "2", "-k", UNSAFE_BEFORE, *_files()],
-                               cwd=tree, stdout=f, stderr=subprocess.STDOUT, timeout=3600)
-            results: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
-            for line in report.read_text().splitlines():
-                m = re.match(r"^(PASSED|FAILED|ERROR) (tests/reliability/[^:]+)::", line)
-                if m:
-                    counts = results[Path(m[2]).name]
-                    counts[0] += m[1] == "PASSED"
-                    counts[1] += 1
-            return {k: (v[0], v[1]) for k, v in results.items()}
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+    BLOCK.write(render())
 
 
 if __name__ == "__main__":

@@ -25,9 +25,8 @@ import pytest
 from harness.cells import expand_cells
 from harness.matrix.load import load_matrix
 from harness.results.model import MatrixRef
-from harness.results.store import write_run
 from tests.reliability.conftest import cli, fake_matrix
-from tests.synthetic import make_cell, make_run
+from tests.synthetic import make_cell, make_run, write_run
 
 #: Seconds any one command may take here before the test calls it hung (they take about one).
 HUNG_S = 60

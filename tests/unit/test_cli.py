@@ -134,3 +134,16 @@ def test_a_dry_run_of_the_gpu_matrix_touches_nothing_not_even_the_engine(tmp_pat
     assert f"-v '{tmp_path}/results/<run-id>/patches/mml131072-mtp4-floor_env-image_patched/0-gpu_worker.py/" \
            "gpu_worker.py:/opt/vllm/lib/python3.14/site-packages/vllm/v1/worker/gpu_worker.py:ro'" in proc.stdout
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("argv", [["run"], ["run", "--dry-run"], ["repro", "scenario_boot"],
+                                  ["repro", "scenario_boot", "--exec"]], ids=" ".join)
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf"])
+def test_every_command_that_takes_timeout_s_refuses_a_bad_one_in_one_line(tmp_path, capsys, argv, value):
+    """`--timeout-s` is declared once (harness.cli.common.add_timeout) and checked once (RunOptions): every command
+    that takes it says the same one line, exit 2, and neither boots nor writes a run directory."""
+    code = main([*argv, "--matrix", str(matrix(tmp_path)), "--results-dir", str(tmp_path / "r"),
+                 f"--timeout-s={value}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("--timeout-s: must be a finite number"), err
+    assert not (tmp_path / "r").exists(), "nothing was booted"

@@ -65,14 +65,14 @@ def test_sizes_print_in_the_unit_that_fits_the_value_never_0_gib(tmp_path):
     session = RunSession.open(loaded, expand_cells(loaded.matrix), RunOptions(results_dir=tmp_path / "r"),
                               runtime=FakeRuntime(default=Script.refused_kv(2048, 0.0, 0.0, 1408)))
     session.run()
-    from harness.report.live import summary
+    from harness.report.progress import summary
 
     text = summary(session.finish(), Console(file=io.StringIO()))
     assert "KV pool 3.00 MiB" in text and re.search(r"KV needed ≈4\.\d\d MiB", text) and " 0 GiB" not in text
 
 
 def test_one_time_per_cell_is_labelled_the_teardown_apart(tmp_path):
-    from harness.report.live import event_line
+    from harness.report.progress import event_line
     from harness.results.model import CellResult, Timings
 
     cell = expand_cells(load_matrix(long_matrix(tmp_path)).matrix)[0]
@@ -221,7 +221,7 @@ def test_no_argument_shape_ends_in_a_traceback(capsys, tmp_path_factory, monkeyp
 
 
 def test_at_a_terminal_the_summary_table_wraps_long_ids_inside_their_column_and_cuts_none(a_run):
-    from harness.report.live import summary
+    from harness.report.progress import summary
     from harness.results.store import load_run
 
     run, _ = load_run(a_run)

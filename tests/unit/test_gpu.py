@@ -87,7 +87,6 @@ def test_no_nvml_means_a_one_line_usage_error_only_when_cells_need_gpus(monkeypa
         open_inventory(1, env={})
     assert open_inventory(0, env={}).kind == "cpu"
     assert open_inventory(0, env={"BOOT_HARNESS_CPU_SLOTS": "3"}).slots == 3
-    assert open_inventory(2, env={"BOOT_HARNESS_FAKE_GPUS": "4:80"}).devices() == [0, 1, 2, 3]
 
 
 def test_the_pool_never_gives_a_gpu_to_two_cells_at_once():
@@ -132,7 +131,7 @@ def test_parallel_without_gpus_per_cell_is_cpu_slots_unless_the_matrix_shares_gp
 
 def test_the_idle_wait_returns_once_memory_is_back_at_the_baseline():
     clock = FakeClock()
-    inv = FakeInventory(2, clock=clock.now)
+    inv = FakeInventory(2, clock=clock)
     idle = IdleBaseline(inv, timeout_s=180, poll_s=1.0, clock=clock)
     idle.capture()
     inv.hold(1, gib=30, for_s=30)  # a server that is still dying
@@ -146,7 +145,7 @@ def test_the_idle_wait_returns_once_memory_is_back_at_the_baseline():
 
 def test_the_idle_wait_is_bounded_and_says_what_is_still_held():
     clock = FakeClock()
-    inv = FakeInventory(1, clock=clock.now)
+    inv = FakeInventory(1, clock=clock)
     idle = IdleBaseline(inv, timeout_s=180, poll_s=1.0, clock=clock)
     idle.capture()
     inv.hold(0, gib=12)
@@ -169,7 +168,7 @@ def test_a_stop_while_the_idle_wait_sleeps_ends_it_there():
                 stop.set()
 
     clock = InterruptedClock()
-    inv = FakeInventory(1, clock=clock.now)
+    inv = FakeInventory(1, clock=clock)
     idle = IdleBaseline(inv, timeout_s=180, poll_s=1.0, clock=clock)
     idle.capture()
     inv.hold(0, gib=12)
@@ -179,7 +178,7 @@ def test_a_stop_while_the_idle_wait_sleeps_ends_it_there():
 
 def test_a_run_that_started_while_memory_was_held_learns_the_lower_idle_level():
     clock = FakeClock()
-    inv = FakeInventory(1, clock=clock.now)
+    inv = FakeInventory(1, clock=clock)
     inv.hold(0, gib=20, for_s=10)
     idle = IdleBaseline(inv, timeout_s=60, poll_s=1.0, clock=clock)
     idle.capture()  # baseline includes the 20 GiB

@@ -21,10 +21,11 @@ from harness.boot.session import RunOptions, RunSession
 from harness.cells import expand_cells
 from harness.cli import main
 from harness.matrix.load import load_matrix
-from harness.results.store import load_run, write_run
+from harness.results.store import load_run
 from harness.runtime.fake import FakeRuntime, Script
 from tests.builders import write_matrix
 from tests.cli import boot_harness
+from tests.synthetic import write_run
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Strings rich would read as markup (and eat) or as an emoji code (and replace) if it were given the chance.
@@ -197,7 +198,7 @@ def test_gc_names_what_it_removed_as_written_and_its_summary_is_one_line(tmp_pat
 
 def test_the_live_table_the_summary_and_the_grid_show_markup_ids_as_written_at_a_terminal(world):
     from harness.report import grid_text
-    from harness.report.live import LiveProgress, print_summary
+    from harness.report.progress import LiveProgress, print_summary
 
     run, _ = load_run(world["long_b"])
     template = expand_cells(load_matrix(world["matrix"]).matrix)[0]

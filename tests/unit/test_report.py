@@ -10,8 +10,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from harness.results.store import write_run
-from tests.synthetic import cpu_example_run, make_cell, make_run, seed_run
+from tests.synthetic import cpu_example_run, make_cell, make_run, seed_run, write_run
 from harness.report import build_report, grid_text, session_summary
 from harness.report.grid import build_grids
 from harness.report.plot import available as plot_available

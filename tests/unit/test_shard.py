@@ -14,10 +14,10 @@ import yaml
 
 from harness.cells import expand_cells
 from harness.errors import UsageError
-from harness.matrix.load import load_matrix, parse_matrix
+from harness.matrix.load import load_matrix
 from harness.results.model import CellResult, Expected, GpuInfo
 from harness.scale.junit import cell_properties
-from harness.scale.shard import parse_shard, shard_cells, shard_of, shard_sizes
+from harness.scale.shard import parse_shard, shard_cells, shard_of
 from tests import builders
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,8 +32,19 @@ def matrix_text(lengths: list[int], mtp: tuple[str, ...] = ("off", "mtp2", "mtp4
     })
 
 
-def ids(text: str) -> list[str]:
-    return [c.id for c in expand_cells(parse_matrix(text, "m.yaml"))]
+def ids(tmp_path: Path, text: str) -> list[str]:
+    """The cell ids of the matrix `text`, loaded from a file as `cells` loads it."""
+    path = tmp_path / f"m{len(list(tmp_path.glob('m*.yaml')))}.yaml"
+    path.write_text(text)
+    return [c.id for c in expand_cells(load_matrix(path).matrix)]
+
+
+def shard_sizes(cell_ids: list[str], n: int) -> list[int]:
+    """How many of `cell_ids` each of the n shards gets, counted from `shard_of` alone."""
+    sizes = [0] * n
+    for cid in cell_ids:
+        sizes[shard_of(cid, n) - 1] += 1
+    return sizes
 
 
 @pytest.mark.parametrize("text,expected", [("1/1", (1, 1)), ("2/3", (2, 3)), (" 3 / 3 ", (3, 3))])
@@ -50,8 +61,8 @@ def test_a_bad_shard_is_a_one_line_usage_error(text, says):
     assert says in str(err.value) and "\n" not in str(err.value)
 
 
-def test_shards_are_disjoint_and_cover_every_cell():
-    all_ids = ids(matrix_text([65536, 131072, 262144]))
+def test_shards_are_disjoint_and_cover_every_cell(tmp_path):
+    all_ids = ids(tmp_path, matrix_text([65536, 131072, 262144]))
     for n in (1, 2, 3, 5, 8):
         parts = [shard_cells(all_ids, i, n) for i in range(1, n + 1)]
         flat = [c for p in parts for c in p]
@@ -59,16 +70,16 @@ def test_shards_are_disjoint_and_cover_every_cell():
         assert [len(p) for p in parts] == shard_sizes(all_ids, n)
 
 
-def test_a_cell_keeps_its_shard_when_the_matrix_grows():
-    before = ids(matrix_text([131072, 262144]))
-    after = ids(matrix_text([65536, 131072, 262144, 524288], mtp=("off", "mtp2", "mtp4", "mtp8")))
+def test_a_cell_keeps_its_shard_when_the_matrix_grows(tmp_path):
+    before = ids(tmp_path, matrix_text([131072, 262144]))
+    after = ids(tmp_path, matrix_text([65536, 131072, 262144, 524288], mtp=("off", "mtp2", "mtp4", "mtp8")))
     assert set(before) < set(after)
     for n in (2, 3, 4):
         assert {c: shard_of(c, n) for c in before} == {c: shard_of(c, n) for c in after if c in before}
 
 
-def test_the_split_depends_on_ids_not_positions_and_keeps_matrix_order():
-    all_ids = ids(matrix_text([131072, 262144]))
+def test_the_split_depends_on_ids_not_positions_and_keeps_matrix_order(tmp_path):
+    all_ids = ids(tmp_path, matrix_text([131072, 262144]))
     shard = shard_cells(all_ids, 1, 2)
     assert shard == [c for c in all_ids if c in shard], "matrix order within a shard"
     assert set(shard_cells(list(reversed(all_ids)), 1, 2)) == set(shard)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.clock import FakeClock
 from harness.masking import Masker
 from harness.verdict.policy import Evidence, decide
 from harness.watch.events import Event, ThreadedEvents
@@ -19,16 +20,6 @@ REFUSAL = ("ERROR 11-29 10:00:01 [kv_cache_utils.py:700] To serve at least one r
            "Based on the available memory, the estimated maximum model length is 3072. Try increasing ...")
 
 
-class FakeClock:
-    """Time that moves only when the loop waits, so a 900 s deadline takes no real time."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class ScriptedEvents(ThreadedEvents):
     """Events from a script; an empty queue advances the fake clock by the wait instead of sleeping."""
 
@@ -38,11 +29,11 @@ class ScriptedEvents(ThreadedEvents):
         self.script = sorted(script, key=lambda x: x[0])
 
     def get(self, timeout: float) -> Event | None:
-        if self.script and self.script[0][0] <= self.fake.now + timeout:
+        if self.script and self.script[0][0] <= self.fake.now() + timeout:
             at, ev = self.script.pop(0)
-            self.fake.now = max(self.fake.now, at)
-            return Event(ev.kind, self.fake.now, ev.text, ev.code)
-        self.fake.now += timeout
+            self.fake.advance(at - self.fake.now())
+            return Event(ev.kind, self.fake.now(), ev.text, ev.code)
+        self.fake.advance(timeout)
         return super().get(0)
 
 
@@ -97,7 +88,7 @@ def line(t: float, text: str) -> tuple[float, Event]:
 def watch(tmp_path: Path, script, *, timeout_s=900.0, probe=True, probe_ok=True, owns=True, linger_s=10.0,
           prober=None):
     clock = FakeClock()
-    script = [(clock.now + t, ev) for t, ev in script]
+    script = [(clock.now() + t, ev) for t, ev in script]
     events = ScriptedEvents(clock, script)
     sink = LogSink(tmp_path / "cell.log", Masker())
     server = FakeServer(owns)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from harness.boot.live import LiveServers, TrackingRuntime
+from harness.boot.server_registry import LiveServers, TrackingRuntime
 from harness.runtime.fake import FakeRuntime, Script
 
 

@@ -1,0 +1,129 @@
+"""The import graph of harness/ points one way: down a declared order of layers, from the entry points (CLI, pytest
+plugin) to the foundations (errors, names, units). A module may import its own layer and any layer below; an arrow
+up is a cycle in waiting (a lazy import inside a function is an arrow too). Importing `harness.a.b` runs
+`harness/a/__init__.py` first, so that package's module is imported as well and counts.
+
+A new module must be placed in a layer (the test names it); `KNOWN` lists the arrows up that are there today, each
+with why, and only shrinks: an entry no longer in the code fails the test until it is removed."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HARNESS = ROOT / "harness"
+
+#: Lowest first. A module belongs to the layer of the longest prefix that names it (`harness.verdict.policy` before
+#: `harness.verdict`): the verdict package is two layers, its catalogue (the package exports only that), which the log
+#: facts name their refusals by, and the policy that decides from those facts. The matrix loader sits above the cells
+#: (`load_matrix` checks a file's cells as well); the matrix's model, below them.
+LAYERS: list[tuple[str, ...]] = [
+    ("harness", "harness.names", "harness.exitcodes", "harness.errors", "harness.units", "harness.clock",
+     "harness.files", "harness.masking", "harness.shell"),
+    ("harness.verdict",),
+    ("harness.logfacts",),
+    ("harness.verdict.policy",),
+    ("harness.gpu", "harness.matrix.model", "harness.matrix.expand_env", "harness.matrix"),
+    ("harness.cells",),
+    ("harness.matrix.load",),
+    ("harness.runtime",),
+    ("harness.predict", "harness.watch", "harness.sweep"),
+    ("harness.results",),
+    ("harness.analysis", "harness.scale", "harness.selection"),
+    ("harness.report",),
+    ("harness.boot",),
+    ("harness.cli",),
+    ("harness.pytest_plugin",),
+]
+
+#: Arrows up that exist today: (importer, imported) -> why it is still there. Remove an entry with its arrow.
+KNOWN: dict[tuple[str, str], str] = {
+    ("harness.matrix.load", "harness.runtime.compile_cache"): "load_matrix refuses a compile_cache path by the rule of "
+    "the code that writes into it (compile_cache.refusal); the rule could move down to the matrix layer",
+    ("harness.matrix.load", "harness.runtime"): "the package harness.runtime, run by the import above",
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(source: str, name: str, is_package: bool = False) -> set[str]:
+    """The harness modules the module `name` (its `source`) imports, anywhere in it (function bodies included), with
+    their parent packages."""
+    package = name if is_package else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(source, name)):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, *([node.module] if node.module else [])])
+            targets = [base, *(f"{base}.{a.name}" for a in node.names)]
+        for t in targets:
+            parts = t.split(".")
+            out.update(".".join(parts[:i]) for i in range(2, len(parts) + 1))
+    return {m for m in out if m in MODULES and m != name}
+
+
+MODULES = {module_name(p) for p in HARNESS.rglob("*.py")}
+
+
+def layer_of(module: str) -> int | None:
+    best: tuple[int, int] | None = None  # (prefix length, layer)
+    for i, names in enumerate(LAYERS):
+        for prefix in names:
+            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), i)
+    return None if best is None else best[1]
+
+
+def arrows_up() -> dict[tuple[str, str], tuple[int, int]]:
+    out = {}
+    for path in sorted(HARNESS.rglob("*.py")):
+        name = module_name(path)
+        for target in imported(path.read_text(), name, path.name == "__init__.py"):
+            src, dst = layer_of(name), layer_of(target)
+            if src is not None and dst is not None and dst > src:
+                out[(name, target)] = (src, dst)
+    return out
+
+
+def test_every_module_is_placed_in_a_layer():
+    unplaced = sorted(m for m in MODULES if layer_of(m) is None)
+    assert not unplaced, f"place these in LAYERS: {unplaced}"
+
+
+def test_no_import_points_up_the_layers():
+    up = {k: v for k, v in arrows_up().items() if k not in KNOWN}
+    assert not up, "imports up the layers: " + "; ".join(f"{a} (layer {s}) -> {b} (layer {d})"
+                                                         for (a, b), (s, d) in sorted(up.items()))
+
+
+def test_each_known_arrow_up_is_still_there():
+    gone = sorted(set(KNOWN) - set(arrows_up()))
+    assert not gone, f"these arrows up are gone: remove them from KNOWN: {gone}"
+
+
+@pytest.mark.parametrize("source,expected", [
+    ("from harness.verdict.catalogue import Reason\n", {"harness.verdict", "harness.verdict.catalogue"}),
+    ("def f():\n    from harness.cells import cell_problems\n", {"harness.cells"}),
+    ("from .records import GpuInfo\n", {"harness.gpu", "harness.gpu.records"}),
+    ("import harness.runtime.compile_cache\n", {"harness.runtime", "harness.runtime.compile_cache"}),
+], ids=["parent-package-counts", "lazy-import-counts", "relative-import", "plain-import"])
+def test_the_reader_sees_every_kind_of_import(source, expected):
+    assert imported(source, "harness.gpu.probe") == expected
+
+
+def test_an_arrow_up_is_seen():
+    """The check can fail: a foundation module that imported the CLI would be an arrow from layer 0 to the top."""
+    assert layer_of("harness.errors") < layer_of("harness.cli.common")
+    assert layer_of("harness.verdict.policy") > layer_of("harness.logfacts.model") > layer_of("harness.verdict")
+    assert "harness.cli.common" in imported("from harness.cli.common import add_timeout\n", "harness.errors")
