@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from harness.cells import Cell  # noqa: E402
+from harness.matrix.cells import Cell  # noqa: E402
 from harness.results.model import CellResult  # noqa: E402
 
 #: (cell, round) -> (verdict, wall seconds) for the bare side.

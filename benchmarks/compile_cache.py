@@ -26,7 +26,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from harness.boot.session import RunOptions, RunSession  # noqa: E402
-from harness.cells import expand_cells  # noqa: E402
 from harness.matrix.load import load_matrix  # noqa: E402
 from harness.results.model import CellResult  # noqa: E402
 
@@ -47,7 +46,7 @@ def matrix(tmp: Path, cache: Path) -> Path:
 
 def boot(path: Path, results: Path) -> CellResult:
     loaded = load_matrix(path)
-    session = RunSession.open(loaded, expand_cells(loaded.matrix), RunOptions(results_dir=results))
+    session = RunSession.open(loaded, list(loaded.cells), RunOptions(results_dir=results))
     (r,) = session.run()
     session.finish()
     if r.outcome != "booted":

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from _sidebyside import ROOT, poll_health, side_by_side
 
-from harness.cells import expand_cells, select_cells
+from harness.matrix.cells import select_cells
 from harness.matrix.load import load_matrix
 from harness.boot.session import RunOptions, RunSession
 from harness.runtime.container import ContainerRuntime
@@ -58,7 +58,7 @@ def main() -> int:
     ap.add_argument("--cell", action="append", dest="cells", metavar="ID", help=f"cells to boot (default: {CELLS})")
     args = ap.parse_args()
     loaded = load_matrix(ROOT / "examples" / "cpu-container.yaml")
-    cells = select_cells(expand_cells(loaded.matrix), args.cells or CELLS, loaded.matrix)
+    cells = select_cells(list(loaded.cells), args.cells or CELLS, loaded.matrix)
     runtime = ContainerRuntime.for_matrix(loaded)
     with tempfile.TemporaryDirectory(prefix="bh-bench-") as tmp:
         session = RunSession.open(loaded, cells, RunOptions(results_dir=Path(tmp) / "results"), runtime=runtime)

@@ -33,7 +33,7 @@ from harness.analysis.frontier import (  # noqa: E402
 from harness.boot.frontier import run_frontier  # noqa: E402
 from harness.analysis.kv import KV_BYTES_FLAG, flag_value, human_int  # noqa: E402
 from harness.results.store import load_run  # noqa: E402
-from harness.cells import expand_cells, select_cells  # noqa: E402
+from harness.matrix.cells import select_cells  # noqa: E402
 from harness.matrix.load import load_matrix  # noqa: E402
 
 SELECT = "spec=draft,kv=tight"
@@ -46,7 +46,7 @@ def real_run(args) -> tuple[Path, dict, float]:
         doc = json.loads((args.reuse / "frontier.json").read_text())
         return args.reuse, doc["groups"][0], float("nan")
     loaded = load_matrix(ROOT / "examples" / "cpu-tiny.yaml")
-    cells = select_cells(expand_cells(loaded.matrix), [SELECT], loaded.matrix)
+    cells = select_cells(list(loaded.cells), [SELECT], loaded.matrix)
     t0 = time.monotonic()
     run_dir, found = run_frontier(loaded, cells, lo=args.lo, hi=args.hi, results_dir=args.results_dir, predict=False,
                                 selection=[SELECT], say=lambda line: print(f"  {line}", flush=True))

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from harness.cells import expand_cells, select_cells  # noqa: E402
+from harness.matrix.cells import select_cells  # noqa: E402
 from harness.gpu.fake import FakeInventory  # noqa: E402
 from harness.gpu.inventory import CpuInventory  # noqa: E402
 from harness.matrix.load import load_matrix  # noqa: E402
@@ -55,7 +55,7 @@ def fake_matrix(folder: Path, cells: int, delay: float) -> Path:
 def run_once(matrix: Path, select: list[str] | None, parallel: int, inventory, gpus_per_cell: int,
              results: Path) -> tuple[float, list[float], int]:
     loaded = load_matrix(matrix)
-    cells = select_cells(expand_cells(loaded.matrix), select, loaded.matrix)
+    cells = select_cells(list(loaded.cells), select, loaded.matrix)
     session = RunSession.open(loaded, cells, RunOptions(results_dir=results, parallel=parallel),
                               runtime=ProcessRuntime(loaded.matrix.command), inventory=inventory)
     sched = session.executor

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from _sidebyside import ROOT, poll_health, side_by_side
 
-from harness.cells import expand_cells, select_cells
+from harness.matrix.cells import select_cells
 from harness.matrix.load import load_matrix
 from harness.boot.session import RunOptions, RunSession
 from harness.runtime.ports import free_port
@@ -62,7 +62,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     loaded = load_matrix(ROOT / "examples" / "cpu-tiny.yaml")
-    cells = select_cells(expand_cells(loaded.matrix), CELLS, loaded.matrix)
+    cells = select_cells(list(loaded.cells), CELLS, loaded.matrix)
     runtime = ProcessRuntime(loaded.matrix.command)
     with tempfile.TemporaryDirectory(prefix="bh-bench-") as tmp:
         session = RunSession.open(loaded, cells, RunOptions(results_dir=Path(tmp) / "results"), runtime=runtime)

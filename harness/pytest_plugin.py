@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cells import Cell
+from harness.matrix.cells import Cell
 from harness.errors import UsageError
 from harness.results.model import CellResult, RunStatus
 
@@ -59,7 +59,7 @@ class _Selection:
     """The matrix and its selected cells, loaded once per session."""
 
     def __init__(self, config: pytest.Config):
-        from harness.selection import selected
+        from harness.matrix.selection import selected
 
         try:
             sel = selected(Path(config.getoption("boot_matrix")), config.getoption("boot_select"),

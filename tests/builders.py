@@ -63,10 +63,9 @@ def fake_matrix(path: Path, cases: list[str] | dict[str, dict[str, str]], *, axi
 def fake_cells(tmp_path: Path, values=("a", "b"), **top):
     """(loaded matrix, cells) of one axis `c` whose cells `c_a`, `c_b`, … boot on the FakeRuntime's scripts; every
     cell expected to boot unless `top` says otherwise."""
-    from harness.cells import expand_cells
     from harness.matrix.load import load_matrix
 
     doc = {"name": "fakes", "command": ["fake-vllm"], "model": "m", "timeout_s": 10, "linger_s": 0.2,
            "axes": {"c": {v: {} for v in values}}, "expect": [{"outcome": "booted"}], **top}
     loaded = load_matrix(write_matrix(tmp_path / "m.yaml", doc))
-    return loaded, expand_cells(loaded.matrix)
+    return loaded, list(loaded.cells)

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from harness.boot.signals import signals_held
 from harness.clock import SYSTEM, Clock
-from harness.cells import Cell
+from harness.matrix.cells import Cell
 from harness.errors import CellStartError
 from harness.logfacts import LogParser
 from harness.logfacts.timeline import Milestone, Timeline

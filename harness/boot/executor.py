@@ -36,7 +36,7 @@ from harness.boot.server_registry import LiveServers, TrackingRuntime
 from harness.boot.notes import gpu_notes, note
 from harness.boot.retry import BusyRetry, RetryPolicy
 from harness.boot.signals import Interrupted, interrupts_raise, signals_held
-from harness.cells import Cell
+from harness.matrix.cells import Cell
 from harness.clock import Clock
 from harness.errors import GpuLost, GpusGone
 from harness.logfacts.timeline import Milestone

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness.analysis.frontier import Answer, GroupFrontier, find_frontier, known_from_run
 from harness.analysis.kv import block_size, human_int
-from harness.cells import groups_by, vary
+from harness.matrix.cells import groups_by, vary
 from harness.boot.session import RunOptions, RunSession, frontier_run_id
 from harness.predict.plan import Logged, plan_cells
 from harness.predict.predictor import GPU_BLOCK

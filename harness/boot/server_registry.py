@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 
-from harness.cells import Cell
+from harness.matrix.cells import Cell
 from harness.runtime.base import CellContext, LineSink, Runtime, Server
 from harness.runtime.pull import PullObserver
 from harness.runtime.records import AppliedPatch, ContainerInfo

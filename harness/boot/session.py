@@ -16,7 +16,7 @@ from pathlib import Path
 from harness.boot.attempt import CellRunner, Observer, watch_config
 from harness.boot.executor import Executor
 from harness.boot.slots import SlotPlan, plan_slots
-from harness.cells import Cell
+from harness.matrix.cells import Cell
 from harness.clock import SYSTEM, Clock
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode

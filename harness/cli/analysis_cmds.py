@@ -157,11 +157,10 @@ def cmd_frontier(args: argparse.Namespace, out: Console) -> int:
     from harness.boot.signals import Interrupted
     from harness.report.frontier import render_frontiers
     from harness.results.store import load_run
-    from harness.cells import expand_cells, select_cells
-    from harness.matrix.load import load_matrix
+    from harness.matrix.selection import selected
 
-    loaded = load_matrix(args.matrix)
-    cells = select_cells(expand_cells(loaded.matrix, str(args.matrix)), args.select, loaded.matrix)
+    sel = selected(args.matrix, args.select)
+    loaded, cells = sel.loaded, sel.cells
     if args.lo is not None and args.hi is not None and args.lo > args.hi:
         raise UsageError(f"--lo {args.lo} is above --hi {args.hi}")
     from_run = load_run(args.from_run)[0] if args.from_run else None

@@ -8,7 +8,7 @@ import json
 from rich.console import Console
 
 from harness.cli.common import USAGE_EXIT, add_command, add_matrix, add_selection, add_shard, say_to, stderr
-from harness.selection import selected
+from harness.matrix.selection import selected
 from harness.exitcodes import ExitCode
 
 

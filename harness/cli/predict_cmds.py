@@ -71,14 +71,13 @@ def register(sub: argparse._SubParsersAction) -> dict:
 
 
 def cmd_plan(args: argparse.Namespace, out: Console) -> int:
-    from harness.cells import expand_cells, select_cells
-    from harness.matrix.load import load_matrix
+    from harness.matrix.selection import selected
     from harness.predict.plan import Logged, plan_cells
     from harness.report.kv import render_plan
     from harness.results.store import load_run
 
-    loaded = load_matrix(args.matrix)
-    cells = select_cells(expand_cells(loaded.matrix, str(args.matrix)), args.select, loaded.matrix)
+    sel = selected(args.matrix, args.select)
+    loaded, cells = sel.loaded, sel.cells
     prior = None
     if args.prior:
         run, _ = load_run(args.prior)

@@ -12,7 +12,7 @@ from harness.boot.signals import Interrupted
 from harness.cli import values
 from harness.cli.common import (USAGE_EXIT, add_command, add_matrix, add_parallel, add_selection, add_shard,
                                 add_timeout, say_to, stderr)
-from harness.selection import selected
+from harness.matrix.selection import selected
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
 from harness.results.model import RunStatus
@@ -95,7 +95,7 @@ def cmd_repro(args: argparse.Namespace, out: Console) -> int:
     sel = selected(args.matrix, None)
     cells = {c.id: c for c in sel.cells}
     if args.cell_id not in cells:
-        from harness.cells import explain_missing_id
+        from harness.matrix.cells import explain_missing_id
 
         why = explain_missing_id(sel.loaded.matrix, args.cell_id, sel.cells)
         raise UsageError(f"{args.matrix}: {why} (see `boot-harness cells --matrix {args.matrix}`)")

@@ -16,6 +16,8 @@ import yaml
 from pydantic import ValidationError
 
 from harness.errors import ConfigError, ConfigErrors
+from harness.matrix.cache_path import refusal
+from harness.matrix.cells import Cell, expand
 from harness.matrix.expand_env import expand_tree
 from harness.matrix.model import Matrix
 
@@ -24,11 +26,13 @@ _AXIS_TAGS = {"flag", "named"}
 
 @dataclass(frozen=True)
 class LoadedMatrix:
-    """A validated matrix and where it came from (its sha256 identifies the run's input)."""
+    """A validated matrix, its cells (expanded once, here: every command reads these) and where it came from (its
+    sha256 identifies the run's input)."""
 
     matrix: Matrix
     path: Path
     sha256: str
+    cells: tuple[Cell, ...] = ()
     #: Variables that were not set and read as `<NAME>` (only when loaded with placeholders, for read-only commands).
     unset: tuple[str, ...] = ()
 
@@ -312,8 +316,6 @@ def load_matrix(path: str | os.PathLike[str], environ: Mapping[str, str] | None 
     """Load and fully check a matrix file, cells included, so `validate` and `run` fail the same way; every mistake
     of a stage is reported at once, one line each. With `placeholders`, an unset variable reads as `<NAME>` (and is
     listed in `unset`) instead of being an error: what the read-only commands show of an environment not set up."""
-    from harness.cells import cell_problems  # the cross-checks live with the cells they are about
-
     p = Path(path)
     shown = str(path)
     from harness.files import read_bytes  # the one reader: a regular file, bounded; a FIFO or a device is refused
@@ -324,8 +326,10 @@ def load_matrix(path: str | os.PathLike[str], environ: Mapping[str, str] | None 
     except UnicodeDecodeError:
         raise ConfigError(shown, "", "is not UTF-8 text") from None
     matrix, unset = _parse(text, shown, environ, placeholders)
-    loaded = LoadedMatrix(matrix=matrix, path=p.resolve(), sha256=hashlib.sha256(raw).hexdigest(), unset=unset)
-    problems = _file_problems(loaded, shown) + cell_problems(loaded.matrix, shown)
+    cells, cell_problems = expand(matrix, shown)
+    loaded = LoadedMatrix(matrix=matrix, path=p.resolve(), sha256=hashlib.sha256(raw).hexdigest(), cells=tuple(cells),
+                          unset=unset)
+    problems = _file_problems(loaded, shown) + cell_problems
     if problems:
         raise ConfigErrors.of(problems)
     return loaded
@@ -334,8 +338,6 @@ def load_matrix(path: str | os.PathLike[str], environ: Mapping[str, str] | None 
 def _file_problems(loaded: LoadedMatrix, shown: str) -> list[ConfigError]:
     """Patch files ship with the matrix, so a missing one is a mistake in the file, found before any cell runs; a
     compile cache path that would be `/`, a home or the project itself is one too (the harness writes into it)."""
-    from harness.runtime.compile_cache import refusal  # the cache's rules live with the code that writes into it
-
     out = []
     if (why := refusal(loaded.matrix.compile_cache, loaded.base_dir)) is not None:
         out.append(ConfigError(shown, "compile_cache", why))

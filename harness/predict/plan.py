@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.cells import Cell
+from harness.matrix.cells import Cell
 from harness.logfacts import KvFacts, Refusal
 from harness.predict.cell import predict_cell
 from harness.predict.prediction import PredictionRecord

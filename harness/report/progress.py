@@ -12,12 +12,12 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.analysis.kv import cell_kv, length_axis
-from harness.cells import Cell
+from harness.matrix.cells import Cell
 from harness.logfacts.timeline import Milestone, Milestones, phase_at, skipped
 from harness.report.style import outcome_text
 from harness.report.text import PlainTable, plain_console
 from harness.results.model import CellResult, RunResult
-from harness.units import fmt_bytes, fmt_seconds, fmt_tokens
+from harness.units import fmt_seconds, fmt_tokens
 from harness.verdict import Outcome
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from harness.cells import Cell
+from harness.matrix.cells import Cell
 from harness.logfacts.timeline import Milestone
 from harness.runtime.pull import PullObserver
 from harness.runtime.records import AppliedPatch, ContainerInfo

@@ -22,7 +22,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from harness.cells import Cell
+from harness.matrix.cells import Cell
 from harness.clock import SYSTEM, Clock
 from harness.errors import CellStartError, EngineGone, RuntimeUnavailable, UsageError
 from harness.logfacts.timeline import Milestone

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.cells import Cell
+from harness.matrix.cells import Cell
 from harness.matrix.model import Matrix, Mount
 from harness.runtime import compile_cache, engine as eng
 from harness.runtime.process import SERVER_ENV

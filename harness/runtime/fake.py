@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from harness.runtime.pull import PullObserver
-from harness.cells import Cell
+from harness.matrix.cells import Cell
 from harness.clock import SYSTEM, Clock
 from harness.errors import CellStartError
 from harness.logfacts.timeline import Milestone

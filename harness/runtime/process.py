@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from harness.runtime.pull import PullObserver
-from harness.cells import Cell
+from harness.matrix.cells import Cell
 from harness.clock import SYSTEM, Clock
 from harness.errors import CellStartError, FileRefused, HarnessError, RuntimeUnavailable
 from harness.files import read_json, write_atomic

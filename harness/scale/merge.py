@@ -28,7 +28,7 @@ from harness.errors import UsageError
 from harness.files import copy_regular, kind_of
 from harness.results.model import CellResult, RunResult, RunStatus
 from harness.results.store import atomic_write_text, load_run, summarize
-from harness.scale.shard import parse_shard
+from harness.matrix.shard import parse_shard
 
 MERGE_FILE = "merge.json"
 
@@ -107,7 +107,6 @@ def check_compatible(runs: list[tuple[Path, RunResult]]) -> tuple[bool, list[str
 
 
 def _matrix_order(runs: list[tuple[Path, RunResult]], matrix_path: Path | None) -> tuple[list[str] | None, str]:
-    from harness.cells import expand_cells
     from harness.matrix.load import load_matrix
 
     sha = runs[0][1].matrix.sha256
@@ -122,7 +121,7 @@ def _matrix_order(runs: list[tuple[Path, RunResult]], matrix_path: Path | None) 
         if matrix_path is not None:
             raise UsageError(f"{matrix_path}: not the matrix these runs ran (sha256 {loaded.sha256[:12]}… vs {sha[:12]}…)")
         return None, f"matrix file {path} changed since the runs: cells ordered by id"
-    return [c.id for c in expand_cells(loaded.matrix, str(path))], ""
+    return [c.id for c in loaded.cells], ""
 
 
 def _copy_tree(src: Path, dst: Path, what: str, skipped: list[str]) -> None:

@@ -110,12 +110,11 @@ def test_dummy_weights_boot_with_the_real_weights_kv_numbers(shared, vllm_cpu):
 def test_a_runs_own_cache_goes_with_the_run(vllm_cpu, tmp_path):
     """Without --keep-work the run's cache is removed when the run ends (no boot: a dry matrix on the fake)."""
     from harness.boot.session import RunOptions, RunSession
-    from harness.cells import expand_cells
     from harness.matrix.load import load_matrix
     from harness.runtime.fake import FakeRuntime
 
     loaded = load_matrix(WEIGHTS_EXAMPLE, environ={**vllm_cpu})
-    session = RunSession.open(loaded, expand_cells(loaded.matrix), RunOptions(results_dir=tmp_path),
+    session = RunSession.open(loaded, list(loaded.cells), RunOptions(results_dir=tmp_path),
                               runtime=FakeRuntime())
     assert (session.run_dir / "compile-cache").is_dir()
     session.run()

@@ -16,8 +16,6 @@ from pathlib import Path
 
 import docker
 import pytest
-
-from harness.cells import expand_cells
 from harness.masking import Masker
 from harness.matrix.load import load_matrix
 from harness.runtime import engine as eng
@@ -102,7 +100,7 @@ def same_container_both_ways(engine: str, image: str, client: docker.DockerClien
     if gpus:
         doc["gpus"] = gpus
     loaded = load_matrix(write_matrix(tmp_path / "m.yaml", doc))
-    (cell,) = expand_cells(loaded.matrix)
+    (cell,) = list(loaded.cells)
     runtime = ContainerRuntime(loaded, engine)
     ctx = CellContext(run_dir=tmp_path / "run", work_dir=tmp_path / "work", masker=Masker(), matrix_dir=tmp_path,
                       labels={"boot-harness.run": "spec-test", "boot-harness.cell": cell.id},

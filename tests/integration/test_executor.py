@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.cells import expand_cells, value_token
+from harness.matrix.cells import value_token
 from harness.clock import FakeClock
 from harness.gpu.fake import FakeInventory
 from harness.gpu.idle import IdleBaseline
@@ -64,7 +64,7 @@ def setup(tmp_path: Path, cells: dict[str, dict[str, str]], gpus_per_cell: int =
     path = tmp_path / "m.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     loaded = load_matrix(path)
-    all_cells = expand_cells(loaded.matrix)
+    all_cells = list(loaded.cells)
     store = RunStore.create(tmp_path / "results", loaded, "process", [c.id for c in all_cells])
     runner = CellRunner(loaded, ProcessRuntime(loaded.matrix.command), store, watch_config(loaded))
     return all_cells, runner, store

@@ -12,8 +12,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-
-from harness.cells import expand_cells
 from harness.matrix.load import load_matrix
 from harness.boot.session import RunOptions, RunSession
 from harness.runtime.ports import free_port
@@ -25,7 +23,7 @@ FAKE = str(FAKE_VLLM)
 
 def boot(tmp_path: Path, scenario: str, runtime: ProcessRuntime | None = None, **top):
     loaded = load_matrix(fake_matrix(tmp_path / "fake.yaml", [scenario], **{"linger_s": 3, **top}))
-    cell = expand_cells(loaded.matrix)[0]
+    cell = list(loaded.cells)[0]
     session = RunSession.open(loaded, [cell], RunOptions(results_dir=tmp_path / "results"), runtime=runtime)
     (result,) = session.run()
     return result, session.store

@@ -126,7 +126,6 @@ def test_the_boot_timeline_draws_a_bar_per_cell_on_one_scale_in_the_browser(tmp_
     from PIL import Image
 
     from harness.boot.session import RunOptions, RunSession
-    from harness.cells import expand_cells
     from harness.matrix.load import load_matrix
     from harness.report.timeline import PHASE_COLOURS
     from harness.logfacts.timeline import Milestone
@@ -138,7 +137,7 @@ def test_the_boot_timeline_draws_a_bar_per_cell_on_one_scale_in_the_browser(tmp_
     loaded = load_matrix(write_matrix(tmp_path / "m.yaml", doc))
     runtime = FakeRuntime({"c_fast": Script.full_boot(0.02), "c_slow": Script.full_boot(0.1),
                            "c_stalls": Script.full_boot(0.02, until="graphs_captured")})
-    session = RunSession.open(loaded, expand_cells(loaded.matrix), RunOptions(results_dir=tmp_path / "r"),
+    session = RunSession.open(loaded, list(loaded.cells), RunOptions(results_dir=tmp_path / "r"),
                               runtime=runtime)
     session.run()
     session.finish()

@@ -21,8 +21,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from harness.cells import expand_cells
 from harness.matrix.load import load_matrix
 from harness.results.model import MatrixRef
 from tests.reliability.conftest import cli, fake_matrix
@@ -123,7 +121,7 @@ def a_run(tmp_path) -> tuple[Path, Path]:
     of a real matrix file, so `run --resume` takes it."""
     m = fake_matrix(tmp_path / "m.yaml", {"a": {}, "b": {}})
     loaded = load_matrix(m)
-    cells = [make_cell(c.id, dict(c.axes), "booted", expected=("booted", None)) for c in expand_cells(loaded.matrix)]
+    cells = [make_cell(c.id, dict(c.axes), "booted", expected=("booted", None)) for c in list(loaded.cells)]
     record = make_run("run1", cells).model_copy(update={"matrix": MatrixRef(
         path=str(m), sha256=loaded.sha256, name=loaded.matrix.name)})
     run_dir = write_run(record, tmp_path / "results")

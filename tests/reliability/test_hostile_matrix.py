@@ -18,7 +18,7 @@ import subprocess
 
 import pytest
 
-from harness.cells import MAX_CELLS, MAX_ID_CHARS, expand_cells
+from harness.matrix.cells import MAX_CELLS, MAX_ID_CHARS
 from harness.matrix.load import load_matrix
 from tests.reliability.conftest import cli, fake_matrix
 
@@ -141,7 +141,7 @@ def test_run_refuses_it_before_a_run_directory_exists(cases, top, tmp_path):
 def _load(tmp_path, text: str, **environ: str):
     (tmp_path / "m.yaml").write_text(text)
     loaded = load_matrix(tmp_path / "m.yaml", environ=environ)
-    return loaded.matrix, expand_cells(loaded.matrix)
+    return loaded.matrix, list(loaded.cells)
 
 
 def test_a_negative_length_keeps_its_sign_in_the_id(tmp_path):

@@ -17,7 +17,7 @@ from harness.analysis.frontier import (
 )
 from harness.boot.frontier import matrix_length_axis, run_frontier
 from harness.results.store import load_run
-from harness.cells import expand_cells, select_cells, vary
+from harness.matrix.cells import select_cells, vary
 from harness.matrix.load import load_matrix
 from tests.builders import write_matrix
 from tests.conftest import ROOT
@@ -119,7 +119,7 @@ def cpu_matrix():
 
 def test_a_probe_is_the_groups_cell_with_its_length_replaced_everywhere():
     loaded = cpu_matrix()
-    cells = select_cells(expand_cells(loaded.matrix), ["spec=draft,kv=tight"], loaded.matrix)
+    cells = select_cells(list(loaded.cells), ["spec=draft,kv=tight"], loaded.matrix)
     axis, flag = matrix_length_axis(loaded.matrix)
     assert (axis, flag) == ("max_model_len", "--max-model-len")
     probe = vary(cells[0], loaded.matrix, axis, flag, "2944")
@@ -190,7 +190,7 @@ def kv_matrix(tmp_path: Path) -> Path:
 
 def test_frontier_boots_each_probe_as_a_recorded_cell_and_learns_the_cpu_block(tmp_path):
     loaded = load_matrix(kv_matrix(tmp_path))
-    cells = expand_cells(loaded.matrix)
+    cells = list(loaded.cells)
     run_dir, found = run_frontier(loaded, cells, lo=None, hi=None, results_dir=tmp_path / "r", say=lambda _l: None)
     by = {g.key["spec"]: g.search for g in found}
     assert (by["draft"].frontier, by["draft"].boots, by["draft"].block) == (1408, 3, 128)

@@ -85,7 +85,7 @@ def validate(path: Path, program: Sequence[str] = BOOT_HARNESS) -> Result:
 # `test_forked_runs_match_cold_runs` checks that the two ways agree.
 _FORKING_DRIVER = r"""
 import os, sys, traceback
-import harness.cells, harness.matrix.load  # imported lazily by main(); import once, before forking
+import harness.matrix.cells, harness.matrix.load  # imported lazily by main(); import once, before forking
 from harness.cli import main
 
 out, paths = sys.argv[1], sys.argv[2:]

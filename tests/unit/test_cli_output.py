@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from harness.boot.session import RunOptions, RunSession
-from harness.cells import expand_cells
 from harness.cli import main
 from harness.matrix.load import load_matrix
 from harness.runtime.fake import FakeRuntime, Script
@@ -40,7 +39,7 @@ def long_matrix(tmp_path: Path) -> Path:
 
 def test_a_piped_run_log_keeps_every_long_id_whole_with_its_verdict_on_one_line(tmp_path):
     m = long_matrix(tmp_path)
-    ids = [c.id for c in expand_cells(load_matrix(m).matrix)]
+    ids = [c.id for c in list(load_matrix(m).cells)]
     assert all(len(i) > 60 for i in ids), "ids whose event lines are far longer than a pipe's 80 columns"
     proc = boot_harness("run", "--matrix", m, "--results-dir", tmp_path / "r", program=STANDIN_CLI)
     assert proc.returncode == 0, proc.stderr
@@ -62,7 +61,7 @@ def test_sizes_print_in_the_unit_that_fits_the_value_never_0_gib(tmp_path):
         "name": "tight", "command": ["fake-vllm"], "model": "m", "timeout_s": 10, "linger_s": 0.2,
         "args": ["--max-model-len", "2048", "--kv-cache-memory-bytes", "3145728"], "axes": {"spec": {"draft": {}}}})
     loaded = load_matrix(m)
-    session = RunSession.open(loaded, expand_cells(loaded.matrix), RunOptions(results_dir=tmp_path / "r"),
+    session = RunSession.open(loaded, list(loaded.cells), RunOptions(results_dir=tmp_path / "r"),
                               runtime=FakeRuntime(default=Script.refused_kv(2048, 0.0, 0.0, 1408)))
     session.run()
     from harness.report.progress import summary
@@ -75,7 +74,7 @@ def test_one_time_per_cell_is_labelled_the_teardown_apart(tmp_path):
     from harness.report.progress import event_line
     from harness.results.model import CellResult, Timings
 
-    cell = expand_cells(load_matrix(long_matrix(tmp_path)).matrix)[0]
+    cell = list(load_matrix(long_matrix(tmp_path)).cells)[0]
     r = CellResult(cell_id=cell.id, axes=cell.axes, runtime="fake", argv=[], env={}, outcome="booted",
                    reason="ready", timings=Timings(verdict_s=38.1, total_s=43.8))
     assert event_line(cell, r) == f"{cell.id} booted (ready) — verdict 38.1 s after start, teardown 5.7 s — " \
@@ -87,7 +86,7 @@ def a_run(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("run")
     m = long_matrix(base)
     loaded = load_matrix(m)
-    session = RunSession.open(loaded, expand_cells(loaded.matrix), RunOptions(results_dir=base / "r"),
+    session = RunSession.open(loaded, list(loaded.cells), RunOptions(results_dir=base / "r"),
                               runtime=FakeRuntime())
     session.run()
     session.finish()

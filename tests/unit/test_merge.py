@@ -8,14 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from harness.cells import expand_cells
 from harness.errors import UsageError
 from harness.matrix.load import load_matrix
 from harness.results.model import CellResult, Expected, RunResult
 from harness.results.store import RunStore, load_run
 from harness.scale.merge import MERGE_FILE, merge_runs
-from harness.scale.shard import shard_cells
+from harness.matrix.shard import shard_cells
 from tests.builders import FAKE_VLLM, write_matrix
 
 
@@ -38,7 +36,7 @@ def cell_result(cell) -> CellResult:
 
 def shard_run(tmp_path: Path, matrix: Path, i: int, n: int, status: str = "complete", cells=None) -> Path:
     loaded = load_matrix(matrix)
-    all_cells = expand_cells(loaded.matrix)
+    all_cells = list(loaded.cells)
     store = RunStore.create(tmp_path / "shards" / f"s{i}", loaded, "process", [c.id for c in all_cells],
                             shard=f"{i}/{n}" if n else None)
     for c in cells if cells is not None else shard_cells(all_cells, i, n):
@@ -54,7 +52,7 @@ def test_two_shards_merge_into_one_complete_run_in_matrix_order(tmp_path):
     m = grid_matrix(tmp_path)
     runs = [shard_run(tmp_path, m, i, 2) for i in (1, 2)]
     out = merge_runs(runs, tmp_path / "merged", matrix_path=m)
-    every = [c.id for c in expand_cells(load_matrix(m).matrix)]
+    every = [c.id for c in list(load_matrix(m).cells)]
     run, _ = load_run(tmp_path / "merged")  # an ordinary run directory
     written = RunResult.model_validate_json((tmp_path / "merged" / "results.json").read_text())
     assert [c.cell_id for c in written.cells] == every, "matrix order, not shard order"
@@ -75,7 +73,7 @@ def test_two_shards_merge_into_one_complete_run_in_matrix_order(tmp_path):
 
 def test_a_cell_in_two_runs_is_refused(tmp_path):
     m = grid_matrix(tmp_path)
-    cells = expand_cells(load_matrix(m).matrix)
+    cells = list(load_matrix(m).cells)
     a = shard_run(tmp_path, m, 1, 0, cells=cells[:3])
     b = shard_run(tmp_path, m, 2, 0, cells=cells[2:])
     with pytest.raises(UsageError, match=f"cell {cells[2].id} is in both"):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cells import Cell
+from harness.matrix.cells import Cell
 from harness.cli import main
 from harness.errors import UsageError
 from harness.predict.serve_flags import flag_dest, flag_value, option_name, parse_serve_flags, spelling_of

@@ -11,13 +11,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from harness.cells import expand_cells
 from harness.errors import UsageError
 from harness.matrix.load import load_matrix
 from harness.results.model import CellResult, Expected, GpuInfo
 from harness.scale.junit import cell_properties
-from harness.scale.shard import parse_shard, shard_cells, shard_of
+from harness.matrix.shard import parse_shard, shard_cells, shard_of
 from tests import builders
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +34,7 @@ def ids(tmp_path: Path, text: str) -> list[str]:
     """The cell ids of the matrix `text`, loaded from a file as `cells` loads it."""
     path = tmp_path / f"m{len(list(tmp_path.glob('m*.yaml')))}.yaml"
     path.write_text(text)
-    return [c.id for c in expand_cells(load_matrix(path).matrix)]
+    return [c.id for c in list(load_matrix(path).cells)]
 
 
 def shard_sizes(cell_ids: list[str], n: int) -> list[int]:
@@ -99,7 +97,7 @@ def test_run_on_an_empty_shard_writes_an_empty_complete_run(tmp_path, capsys):
     from harness.cli import main
 
     path = fake_matrix(tmp_path, ["boot"])
-    cells = expand_cells(load_matrix(path).matrix)
+    cells = list(load_matrix(path).cells)
     empty = next(i for i in (1, 2) if shard_of(cells[0].id, 2) != i)
     assert main(["run", "--matrix", str(path), "--shard", f"{empty}/2", "--results-dir", str(tmp_path / "results")]) == 0
     assert "none of the 1 selected cells" in capsys.readouterr().err
@@ -123,7 +121,7 @@ def test_a_cell_becomes_junit_properties_without_the_facts_it_never_logged():
 
 def test_the_pytest_plugin_takes_a_shard_and_writes_junit_properties(tmp_path):
     path = fake_matrix(tmp_path, ["boot", "crash", "refuse"])
-    cells = [c.id for c in expand_cells(load_matrix(path).matrix)]
+    cells = [c.id for c in list(load_matrix(path).cells)]
     n = 2
     mine = shard_cells(cells, 1, n)
     proc = subprocess.run(

@@ -71,7 +71,6 @@ def test_the_first_rule_that_applies_decides(evidence, outcome, reason):
 
 
 def test_a_misspelt_or_impossible_expected_reason_is_a_validate_error_naming_the_key(tmp_path):
-    from harness.cells import expand_cells
     from harness.errors import ConfigError
 
     base = {"name": "m", "model": "x", "axes": {"a": {"v": {}}}}
@@ -80,5 +79,5 @@ def test_a_misspelt_or_impossible_expected_reason_is_a_validate_error_naming_the
         path = write_matrix(tmp_path / f"{reason}.yaml",
                             {**base, "expect": [{"outcome": "refused", "reason": reason}]})
         with pytest.raises(ConfigError) as err:
-            expand_cells(load_matrix(path).matrix)
+            list(load_matrix(path).cells)
         assert str(err.value).startswith(f"{path}:expect[0].reason: ") and says in str(err.value)

@@ -14,7 +14,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from harness.errors import ConfigError, ConfigErrors, UsageError
+from harness.errors import ConfigError, UsageError
 from harness.matrix.model import CONTAINER_ONLY_MESSAGE, ExpectRule, Matrix, Mount, PatchSpec, Selector
 from harness.verdict.catalogue import Outcome, Reason
 
@@ -144,19 +144,6 @@ def _expectation(rules: list[ExpectRule], assignment: dict[str, str]) -> Expecta
     return None
 
 
-def expand_cells(matrix: Matrix, file: str = "<matrix>") -> list[Cell]:
-    """All cells of the matrix, or a ConfigError naming every key that makes the matrix wrong (one line each)."""
-    cells, problems = _expand(matrix, file)
-    if problems:
-        raise ConfigErrors.of(problems)
-    return cells
-
-
-def cell_problems(matrix: Matrix, file: str = "<matrix>") -> list[ConfigError]:
-    """What is wrong with the matrix's cells: selectors, labels, ids, rules that can never match; [] when nothing."""
-    return _expand(matrix, file)[1]
-
-
 def _size_problems(matrix: Matrix, file: str, labels: dict[str, str]) -> list[ConfigError]:
     """Too many cells, or ids too long to name a file: found from the axes alone, before the product is built."""
     sizes = {n: len(a.value_names()) for n, a in matrix.axes.items()}
@@ -188,7 +175,9 @@ def _runtime_problems(matrix: Matrix, file: str) -> list[ConfigError]:
             for n, a in matrix.axes.items() for v in a.value_names() for key in a.fragment(v).container_keys()]
 
 
-def _expand(matrix: Matrix, file: str) -> tuple[list[Cell], list[ConfigError]]:
+def expand(matrix: Matrix, file: str = "<matrix>") -> tuple[list[Cell], list[ConfigError]]:
+    """All cells of the matrix, and what is wrong with them (selectors, labels, ids, rules that can never match; []
+    when nothing): the loader keeps both, so a command expands the product once."""
     problems: list[ConfigError] = _runtime_problems(matrix, file)
     for i, selector in enumerate(matrix.exclude):
         if not selector:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.cells import Cell, expand_cells, select_cells
+from harness.matrix.cells import Cell, select_cells
 from harness.matrix.load import LoadedMatrix, load_matrix
+from harness.matrix.shard import format_shard, parse_shard, shard_cells
 
 
 @dataclass(frozen=True)
@@ -23,10 +24,8 @@ def selected(matrix: Path, select: list[str] | None, shard: str | None = None,
              placeholders: bool = False) -> Selected:
     """The matrix's cells after `--select` and `--shard` (with `placeholders`, unset variables read as `<NAME>`)."""
     loaded = load_matrix(matrix, placeholders=placeholders)
-    cells = select_cells(expand_cells(loaded.matrix, str(matrix)), select, loaded.matrix)
+    cells = select_cells(list(loaded.cells), select, loaded.matrix)
     if not shard:
         return Selected(loaded, cells, None, len(cells))
-    from harness.scale.shard import format_shard, parse_shard, shard_cells
-
     i, n = parse_shard(shard)
     return Selected(loaded, shard_cells(cells, i, n), format_shard(i, n), len(cells))
