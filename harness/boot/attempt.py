@@ -29,6 +29,7 @@ from harness.runtime.base import CellContext, Runtime, Server
 from harness.verdict.policy import Decision, Evidence, decide
 from harness.watch.events import ThreadedEvents
 from harness.watch.logsink import LogSink
+from harness.predict.serve_flags import eager
 from harness.watch.loop import Observation, Watch, WatchConfig
 from harness.watch.timeline import TimelineRecorder
 
@@ -152,7 +153,7 @@ class CellRunner:
                                    retried_busy=attempt.number > 1, gpus_not_idle=attempt.gpus_not_idle))
         decided_at = t0 + seen.verdict_s if seen and seen.verdict_s is not None else self.clock.now()
         facts = seen.facts if seen else LogParser().facts
-        record = timeline.timeline(facts.timeline.durations, decided_at, facts.skipped(argv))
+        record = timeline.timeline(facts.timeline.durations, decided_at, facts.skipped(eager(argv, facts.vllm_version)))
         return self._result(cell, decision, seen, exit_code, server, argv, masker, sink, started_at, t0, attempt,
                             record, cache_use)
 

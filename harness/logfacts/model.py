@@ -100,9 +100,11 @@ class LogFacts(BaseModel):
     enforce_eager: bool | None = None
     """Whether the engine ran eager (no torch.compile, no graphs), when its config line or a warning says so."""
 
-    def skipped(self, argv: list[str]) -> frozenset[Milestone]:
-        """The milestones this boot will not pass (naming the phase a server is in never names one of them)."""
-        return skipped("--enforce-eager" in argv or bool(self.enforce_eager), self.kv.device)
+    def skipped(self, eager_flag: bool) -> frozenset[Milestone]:
+        """The milestones this boot will not pass (naming the phase a server is in never names one of them).
+        `eager_flag`: the server's flags ask for eager mode, as vLLM reads them (`serve_flags.eager`); its config
+        line says so later."""
+        return skipped(eager_flag or bool(self.enforce_eager), self.kv.device)
 
 
 class Signal(str, enum.Enum):

@@ -45,6 +45,8 @@ class ServeFlags:
     mamba_ssm_cache_dtype: str | None = None
     #: --async-scheduling / --no-async-scheduling; None: vLLM's default (on, unless a draft model is used)
     async_scheduling: bool | None = None
+    #: --enforce-eager / --no-enforce-eager: no compile, no graphs (the boot's phases, not its KV sizing on a CPU)
+    enforce_eager: bool | None = None
     #: --hf-overrides: merged into config.json by the predictor (predictor.py), as that release merges it
     hf_overrides: dict[str, Any] = field(default_factory=dict)
 
@@ -115,6 +117,10 @@ _LONG: dict[str, tuple[tuple[Version, str | None, Kind, int], ...]] = {
     "--mamba-cache-dtype": (((0, 10, 1), "mamba_cache_dtype", "str", 9), ((0, 15, 0), "mamba_cache_dtype", "str", 15)),
     "--mamba-ssm-cache-dtype": (((0, 10, 1), "mamba_ssm_cache_dtype", "str", 9),
                                 ((0, 27, 0), "mamba_ssm_cache_dtype", "str", 11)),
+    # no torch.compile and no CUDA graphs: the boot skips those phases (and, on a GPU, their memory). A switch of the
+    # model config since 0.9.0 (`--no-…` from then, as `--no-disable-sliding-window`); no other option starts `--enf`
+    "--enforce-eager": (((0, 8, 0), "enforce_eager", "on", 5),),
+    "--no-enforce-eager": (((0, 9, 0), "enforce_eager", "off", 8),),
     "--async-scheduling": (((0, 10, 0), "async_scheduling", "on", 4),),
     "--no-async-scheduling": (((0, 10, 0), "async_scheduling", "off", 7),),
     # they change the KV cache and are not modelled: refused when set (_UNMODELLED)
@@ -555,6 +561,12 @@ def spelling_of(argv: list[str], dest: str, version: str | None = None) -> str |
     can set that same argument; None when no argument gives it."""
     names = [token.partition("=")[0] for token in argv if token.startswith("-")]
     return next((n for n in reversed(names) if flag_dest(n, version) == dest), None)
+
+
+def eager(argv: list[str], version: str | None = None) -> bool:
+    """Whether the server runs eager (`--enforce-eager`, `--enforce_eager`, `--enf`, the last of it and
+    `--no-enforce-eager` winning): its boot then has no compile and no graph phases."""
+    return bool(flag_value(argv, "enforce_eager", version))
 
 
 def option_name(dest: str) -> str:

@@ -14,6 +14,7 @@ from rich.text import Text
 from harness.analysis.kv import cell_kv, length_axis
 from harness.matrix.cells import Cell
 from harness.logfacts.timeline import Milestone, Milestones, phase_at, skipped
+from harness.predict.serve_flags import eager
 from harness.report.style import outcome_text
 from harness.report.text import PlainTable, plain_console
 from harness.results.model import CellResult, RunResult
@@ -88,7 +89,7 @@ class LiveProgress:
             phase = _longest(r) if r else ""
             if st == "booting":
                 now = time.monotonic() - self.started[c.id]
-                skip = skipped("--enforce-eager" in c.server_args, None)
+                skip = skipped(eager(c.server_args), None)
                 el = f"{now:.1f} s …"
                 phase = phase_at(Milestones(**self.reached.get(c.id, {})), now, skip).describe()
             else:

@@ -20,6 +20,7 @@ from harness.clock import SYSTEM, Clock
 from harness.logfacts import LogFacts, LogParser, Signal
 from harness.logfacts.timeline import Milestone, PhaseAt
 from harness.units import fmt_seconds
+from harness.predict.serve_flags import eager
 from harness.runtime.base import Server
 from harness.verdict.catalogue import Reason
 from harness.verdict.policy import Sighting, SightingKind
@@ -135,7 +136,8 @@ class Watch:
     def phase(self, t: float) -> PhaseAt:
         """Where the server is at `t`; the phases this boot skips (graphs under --enforce-eager or on a CPU, compile
         under --enforce-eager) are never named."""
-        return self.timeline.phase(t, self.parser.facts.skipped(self.server.argv))
+        facts = self.parser.facts
+        return self.timeline.phase(t, facts.skipped(eager(self.server.argv, facts.vllm_version)))
 
     def _refusal_found(self, t: float) -> Observation:
         refusal = self.parser.facts.refusal

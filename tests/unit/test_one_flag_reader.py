@@ -48,6 +48,8 @@ def vllm_reads(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--block-size", type=int)
     p.add_argument("--kv-cache-memory-bytes", type=_human)
     p.add_argument("--dtype")
+    p.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction)
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction)
     return p.parse_known_args(rewritten)[0]
 
 
@@ -72,6 +74,27 @@ SPELLINGS = [
 @pytest.mark.parametrize("argv,dest", SPELLINGS)
 def test_the_reader_reads_what_a_vllm_parser_reads(argv, dest):
     assert flag_value(argv, dest) == getattr(vllm_reads(argv), dest)
+
+
+EAGER = [
+    pytest.param(["--enforce-eager"], True, id="dashes"),
+    pytest.param(["--enforce_eager"], True, id="underscores"),
+    pytest.param(["--enf"], True, id="unique-prefix"),
+    pytest.param(["--enforce-eager", "--no-enforce-eager"], False, id="no-form-last-wins"),
+    pytest.param(["--no-enforce_eager", "--enforce-eager"], True, id="switch-last-wins"),
+    pytest.param(["--model", "m"], None, id="not-given"),
+]
+
+
+@pytest.mark.parametrize("argv,expected", EAGER)
+def test_eager_mode_is_read_as_vllm_reads_it_and_skips_the_compile_and_graph_phases(argv, expected):
+    from harness.logfacts import LogFacts
+    from harness.logfacts.timeline import Milestone
+    from harness.predict.serve_flags import eager
+
+    assert flag_value(argv, "enforce_eager") == vllm_reads(argv).enforce_eager == expected
+    skipped = LogFacts().skipped(eager(argv))
+    assert (Milestone.compiled in skipped) is bool(expected), skipped
 
 
 @pytest.mark.parametrize("argv,dest", SPELLINGS)
