@@ -53,10 +53,12 @@ def test_a_refusing_server_is_refused_with_its_numbers(tmp_path):
 
 
 def test_a_refusal_followed_by_a_hang_is_decided_at_the_line_and_the_server_killed(tmp_path):
-    t0 = time.monotonic()
-    result, _ = boot(tmp_path, "refuse_hang", linger_s=1)
+    # The server hangs after its refusal line and the deadline is 600 s away: only the line can have decided, and
+    # only the harness can have ended the server (after linger_s), so no clock of this machine is asserted.
+    result, _ = boot(tmp_path, "refuse_hang", linger_s=1, timeout_s=600)
     assert (result.outcome, result.reason) == ("refused", "kv_insufficient")
-    assert result.timings.verdict_s < 3 and time.monotonic() - t0 < 10
+    assert result.exit_code in (-15, -9), f"the harness stopped the hanging server: exit {result.exit_code}"
+    assert result.timings.total_s < 300, "decided at the line, not at the deadline"
 
 
 def test_a_server_that_ignores_sigterm_is_killed_at_the_deadline(tmp_path):

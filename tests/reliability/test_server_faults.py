@@ -140,13 +140,16 @@ def _check_fault(f: Fault, run: dict, grace_s: float, runtime: str) -> None:
     t = cell["timings"]
     assert (cell["outcome"], cell["reason"]) == (f.outcome, f.reason), cell["detail"]
     deadline = run["timeout_s"]
+    # Which event decided is asserted, not how fast this (loaded, shared) machine got there: the deadline decides
+    # only at or after itself, any other event before it. How long the teardown after the verdict takes is a figure
+    # (below, in docs/reliability.md) and the benchmarks' business; here only a hang is a failure: the linger after a
+    # refusal, the grace a deaf server gets, and 30 s more at most.
     if f.decided_at_deadline:
-        assert deadline <= t["verdict_s"] <= deadline + 1.0, t
+        assert deadline <= t["verdict_s"], t
     else:
         assert t["verdict_s"] < deadline, t
-    # after the verdict: the linger after a refusal, the grace a deaf server gets, and a second of slack
-    bound = t["verdict_s"] + (LINGER_S if f.outcome == "refused" else 0) + (grace_s if f.deaf else 0) + 2.5
-    assert t["total_s"] <= bound, f"teardown took {t['total_s'] - t['verdict_s']:.1f} s"
+    bound = t["verdict_s"] + (LINGER_S if f.outcome == "refused" else 0) + (grace_s if f.deaf else 0) + 30
+    assert t["total_s"] <= bound, f"teardown hung: {t['total_s'] - t['verdict_s']:.1f} s"
     figure(f"fault '{f.case}' ({runtime}): outcome, verdict_s, total_s",
            f"{cell['outcome']}/{cell['reason']} {t['verdict_s']:.2f} {t['total_s']:.2f}")
 
