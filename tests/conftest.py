@@ -65,12 +65,15 @@ LANES = {
 }
 
 
-#: Files under a lane's folder that belong to no lane: they touch no engine, sweep only the run dirs they make, and
-#: start no background work, so either worker may take them (the hostile-input suite: minutes that would otherwise
-#: all wait on the engines worker).
+#: Files under a lane's folder that belong to no lane: they touch no engine, sweep only the run dirs they make, count
+#: only the processes they started, and start no background work, so either worker may take them (the hostile-input
+#: suite, bad input, the process-runtime teardowns: minutes that would otherwise all wait on the engines worker, which
+#: is the longest lane).
 FREE = ("tests/reliability/test_hostile_files.py", "tests/reliability/test_hostile_matrix.py",
         "tests/reliability/test_hostile_secrets.py", "tests/reliability/test_hostile_values.py",
-        "tests/reliability/test_flag_spellings_read.py")
+        "tests/reliability/test_hostile_table.py", "tests/reliability/test_flag_spellings_read.py",
+        "tests/reliability/test_bad_input.py", "tests/reliability/test_fuzz.py", "tests/reliability/test_secrets.py",
+        "tests/reliability/test_teardown.py", "tests/reliability/test_stacks.py")
 
 
 def lane_of(nodeid: str) -> str | None:
