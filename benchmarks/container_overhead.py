@@ -25,7 +25,7 @@ from harness.matrix.load import load_matrix
 from harness.boot.session import RunOptions, RunSession
 from harness.runtime.container import ContainerRuntime
 from harness.runtime.ports import free_port
-from harness.runtime.process import SERVER_ENV
+from harness.runtime.server_env import build_env
 
 CELLS = ["image_unpatched-spec_off-floor_none", "image_unpatched-spec_draft-floor_none"]
 
@@ -35,7 +35,7 @@ def bare_docker(matrix, cell, interval: float = 0.5) -> tuple[str, float]:
     argv = ["docker", "run", "-d", "--init", "--name", name, "-p", f"127.0.0.1:{port}:8000"]
     if matrix.shm_size:
         argv += ["--shm-size", matrix.shm_size]
-    for k, v in {**SERVER_ENV, **cell.env}.items():
+    for k, v in build_env(cell.env, cache_root=None).items():
         argv += ["-e", f"{k}={v}"]
     argv += [cell.image, *cell.server_args]
     t0 = time.monotonic()

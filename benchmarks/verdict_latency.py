@@ -30,7 +30,8 @@ from harness.matrix.cells import select_cells
 from harness.matrix.load import load_matrix
 from harness.boot.session import RunOptions, RunSession
 from harness.runtime.ports import free_port
-from harness.runtime.process import SERVER_ENV, ProcessRuntime, cell_dirs
+from harness.runtime.process import ProcessRuntime
+from harness.runtime.server_env import build_env
 
 CELLS = ["mml2048-spec_off-kv_tight", "mml2048-spec_draft-kv_tight"]
 
@@ -38,7 +39,7 @@ CELLS = ["mml2048-spec_off-kv_tight", "mml2048-spec_draft-kv_tight"]
 def bare_loop(runtime: ProcessRuntime, cell, work: Path, interval: float = 0.5) -> tuple[str, float]:
     """By hand: start it, poll /health every `interval` until 200 or exit, stop it."""
     port = free_port()
-    env = {**os.environ, **SERVER_ENV, **cell_dirs(work), **cell.env}
+    env = build_env(cell.env, cache_root=None, work_dir=work, base=os.environ)
     t0 = time.monotonic()
     proc = subprocess.Popen(runtime.argv(cell, port), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)

@@ -87,6 +87,10 @@ class RunSession:
     swept: Swept = field(default_factory=Swept)
     #: This process writes the run directory (harness.results.store.RunLock); let go by close().
     lock: RunLock | None = None
+    #: The run's compile cache: the session made it, its cells use it (the runner), close() lets it go.
+    compile_cache: CompileCache | None = None
+    #: `--keep-work`: the run's own compile cache is left for a person, as the cells' scratch is.
+    keep_work: bool = False
 
     @classmethod
     def open(cls, loaded: LoadedMatrix, cells: list[Cell], options: RunOptions = RunOptions(), *,
@@ -115,7 +119,7 @@ class RunSession:
         runner = CellRunner(loaded, runtime, store, watch_config(loaded, options.timeout_s), keep_work=options.keep_work,
                             echo=options.echo, compile_cache=cache, clock=options.clock)
         return cls(loaded, store, cells, [c for c in cells if c.id not in done], runtime, plan, plan.executor(runner),
-                   swept, lock)
+                   swept, lock, cache, options.keep_work)
 
     @staticmethod
     def _store(loaded: LoadedMatrix, runtime: str, order: list[str], options: RunOptions) -> RunStore:
@@ -159,8 +163,8 @@ class RunSession:
     def close(self) -> None:
         """Let go of what the run holds beside its records (the run's compile cache); idempotent. A harness killed
         before this leaves it to the next run's sweep."""
-        if self.executor is not None and self.executor.runner.compile_cache is not None:
-            self.executor.runner.compile_cache.close(self.executor.runner.keep_work)
+        if self.compile_cache is not None:
+            self.compile_cache.close(self.keep_work)
         if self.lock is not None:
             self.lock.release()
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from harness.runtime import scratch
 from harness.runtime.records import CompileCacheUse
+from harness.runtime.server_env import cache_env
 
 #: Where a container sees the cache (the same path in every cell, whatever the host directory).
 CONTAINER_DIR = "/var/cache/boot-harness-compile"
@@ -36,14 +37,6 @@ CONTAINER_DIR = "/var/cache/boot-harness-compile"
 RUN_DIR_NAME = "compile-cache"
 #: Files that name other files of the cache: moved in last, so they never point at what is not there yet.
 _INDEXES = ("vllm_compile_cache.py", "cache_key_factors.json")
-
-
-
-
-def server_env(root: str) -> dict[str, str]:
-    """The variables that put vLLM's and torch's compile caches under `root` (as the server sees it)."""
-    return {"VLLM_CACHE_ROOT": f"{root}/vllm", "TORCHINDUCTOR_CACHE_DIR": f"{root}/inductor",
-            "TRITON_CACHE_DIR": f"{root}/triton"}
 
 
 def planned_dir(setting: str, matrix_dir: Path, run_dir: Path | None) -> Path | None:
@@ -146,7 +139,7 @@ class CompileCache:
         make_dirs(root, root)
         if owned:
             scratch.claim(root)
-        for sub in server_env(str(root)).values():
+        for sub in cache_env(str(root)).values():
             make_dirs(Path(sub), root)
         return cls("run" if owned else "path", root, parallel > 1, owned)
 

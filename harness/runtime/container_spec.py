@@ -16,10 +16,10 @@ from typing import Any
 from harness.matrix.cells import Cell
 from harness.matrix.model import Matrix, Mount
 from harness.runtime import compile_cache, engine as eng
-from harness.runtime.process import SERVER_ENV
+from harness.runtime.ports import HOST
+from harness.runtime.server_env import build_env
 from harness.shell import SecretRenderer
 
-HOST = "127.0.0.1"
 GpuRequest = str | int | tuple[str, ...] | None
 
 
@@ -91,8 +91,8 @@ def mount_source(base_dir: Path, mount: Mount) -> Path:
 
 
 def container_env(cell: Cell, cache_dir: Path | None) -> dict[str, str]:
-    cache = compile_cache.server_env(compile_cache.CONTAINER_DIR) if cache_dir else {}
-    return {**SERVER_ENV, **cache, **cell.env}
+    """The server's environment in the container: the compile cache where it is mounted; GPUs come from the engine."""
+    return build_env(cell.env, cache_root=compile_cache.CONTAINER_DIR if cache_dir else None)
 
 
 def cache_volume(cache_dir: Path | None) -> dict[str, tuple[str, str]]:

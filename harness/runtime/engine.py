@@ -7,12 +7,16 @@ mode is pinned to the docker host), and podman takes GPUs through CDI device ids
 
 from __future__ import annotations
 
+import io
 import os
 import re
+import socket
+import tarfile
 from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import RuntimeUnavailable
+from harness.runtime.patching import PatchError
 
 import docker
 from docker.types import DeviceRequest
@@ -32,6 +36,11 @@ def container_class():
 
 DEFAULT_HOSTS = {"docker": "unix:///var/run/docker.sock", "podman": "unix:///run/podman/podman.sock"}
 LABEL_PREFIX = "boot-harness"
+
+
+def owner_labels() -> dict[str, str]:
+    """Who started a container: gc removes only those whose harness process is gone."""
+    return {f"{LABEL_PREFIX}.owner-pid": str(os.getpid()), f"{LABEL_PREFIX}.host": socket.gethostname()}
 
 
 def engine_host(engine: str, environ: dict[str, str] | None = None) -> str:
@@ -236,3 +245,22 @@ def image_digest(client: docker.DockerClient, ref: str) -> tuple[str, str | None
     image = client.images.get(ref)
     digests = image.attrs.get("RepoDigests") or []
     return image.id, (digests[0] if digests else None)
+
+
+def copy_out(client: docker.DockerClient, image: str, path: str) -> bytes:
+    """The file as the image has it, without running the image (create, read the archive, remove)."""
+    import docker.errors
+
+    c = client.containers.create(image, entrypoint=["/bin/true"], command=[], labels=owner_labels())
+    try:
+        stream, _ = c.get_archive(path)
+        data = b"".join(stream)
+    except docker.errors.NotFound:
+        raise PatchError(f"{path}: no such file in image {image}") from None
+    finally:
+        c.remove(force=True)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        member = tar.next()
+        if member is None or not member.isfile():
+            raise PatchError(f"{path}: not a regular file in image {image}")
+        return tar.extractfile(member).read()

@@ -28,8 +28,8 @@ from harness.errors import CellStartError
 from harness.logfacts.timeline import Milestone
 from harness.runtime.records import AppliedPatch, ContainerInfo
 from harness.runtime.base import CellContext, LineSink, read_host_file
+from harness.runtime.ports import HOST
 
-HOST = "127.0.0.1"
 _HEADER = "(EngineCore pid=1) {level} 12-01 10:00:{sec:02d} [fake.py:1] "
 
 

@@ -6,6 +6,9 @@ match GNU's context matching, offsets, fuzz and its handling of a patch file tha
 does, and applies with "fuzz 1"); running the tool makes that true by construction. Both hashes are still checked, so
 a different image or a drifted patch is an error naming the file and the hashes, never a silently different server,
 and what `patch` said (offset, fuzz) is kept with the cell.
+
+`Patches` is that procedure for a runtime's cells: each patch prepared once per image, and for each cell a copy kept
+in the run directory, which is what is mounted (and what `run --dry-run` names, touching nothing).
 """
 
 from __future__ import annotations
@@ -18,8 +21,15 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, UsageError
+from harness.matrix.cells import Cell
+from harness.matrix.model import PatchSpec
+from harness.runtime.records import AppliedPatch
+
+if TYPE_CHECKING:
+    from harness.runtime.pull import Images
 
 #: How GNU patch is run: `-p1` as the seed's APPLY; `--batch` never asks; `--forward` refuses an already-applied patch
 #: instead of reversing it; no backup files in the scratch tree.
@@ -75,6 +85,12 @@ class PreparedPatch:
     #: Its lines worth a warning in the cell: a hunk that applied at an offset or with fuzz.
     warnings: tuple[str, ...] = field(default=())
 
+    def applied(self, kept: Path, run_dir: Path) -> AppliedPatch:
+        """The record of this patch mounted from `kept`, a copy in the run directory."""
+        return AppliedPatch(target=self.target, patch=self.patch, base_sha256=self.base_sha256,
+                            patched_sha256=self.patched_sha256, patched_file=str(kept.relative_to(run_dir)),
+                            patch_output=self.patch_output, warnings=list(self.warnings))
+
 
 def apply_gnu_patch(pristine: bytes, patch_path: Path, relpath: str) -> tuple[bytes, str]:
     """`cd D && patch -p1 --batch --forward < PATCH` with D holding only `relpath`; (patched bytes, patch's output)."""
@@ -126,3 +142,66 @@ def patch_file(pristine: bytes, patch_path: Path, target: str, base_sha256: str,
     (out_dir / "patch.out").write_text(said + "\n")
     return PreparedPatch(target, str(patch_path), base_sha256, patched_sha256, dest, said,
                          tuple(_FUZZ_OR_OFFSET.findall(said)))
+
+
+def kept_path(run_dir: Path, cell: Cell, index: int, target: str) -> Path:
+    """Where a cell's `index`-th patched file is kept in the run directory (and mounted from)."""
+    name = Path(target).name
+    return run_dir / "patches" / cell.id / f"{index}-{name}" / name
+
+
+class Patches:
+    """The matrix's patches on one runtime's images; `notes` gets a line for each hunk GNU patch fuzzed or offset."""
+
+    def __init__(self, matrix_path: Path, base_dir: Path, images: Images, notes: list[str]):
+        self.matrix_path, self.base_dir, self.images, self.notes = matrix_path, base_dir, images, notes
+        self._prepared: dict[tuple[str, str, str], PreparedPatch] = {}
+        self._dir: Path | None = None
+
+    def source(self, spec: PatchSpec) -> Path:
+        return (self.base_dir / spec.patch).resolve()
+
+    def prepare(self, image: str, spec: PatchSpec) -> PreparedPatch:
+        """Once per image (by id), target and patch; a patch that does not fit is bad input (the matrix's)."""
+        key = (self.images.resolve(image)[0], spec.target, spec.patch)
+        if key not in self._prepared:
+            pristine = self.images.copy_out(image, spec.target)
+            if self._dir is None:
+                self._dir = Path(tempfile.mkdtemp(prefix="boot-harness-patches-"))
+            out = self._dir / f"{key[0].split(':')[-1][:12]}-{len(self._prepared)}"
+            try:
+                prepared = patch_file(pristine, self.source(spec), spec.target, spec.base_sha256,
+                                      spec.patched_sha256, out)
+            except PatchError as exc:
+                raise UsageError(f"{self.matrix_path}: patches: {exc}") from None
+            self._prepared[key] = prepared
+            for warning in prepared.warnings:
+                self.notes.append(f"patches: {Path(spec.patch).name} on {spec.target}: GNU patch: {warning}")
+        return self._prepared[key]
+
+    def keep(self, cell: Cell, run_dir: Path) -> list[tuple[PreparedPatch, Path]]:
+        """Copies of the cell's patched files in the run directory: what was mounted is kept with the results."""
+        kept = []
+        for i, spec in enumerate(cell.patches):
+            prepared = self.prepare(cell.image, spec)
+            patched = kept_path(run_dir, cell, i, spec.target)
+            d = patched.parent
+            d.mkdir(parents=True, exist_ok=True)
+            for f in prepared.patched_file.parent.iterdir():
+                (d / f.name).unlink(missing_ok=True)  # a copy kept before is read-only (repro twice, as non-root)
+                (d / f.name).write_bytes(f.read_bytes())
+            patched.chmod(0o444)
+            kept.append((prepared, patched))
+        return kept
+
+    def planned(self, cell: Cell, run_dir: Path) -> tuple[list[tuple[str, Path]], list[str]]:
+        """(target, kept path) pairs `keep` would give, and how each file would be made, touching nothing (give an
+        absolute `run_dir`: the steps name the paths as the engine would get them)."""
+        kept, steps = [], []
+        for i, spec in enumerate(cell.patches):
+            path = kept_path(run_dir, cell, i, spec.target)
+            kept.append((spec.target, path))
+            steps.append(f"would copy {spec.target} out of {cell.image}, check sha256 {spec.base_sha256[:12]}…, "
+                         f"apply {self.source(spec)} with GNU patch {' '.join(PATCH_ARGS)}, check sha256 "
+                         f"{spec.patched_sha256[:12]}…, keep it as {path}")
+        return kept, steps

@@ -9,8 +9,11 @@ import os
 import socket
 from pathlib import Path
 
+#: Where every server the harness starts listens, and where it is asked: loopback only.
+HOST = "127.0.0.1"
 
-def free_port(host: str = "127.0.0.1") -> int:
+
+def free_port(host: str = HOST) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]

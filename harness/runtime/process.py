@@ -28,19 +28,14 @@ from harness.files import read_json, write_atomic
 from harness.logfacts.timeline import Milestone
 from harness.names import Named
 from harness.runtime.records import AppliedPatch, ContainerInfo
-from harness.runtime import compile_cache, scratch
+from harness.runtime import scratch
 from harness.runtime.base import CellContext, LineSink, read_host_file
-from harness.runtime.ports import free_port, listener_pids, pid_in_group, port_answers
+from harness.runtime.ports import HOST, free_port, listener_pids, pid_in_group, port_answers
+from harness.runtime.server_env import SERVER_ID_VAR, build_env
 from harness.runtime.reader import pump_lines
 from harness.shell import secret_safe_command
 
-HOST = "127.0.0.1"
-#: What every server gets: plain logs (the parser still strips ANSI) and a per-cell home for caches and sockets.
-SERVER_ENV = {"NO_COLOR": "1", "VLLM_DISABLE_LOG_LOGO": "1", "PYTHONUNBUFFERED": "1"}
 _PR_SET_PDEATHSIG = 1
-#: Marks every process of a server (children inherit it) with the id its active/ record holds: gc kills a recorded
-#: process group only while a process in it still carries the id, never a group that merely reuses the number.
-SERVER_ID_VAR = "BOOT_HARNESS_SERVER_ID"
 #: How often a stop looks again whether the group is gone.
 STOP_POLL_S = 0.05
 #: How long a stop keeps SIGKILLing a group whose members linger after the leader was reaped.
@@ -66,28 +61,6 @@ def _child_setup() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         pass
-
-
-def cell_dirs(work_dir: Path) -> dict[str, str]:
-    """A private TMPDIR and caches per cell. TMPDIR is short and outside the run directory: vLLM puts its zmq IPC
-    sockets there, and a unix socket path longer than 107 bytes makes the engine fail to start."""
-    work_dir.mkdir(parents=True, exist_ok=True)
-    short_tmp = work_dir / "tmp"
-    if not short_tmp.is_symlink() and not short_tmp.exists():
-        short_tmp.symlink_to(scratch.make_tmp(work_dir))
-    dirs = {
-        "TMPDIR": short_tmp.resolve(),
-        "VLLM_CACHE_ROOT": work_dir / "vllm-cache",
-        "TORCHINDUCTOR_CACHE_DIR": work_dir / "inductor-cache",
-    }
-    for d in dirs.values():
-        d.mkdir(parents=True, exist_ok=True)
-    return {k: str(v) for k, v in dirs.items()}
-
-
-def gpu_env(gpu_ids: list[str] | None) -> dict[str, str]:
-    """A local server sees only the GPUs the scheduler gave its cell."""
-    return {} if gpu_ids is None else {"CUDA_VISIBLE_DEVICES": ",".join(gpu_ids)}
 
 
 #: Linux's largest pid: a recorded group id above it is no process group.
@@ -233,6 +206,11 @@ def live_group_members(pgid: int) -> set[int] | None:
     return found
 
 
+def _cache_root(ctx: CellContext) -> str | None:
+    """The shared compile cache as a local server sees it: the host's own path."""
+    return None if ctx.compile_cache is None else str(ctx.compile_cache)
+
+
 class ProcessServer:
     def __init__(self, proc: subprocess.Popen[bytes], argv: list[str], port: int, pid_file: Path,
                  clock: Clock = SYSTEM):
@@ -338,10 +316,9 @@ class ProcessRuntime:
         if port_answers(HOST, port):
             raise CellStartError(f"port {port} already answers before our server started")
         argv = self.argv(cell, port)
-        cache = compile_cache.server_env(str(ctx.compile_cache)) if ctx.compile_cache else {}
         owner_start = proc_start_time(os.getpid())
-        env = {**self.base_env, **SERVER_ENV, **cell_dirs(ctx.work_dir), **cache, **cell.env, **gpu_env(ctx.gpu_ids),
-               SERVER_ID_VAR: new_server_id(os.getpid(), owner_start)}
+        env = build_env(cell.env, cache_root=_cache_root(ctx), work_dir=ctx.work_dir, gpu_ids=ctx.gpu_ids,
+                        server_id=new_server_id(os.getpid(), owner_start), base=self.base_env)
         pid_dir = ctx.run_dir / "active"
         pid_dir.mkdir(parents=True, exist_ok=True)
         try:
@@ -360,8 +337,7 @@ class ProcessRuntime:
         return ProcessServer(proc, argv, port, pid_file, self.clock)
 
     def command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> list[str]:
-        cache = compile_cache.server_env(str(ctx.compile_cache)) if ctx.compile_cache else {}
-        env = {**SERVER_ENV, **cache, **cell.env, **gpu_env(ctx.gpu_ids)}
+        env = build_env(cell.env, cache_root=_cache_root(ctx), gpu_ids=ctx.gpu_ids)
         return secret_safe_command(env, self.argv(cell, host_port), self.base_env)
 
     def read_server_file(self, cell: Cell, path: str) -> bytes | None:

@@ -4,15 +4,22 @@ docker-py's `images.pull()` drains the engine's JSON stream and drops it: an err
 limit, a denied pull, a DNS failure) then surfaces as "no such image" from the lookup that follows, and a pull of many
 GB shows nothing for minutes. So the stream is read here: an `error` event ends the pull with its message, and every
 progress event goes to a display (a rich bar at a terminal, a few plain lines through a pipe).
+
+`Images` is what a container runtime asks for an image by: pulled as the matrix's `pull:` says, resolved once to what
+pins it, and files read out of it without running it. docker-py is imported only when an engine is asked (the process
+runtime imports this module for PullObserver alone).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.errors import RuntimeUnavailable
+
+if TYPE_CHECKING:
+    from harness.runtime.connection import EngineConnection
 
 
 class PullObserver(Protocol):
@@ -73,6 +80,69 @@ def pull(client: Any, ref: str, observer: PullObserver | None = None) -> str:
     finally:
         observer.pull_finished(ref, status)
     return status
+
+
+class Images:
+    """The images of one runtime's cells, on its engine."""
+
+    def __init__(self, conn: EngineConnection, policy: str):
+        self.conn, self.policy = conn, policy
+        #: Told about pulls (the CLI's live display); None shows nothing.
+        self.observer: PullObserver | None = None
+        self._found: dict[str, tuple[str, str | None]] = {}
+        self._files: dict[tuple[str, str], bytes | None] = {}
+
+    def resolve(self, ref: str) -> tuple[str, str | None]:
+        """(image id, repo digest or None), pulled first as `pull:` says; once per reference."""
+        if ref in self._found:
+            return self._found[ref]
+        import docker.errors
+
+        from harness.runtime import engine as eng
+
+        client = self.conn.client
+        try:
+            if self.policy == "always":
+                pull(client, ref, self.observer)
+            try:
+                found = eng.image_digest(client, ref)
+            except docker.errors.ImageNotFound:
+                if self.policy == "never":
+                    raise RuntimeUnavailable(f"image: {ref} is not present on the {self.conn.engine} engine and "
+                                             "`pull: never` (build or load it, or set `pull: missing`)") from None
+                pull(client, ref, self.observer)
+                found = eng.image_digest(client, ref)
+        except docker.errors.APIError as exc:
+            raise RuntimeUnavailable(f"image: cannot get {ref}: {exc.explanation or exc}") from None
+        self._found[ref] = found
+        return found
+
+    def copy_out(self, image: str, path: str) -> bytes:
+        """The file at `path` in `image` (a PatchError when it is none)."""
+        from harness.runtime import engine as eng
+
+        return eng.copy_out(self.conn.client, image, path)
+
+    def file(self, ref: str, path: str) -> bytes | None:
+        """The file at `path` in the image `ref` names, or None (no such file, an engine error: never a failure);
+        once per image and path."""
+        key = (ref, path)
+        if key not in self._files:
+            try:
+                self._files[key] = self.copy_out(self.resolve(ref)[0], path)
+            except Exception:  # noqa: BLE001 - no such file, an engine error: nothing to read, never a failure
+                self._files[key] = None
+        return self._files[key]
+
+    def entrypoint(self, image_id: str) -> list[str]:
+        """The image's own entrypoint (a matrix without `entrypoint:` runs the server after it)."""
+        return self.conn.client.images.get(image_id).attrs.get("Config", {}).get("Entrypoint") or []
+
+    def planned(self, ref: str) -> str | None:
+        """What a run would do to get `ref`, touching nothing (`run --dry-run`)."""
+        if self.policy == "never":
+            return None
+        return f"would pull {ref} {'first' if self.policy == 'always' else 'if absent'} (pull: {self.policy})"
 
 
 class PullDisplay:

@@ -1,4 +1,5 @@
-"""Reading a server's output without trusting it: bounded lines, any bytes, never an exception out of the thread."""
+"""Reading a server's output without trusting it: bounded lines, any bytes, never an exception out of the thread; a
+container's log read to its very last line."""
 
 from __future__ import annotations
 
@@ -48,3 +49,19 @@ def pump_chunks(chunks, on_line: LineSink) -> None:
         if buf:
             on_line(buf.decode("utf-8", errors="replace"))
         on_line(None)
+
+
+def log_stream(container):
+    """A container's log as it comes, and then its last line if the engine held it back: docker's follow stream
+    ends without a final line that has no newline (a server that died mid-line), though the stored log has it."""
+    last = b""
+    for chunk in container.logs(stream=True, follow=True):
+        if chunk:
+            last = chunk
+        yield chunk
+    try:
+        tail = container.logs(stream=False, tail=1)
+    except Exception:  # noqa: BLE001 - removed already: nobody reads this log any more
+        return
+    if tail and not tail.endswith(b"\n") and (not last or last.endswith(b"\n")):
+        yield tail

@@ -18,7 +18,7 @@ from harness.errors import FileRefused
 from harness.files import read_bytes
 
 OWNER_FILE = ".owner.json"
-#: Prefix of the short TMPDIR a process-runtime cell gets (harness.runtime.process.cell_dirs).
+#: Prefix of the short TMPDIR a process-runtime cell gets (harness.runtime.server_env.cell_dirs).
 TMP_PREFIX = "bh-"
 #: In a cell's TMPDIR: the work dir it belongs to, so a `tmp` link pointed elsewhere is never followed.
 TMP_MARK = ".boot-harness-work"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from harness.sweep import pid_alive, sweep
 from harness.runtime import scratch
-from harness.runtime.process import cell_dirs
+from harness.runtime.server_env import cell_dirs
 
 
 def _cell(results: Path, run: str, cell: str) -> tuple[Path, Path]:

@@ -1,0 +1,132 @@
+"""A started cell's container, as the watch loop sees a server: its host port, its exit (and OOMKilled), a stop that
+reads the exit code before it removes the container, and the first sign that the engine hung or went away meanwhile.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+from harness.clock import SYSTEM, Clock
+from harness.runtime.connection import EngineConnection
+from harness.runtime.leftovers import Leftovers
+from harness.runtime.ports import HOST
+from harness.runtime.records import AppliedPatch, ContainerInfo
+
+#: How often the host port and the exit code are looked for again, and how many times the port.
+PORT_POLL_S, PORT_POLLS = 0.05, 50
+EXIT_POLL_S, WAIT_RETRY_S = 0.1, 0.2
+#: The exit wait asks the engine in slices this long, so a hung engine never holds its thread for good.
+WAIT_SLICE_S = 10
+
+
+class ContainerServer:
+    def __init__(self, conn: EngineConnection, leftovers: Leftovers, tc, container_port: int, argv: list[str],
+                 image: str, image_id: str, repo_digest: str | None, patches: list[AppliedPatch],
+                 clock: Clock = SYSTEM):
+        self.conn, self.leftovers, self.tc = conn, leftovers, tc
+        self.clock = clock
+        self.container = tc.get_wrapped_container()
+        self.container_port = container_port
+        self.argv = argv
+        self.image, self.image_id, self.repo_digest = image, image_id, repo_digest
+        self._patches = patches
+        self._state: dict | None = None
+        self._stopped = False
+        self._lock = threading.Lock()
+        #: The first sign that the engine hung or went away while the cell ran (harness.runtime.engine.trouble).
+        self.engine_trouble: str | None = None
+        self.port = self._host_port()
+        self.base_url = f"http://{HOST}:{self.port}" if self.port else f"http://{HOST}:0"
+
+    def _host_port(self) -> int | None:
+        key = f"{self.container_port}/tcp"
+        for _ in range(PORT_POLLS):
+            self.container.reload()
+            bindings = (self.container.attrs.get("NetworkSettings", {}).get("Ports") or {}).get(key)
+            if bindings:
+                return int(bindings[0]["HostPort"])
+            if self.container.status in ("exited", "dead"):
+                return None
+            self.clock.sleep(PORT_POLL_S)
+        return None
+
+    def _noted(self, call: str, exc: BaseException) -> None:
+        if self.engine_trouble is None:
+            self.engine_trouble = self.conn.trouble(call, exc)
+
+    def _reloaded(self) -> bool:
+        """The container's state read again; False, the engine's trouble noted, when the engine did not answer."""
+        try:
+            self.container.reload()
+            return True
+        except Exception as exc:  # noqa: BLE001
+            self._noted("inspect", exc)
+            return False
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        if timeout is None:
+            while True:
+                try:
+                    return int(self.container.wait(timeout=WAIT_SLICE_S)["StatusCode"])
+                except Exception:  # noqa: BLE001 - a slice ran out, it was removed under us, or the engine hung up
+                    code = self._exit_code()
+                    if code is not None or self._stopped:
+                        return code
+                    self.clock.sleep(WAIT_RETRY_S)
+        deadline = self.clock.now() + timeout
+        while True:
+            code = self._exit_code()
+            if code is not None or self.clock.now() >= deadline:
+                return code
+            self.clock.sleep(min(EXIT_POLL_S, max(0.0, deadline - self.clock.now())))
+
+    def _exit_code(self) -> int | None:
+        if self._state is not None:
+            return self._state.get("ExitCode")
+        if not self._reloaded():
+            return None
+        state = self.container.attrs.get("State", {})
+        if state.get("Status") in ("exited", "dead"):
+            return state.get("ExitCode")
+        return None
+
+    def owns_listener(self) -> bool:
+        """The host port was assigned to this container by the engine; it is ours while the container runs."""
+        return self._reloaded() and self.container.status == "running" and self._host_port() == self.port
+
+    def stop(self, grace_s: float = 2.0) -> int | None:
+        """SIGTERM (through the container's init), SIGKILL after `grace_s`, then remove. vLLM ignores SIGTERM
+        mid-start-up, and the whole teardown must fit in the 5 s an interrupted run promises: the engine's stop and
+        removal add 1-1.5 s on a loaded machine, so a second less grace than the process runtime's 3 s."""
+        with self._lock:
+            if self._stopped:
+                return (self._state or {}).get("ExitCode")
+            self._stopped = True
+            try:
+                if self.container.status == "running" or self._exit_code() is None:
+                    self.container.stop(timeout=max(1, math.ceil(grace_s)))
+            except Exception as exc:  # noqa: BLE001 - gone already, or the engine is in trouble (noted)
+                self._noted("stop", exc)
+            try:
+                self.container.reload()
+                self._state = dict(self.container.attrs.get("State", {}))
+            except Exception:  # noqa: BLE001
+                self._state = {}
+            try:
+                self.tc.stop(force=True, delete_volume=True)
+            except Exception as exc:  # noqa: BLE001 - gone already; or the engine is away: removed once it is back
+                if self.conn.trouble("remove", exc):
+                    self.leftovers.leave(self.container.id)
+            return self._state.get("ExitCode")
+
+    def container_info(self) -> ContainerInfo:
+        return ContainerInfo(
+            engine=self.conn.engine, engine_version=self.conn.version,
+            image=self.image, image_digest=self.repo_digest or self.image_id,
+            container_id=self.container.id, container_name=self.container.name,
+            oom_killed=(self._state or {}).get("OOMKilled"), engine_trouble=self.engine_trouble,
+        )
+
+    def applied_patches(self) -> list[AppliedPatch]:
+        return list(self._patches)
