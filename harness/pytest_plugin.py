@@ -1,5 +1,5 @@
 """pytest plugin: a matrix as tests, one per cell, recorded exactly as `boot-harness run` records it — a thin layer over
-the run owner (harness.boot.session), which opens, runs and finishes the run.
+the run owner (`harness.RunSession`), which opens, runs and finishes the run. The library it uses: docs/api.md.
 
     pytest tests/test_boot_matrix.py --boot-matrix examples/cpu-tiny.yaml [--boot-results-dir D] [--boot-select EXPR]
         [--boot-shard I/N] [--boot-timeout S]          (--matrix, --results-dir, --select, --shard: the old spellings)
@@ -10,7 +10,7 @@ the cell's outcome, reason and KV numbers as user properties (JUnit <properties>
 pytest-reportlog's `user_properties`).
 
 Fixtures a conftest can override: `boot_runtime` (None: the matrix's own runtime; return e.g. a
-harness.runtime.fake.FakeRuntime) and `boot_options` (the RunOptions). Not under pytest-xdist: one run is one run
+`harness.FakeRuntime`) and `boot_options` (a `harness.RunOptions`). Not under pytest-xdist: one run is one run
 directory booting one cell at a time on its GPUs; split a matrix with `--boot-shard I/N` per process (or CI job) and
 `boot-harness merge`.
 """
@@ -53,6 +53,8 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError("--boot-matrix does not run under pytest-xdist (-n): a run is one run directory "
                                 "booting one cell at a time on its GPUs; give each process --boot-shard I/N and join "
                                 "the runs with `boot-harness merge`")
+    _selection(config)  # a bad matrix or --boot-select is pytest's one-line "ERROR: FILE:key: …" (exit 4), here,
+    # before collection, where a UsageError is not wrapped in a collection error and its traceback
 
 
 class _Selection:

@@ -24,7 +24,9 @@ def register(sub: argparse._SubParsersAction) -> dict:
     add_matrix(p)
     add_selection(p)
     add_shard(p)
-    p.add_argument("--json", action="store_true", help="one JSON object per cell: id, axes, argv, env, expected")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object: the matrix, the selection and `cells`, each with the record's keys (cell_id, "
+                        "axes, env, expected) and server_args, the arguments after the server command")
     return {"validate": cmd_validate, "cells": cmd_cells}
 
 
@@ -53,13 +55,18 @@ def cmd_cells(args: argparse.Namespace, out: Console) -> int:
     _unset_note(sel)
     if not sel.cells:
         say_to(stderr())(f"shard {sel.shard}: none of the {sel.total} selected cells hashes into this shard")
-    for c in sel.cells:
-        if args.json:
-            masker = Masker(secret_values() | secret_values(c.env, c.server_args))
-            print(json.dumps({"id": c.id, "axes": c.axes, "server_args": masker.argv(c.server_args),
-                              "env": masker.env(c.env),
-                              "image": c.image, "expected": None if not c.expected else
-                              {"outcome": c.expected.outcome, "reason": c.expected.reason}}))
-        else:
+    if not args.json:
+        for c in sel.cells:
             print(c.id)
+        return ExitCode.OK
+    cells = []
+    for c in sel.cells:
+        masker = Masker(secret_values() | secret_values(c.env, c.server_args))
+        cells.append({"cell_id": c.id, "axes": c.axes, "server_args": masker.argv(c.server_args),
+                      "env": masker.env(c.env), "image": c.image,
+                      "expected": None if not c.expected else {"outcome": c.expected.outcome,
+                                                               "reason": c.expected.reason,
+                                                               "within_s": c.expected.within_s}})
+    print(json.dumps({"matrix": str(args.matrix), "selection": args.select or [], "shard": sel.shard,
+                      "total": sel.total, "cells": cells}, indent=2))
     return ExitCode.OK

@@ -199,4 +199,4 @@ def test_terms_on_one_axis_are_anded(tmp_path):
     m = fake_matrix(tmp_path / "m.yaml", {v: {"FAKE_VLLM_SCENARIO": "boot"} for v in ("a", "b", "c")})
     r = cli("cells", "--matrix", m, "--select", "case=a|b,case=b|c", "--json", timeout=HUNG_S)
     assert r.returncode == 0, r.stderr
-    assert [json.loads(line)["id"] for line in r.stdout.splitlines()] == ["case_b"]
+    assert [c["cell_id"] for c in json.loads(r.stdout)["cells"]] == ["case_b"]

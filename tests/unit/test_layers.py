@@ -43,18 +43,32 @@ LAYERS: list[tuple[str, ...]] = [
 #: Arrows up that exist today: (importer, imported) -> why it is still there. Remove an entry with its arrow.
 KNOWN: dict[tuple[str, str], str] = {}
 
+#: The root package is also the public facade (docs/api.md): its `_EXPORTS` table names modules of every layer by
+#: string, imported only when a name is first used (PEP 562), and its `if TYPE_CHECKING:` block repeats the table for
+#: type checkers. Neither runs when `harness` is imported, so exactly that block is exempt, and only in the root; it
+#: must equal the table, and every other import of the root is held to layer 0 like any module's.
+FACADE = "harness"
+
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imported(source: str, name: str, is_package: bool = False) -> set[str]:
-    """The harness modules the module `name` (its `source`) imports, anywhere in it (function bodies included), with
-    their parent packages."""
+def facade_split(source: str) -> tuple[ast.Module, list[ast.ImportFrom]]:
+    """The root's module without its top-level `if TYPE_CHECKING:` block, and that block's imports."""
+    tree = ast.parse(source, FACADE)
+    block = [n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"]
+    tree.body = [n for n in tree.body if n not in block]
+    return tree, [i for b in block for i in ast.walk(b) if isinstance(i, ast.ImportFrom)]
+
+
+def imported(source: str | ast.Module, name: str, is_package: bool = False) -> set[str]:
+    """The harness modules the module `name` (its `source`, or its parsed tree) imports, anywhere in it (function
+    bodies included), with their parent packages."""
     package = name if is_package else name.rpartition(".")[0]
     out: set[str] = set()
-    for node in ast.walk(ast.parse(source, name)):
+    for node in ast.walk(source if isinstance(source, ast.Module) else ast.parse(source, name)):
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
@@ -86,7 +100,8 @@ def arrows_up() -> dict[tuple[str, str], tuple[int, int]]:
     out = {}
     for path in sorted(HARNESS.rglob("*.py")):
         name = module_name(path)
-        for target in imported(path.read_text(), name, path.name == "__init__.py"):
+        source = facade_split(path.read_text())[0] if name == FACADE else path.read_text()
+        for target in imported(source, name, path.name == "__init__.py"):
             src, dst = layer_of(name), layer_of(target)
             if src is not None and dst is not None and dst > src:
                 out[(name, target)] = (src, dst)
@@ -124,3 +139,28 @@ def test_an_arrow_up_is_seen():
     assert layer_of("harness.errors") < layer_of("harness.cli.common")
     assert layer_of("harness.verdict.policy") > layer_of("harness.logfacts.model") > layer_of("harness.verdict")
     assert "harness.cli.common" in imported("from harness.cli.common import add_timeout\n", "harness.errors")
+
+
+def _exports(source: str) -> dict[str, tuple[str, str]]:
+    (table,) = [n.value for n in ast.parse(source).body
+                if isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == "_EXPORTS"]
+    return ast.literal_eval(table)
+
+
+def test_the_facade_s_type_checking_block_is_its_export_table():
+    """The exempt block says nothing the lazy table does not: the same public names, from the same modules."""
+    source = (HARNESS / "__init__.py").read_text()
+    block = {a.asname or a.name: (i.module, a.name) for i in facade_split(source)[1] for a in i.names}
+    assert block == _exports(source)
+
+
+@pytest.mark.parametrize("source,expected", [
+    ("if TYPE_CHECKING:\n    from harness.boot.session import RunSession\n", set()),
+    ("from harness.boot.session import RunSession\n", {"harness.boot", "harness.boot.session"}),
+    ("def __getattr__(name):\n    from harness.boot import session\n", {"harness.boot", "harness.boot.session"}),
+    ("if not TYPE_CHECKING:\n    from harness.boot.session import RunSession\n",
+     {"harness.boot", "harness.boot.session"}),
+], ids=["type-checking-block-exempt", "eager-import-counts", "import-in-a-function-counts", "other-block-counts"])
+def test_only_the_root_s_type_checking_block_is_exempt(source, expected):
+    assert imported(facade_split(source)[0], FACADE, is_package=True) == expected
+    assert imported(source, "harness.names") >= expected, "outside the root the block counts like any import"

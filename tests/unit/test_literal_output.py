@@ -106,7 +106,7 @@ def test_matrix_commands_print_paths_values_env_and_images_as_written(world, cli
     assert code == 0
     whole(out, f"{m}: ok — 4 cells on 2 axes")
     code, out, _ = cli("cells", "--matrix", m.with_name("docker.yaml"), "--json")
-    records = [json.loads(line) for line in out.splitlines()]
+    records = json.loads(out)["cells"]
     assert {r["axes"]["v"] for r in records} == {"[analysis]", "[/]"}
     assert {r["image"] for r in records} == {"img[analysis]:1", "other[bold]:2"}
     assert all(r["env"]["NOTE"] == "[bold]note[/]" for r in records)

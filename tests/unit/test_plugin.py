@@ -67,3 +67,21 @@ def test_under_pytest_xdist_the_plugin_refuses_in_one_clear_line(pytester, matri
     result = pytester.runpytest_subprocess("--boot-matrix", str(matrix), "-n", "2", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--boot-matrix does not run under pytest-xdist (-n)*--boot-shard I/N*"])
+
+
+@pytest.mark.parametrize("bad", [
+    pytest.param({"matrix": "name: x\naxes: {a: {flag: --x, values: [1]}}\ntimeout_s: -1\n"}, id="bad-matrix-key"),
+    pytest.param({"select": "nosuch=1"}, id="bad-select"),
+])
+def test_a_bad_matrix_or_selection_is_one_error_line_without_a_traceback(pytester, matrix, bad):
+    pytester.makepyfile(test_matrix=TEST_FILE)
+    path = matrix
+    if "matrix" in bad:
+        path = pytester.path / "bad.yaml"
+        path.write_text(bad["matrix"])
+    extra = ["--boot-select", bad["select"]] if "select" in bad else []
+    result = pytester.runpytest_subprocess("--boot-matrix", str(path), *extra, "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = [line for line in result.stderr.lines if line.strip()]
+    assert len(err) == 1 and err[0].startswith("ERROR: "), result.stderr.lines
+    assert "Traceback" not in result.stdout.str() + result.stderr.str() and "pluggy" not in result.stdout.str()

@@ -1,0 +1,133 @@
+"""The public face: `harness` exports what a script uses (docs/api.md), each name resolves to the object its module
+defines, is listed by `dir()`, is documented, and the doc's python blocks run as written — the nightly script on the
+matrix's own (process) runtime with its servers scripted, the rest as they stand. That `import harness.names` stays
+light is checked from a fresh interpreter in tests/integration/test_api_imports.py (unit tests start no program)."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+import harness
+from harness.runtime.fake import FakeRuntime, Script
+
+ROOT = Path(__file__).resolve().parents[2]
+API_DOC = ROOT / "docs" / "api.md"
+PUBLIC = sorted(harness.__all__)
+
+
+def python_blocks() -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```$", API_DOC.read_text(encoding="utf-8"), re.S | re.M)
+
+
+def block(marker: str) -> str:
+    (found,) = [b for b in python_blocks() if marker in b]
+    return found
+
+
+#: Each python block of docs/api.md, by a phrase only it holds; each has a test below.
+BLOCKS = {"nightly": '"""nightly.py', "predict": "predict_kv(", "fake runtime": "FakeRuntime("}
+
+
+@pytest.mark.parametrize("name", PUBLIC)
+def test_each_public_name_resolves_to_what_its_module_defines(name):
+    value = getattr(harness, name)
+    if name != "__version__":
+        module, attribute = harness._EXPORTS[name]
+        assert value is getattr(importlib.import_module(module), attribute), f"harness.{name} moved: fix _EXPORTS"
+
+
+def test_all_is_the_export_table():
+    assert harness.__all__ == ["__version__", *harness._EXPORTS]
+
+
+def test_dir_lists_every_public_name_and_an_unknown_one_is_an_attribute_error():
+    assert set(PUBLIC) <= set(dir(harness))
+    with pytest.raises(AttributeError, match="no attribute 'run_cells'"):
+        harness.run_cells  # noqa: B018
+
+
+def test_no_public_name_is_a_subpackage_s_name():
+    """`harness.predict` is the subpackage once anything imports it, whatever the root exports under that name."""
+    submodules = {m.name for m in pkgutil.iter_modules(harness.__path__)}
+    assert "predict" in submodules and not set(PUBLIC) & submodules
+    importlib.import_module("harness.predict")
+    assert harness.predict_kv is importlib.import_module("harness.predict.predictor").predict
+
+
+@pytest.mark.parametrize("name", PUBLIC)
+def test_each_public_name_is_documented(name):
+    assert re.search(rf"`{re.escape(name)}[`(]", API_DOC.read_text(encoding="utf-8")), f"docs/api.md: add {name}"
+
+
+def test_each_python_block_of_the_doc_is_run_here():
+    assert sorted(next(k for k, m in BLOCKS.items() if m in b) for b in python_blocks()) == sorted(BLOCKS)
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """The doc's relative paths as from the project root (examples/), its writes under tmp_path, and the variables
+    the CPU example reads: the tiny models whose config.json the KV prediction reads."""
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("VLLM_CPU_VENV", str(tmp_path / "no-venv"))
+    monkeypatch.setenv("TINY_MODELS", str(ROOT / "tests" / "data" / "kv" / "models"))
+    return tmp_path
+
+
+def run_block(code: str, argv: list[str]) -> tuple[int | None, dict]:
+    """`code` as a script run with `argv`: (its exit code, None when it did not exit; its globals)."""
+    namespace: dict = {"__name__": "__main__"}
+    sys_argv = sys.argv
+    sys.argv = argv
+    try:
+        exec(compile(code, str(API_DOC), "exec"), namespace)
+    except SystemExit as exc:
+        return int(exc.code or 0), namespace
+    finally:
+        sys.argv = sys_argv
+    return None, namespace
+
+
+def test_the_nightly_script_boots_compares_and_exits_as_the_cli_would(workdir, monkeypatch, capsys):
+    expected_refused = ["mml4096-spec_off-kv_tight", "mml4096-spec_draft-kv_tight"]
+    nights = [FakeRuntime({c: Script.refused_kv(4096) for c in expected_refused}),
+              FakeRuntime({c: Script.refused_kv(4096) for c in [*expected_refused, "mml4096-spec_draft-kv_raised"]})]
+    # the matrix's own runtime (process), its servers scripted: the script is run exactly as the doc shows it
+    monkeypatch.setattr("harness.runtime.process.ProcessRuntime", lambda command: nights.pop(0))
+    code, first = run_block(block(BLOCKS["nightly"]), ["nightly.py"])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0, out
+    assert out == ["mml4096-spec_off-kv_tight refused (kv_insufficient) matched None",
+                   "mml4096-spec_draft-kv_tight refused (kv_insufficient) matched None",
+                   "mml4096-spec_draft-kv_raised booted (ready) matched 10720"]
+
+    code, _ = run_block(block(BLOCKS["nightly"]), ["nightly.py", str(first["session"].run_dir)])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 1
+    assert "mml4096-spec_draft-kv_raised refused (kv_insufficient) MISSED None" in out
+    assert out[-1] == "regression: mml4096-spec_draft-kv_raised booted → refused (kv_insufficient)"
+    assert len(list((workdir / "results").glob("*/results.json"))) == 2
+
+
+def test_the_prediction_block_prints_what_the_kv_command_predicts(workdir, capsys):
+    assert run_block(block(BLOCKS["predict"]), ["predict.py"])[0] is None
+    from harness.predict import parse_serve_flags, predict, read_model
+
+    p = predict(read_model(ROOT / "examples/models/glm-5.3-flash"),
+                parse_serve_flags(["--max-model-len", "131072"]), available_bytes=40 * 1024**3)
+    assert capsys.readouterr().out == (f"{p.bytes_per_token} B/token, {p.need_bytes} B for one request, "
+                                       f"{p.kv_tokens} tokens, fits: True\n")
+
+
+def test_the_fake_runtime_block_rehearses_every_cell_as_expected(workdir, capsys):
+    code, namespace = run_block(block(BLOCKS["fake runtime"]), ["rehearse.py"])
+    assert code is None
+    run = harness.load_run(namespace["session"].run_dir)[0]
+    assert run.summary["cells"] == 6 and run.summary["matched"] == 6 and run.runtime == "fake"
+    assert capsys.readouterr().out.rstrip().endswith(" 0")
