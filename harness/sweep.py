@@ -54,7 +54,7 @@ def sweep_containers(engine: str, swept: Swept, everything: bool = False) -> Non
     host = socket.gethostname()
     try:
         # ignore_removed: docker-py lists, then inspects each; one whose run removed it in between is no leftover
-        found = client.containers.list(all=True, filters={"label": f"{eng.LABEL_PREFIX}.owner-pid"},
+        found = client.containers.list(all=True, filters={"label": eng.OWNER_PID_LABEL},
                                        ignore_removed=True)
     except Exception as exc:  # noqa: BLE001 - the engine went away or hung while listing: reported, not raised
         if eng.trouble(engine, "containers list", exc, eng.DEFAULT_CALL_TIMEOUT_S) is None:
@@ -64,10 +64,10 @@ def sweep_containers(engine: str, swept: Swept, everything: bool = False) -> Non
     for c in found:
         labels = c.labels or {}
         if not everything:
-            if labels.get(f"{eng.LABEL_PREFIX}.host") != host:
+            if labels.get(eng.OWNER_HOST_LABEL) != host:
                 continue
             try:
-                owner = int(labels.get(f"{eng.LABEL_PREFIX}.owner-pid", "0"))
+                owner = int(labels.get(eng.OWNER_PID_LABEL, "0"))
             except ValueError:
                 owner = 0
             if owner == os.getpid() or (owner and pid_alive(owner)):

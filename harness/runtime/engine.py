@@ -36,11 +36,14 @@ def container_class():
 
 DEFAULT_HOSTS = {"docker": "unix:///var/run/docker.sock", "podman": "unix:///run/podman/podman.sock"}
 LABEL_PREFIX = "boot-harness"
+#: The labels that say who started a container (the harness's pid, on which host): what gc and the sweep read.
+OWNER_PID_LABEL = f"{LABEL_PREFIX}.owner-pid"
+OWNER_HOST_LABEL = f"{LABEL_PREFIX}.host"
 
 
 def owner_labels() -> dict[str, str]:
     """Who started a container: gc removes only those whose harness process is gone."""
-    return {f"{LABEL_PREFIX}.owner-pid": str(os.getpid()), f"{LABEL_PREFIX}.host": socket.gethostname()}
+    return {OWNER_PID_LABEL: str(os.getpid()), OWNER_HOST_LABEL: socket.gethostname()}
 
 
 def engine_host(engine: str, environ: dict[str, str] | None = None) -> str:
