@@ -66,8 +66,8 @@ def record_for(pid: int, **over) -> dict:
     return rec
 
 
-def put(results: Path, name: str = "case_x.json") -> Path:
-    active = results / "run1" / "active"
+def put(results: Path, name: str = "case_x.json", run: str = "run1") -> Path:
+    active = results / run / "active"
     active.mkdir(parents=True, exist_ok=True)
     return active / name
 
@@ -110,11 +110,30 @@ STALE = {"victim-well-formed-wrong-server-id", "victim-reused-pid-other-start-ti
 SILENTLY_STALE = {"victim-other-boot"}
 
 
+@pytest.fixture(scope="module")
+def forged_gc(tmp_path_factory):
+    """Every forged record at once, each in a run folder of its own and naming a victim of its own, swept by one `gc`
+    (what a results folder collected over months looks like): the cases are read from its one output."""
+    base = tmp_path_factory.mktemp("forged")
+    victims: dict[str, subprocess.Popen] = {}
+    records: dict[str, Path] = {}
+    try:
+        for i, case in enumerate(FORGED):
+            victims[case] = subprocess.Popen(["sleep", "600"], start_new_session=True)
+            records[case] = put(base / "r", run=f"run{i}")
+            FORGED[case](records[case], victims[case].pid)
+        yield gc(base / "r"), victims, records, base
+    finally:
+        for proc in victims.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+
+
 @pytest.mark.parametrize("case", list(FORGED), ids=list(FORGED))
-def test_gc_never_kills_a_group_a_forged_or_malformed_record_names(tmp_path, victim, case):
-    record = put(tmp_path / "r")
-    FORGED[case](record, victim.pid)
-    done = gc(tmp_path / "r")
+def test_gc_never_kills_a_group_a_forged_or_malformed_record_names(forged_gc, case):
+    done, victims, records, base = forged_gc
+    victim, record = victims[case], records[case]
     assert done.returncode == 0, f"gc died (rc {done.returncode}): {done.stdout}{done.stderr}"
     assert "Traceback" not in done.stderr, done.stderr
     assert survives(victim), "gc killed a process group that was not the harness's"
@@ -128,7 +147,7 @@ def test_gc_never_kills_a_group_a_forged_or_malformed_record_names(tmp_path, vic
         assert f"gc: left {record}: " in done.stdout, done.stdout
         assert os.path.lexists(record), "a record that is not the harness's is kept for a person to look at"
     if case == "symlink-to-victim-record":
-        assert (tmp_path / "elsewhere.json").is_file(), "the link's target is not the harness's to remove"
+        assert (base / "elsewhere.json").is_file(), "the link's target is not the harness's to remove"
 
 
 @pytest.mark.parametrize("how", ["results-run-dir-is-a-symlink", "active-dir-is-a-symlink"],
