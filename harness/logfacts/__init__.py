@@ -1,4 +1,5 @@
-"""Facts and refusals read from a vLLM server's boot log, for every vLLM version from 0.8.5 to 0.33 and the fork.
+"""Facts and refusals read from a vLLM server's boot log, for every vLLM version from 0.6 to 0.34 and the fork, saved
+bare or pasted inside a CI, compose, kubectl or journald prefix (text.py, wrappers.py).
 
 Feed lines to a ``LogParser`` as the server prints them and act on each ``Signal``; read ``LogParser.facts`` (or call
 ``parse_text`` / ``parse_file`` on a finished log) for the numbers a boot logged and the refusal it ended with.

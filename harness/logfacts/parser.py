@@ -177,11 +177,11 @@ class LogParser:
                 self._version = m.group(1)
 
     def _model_load(self, msg: str) -> None:
-        if m := p.MODEL_LOAD.search(msg):
+        if m := p.MODEL_LOAD.search(msg) or p.MODEL_WEIGHTS_V0.search(msg):
             self._first("model_load_gib", p.to_float(m.group(1)))
 
     def _kv_cache(self, msg: str) -> None:
-        if m := p.AVAILABLE_KV.search(msg) or p.AVAILABLE_KV_V0.search(msg):
+        if m := p.AVAILABLE_KV.search(msg) or p.AVAILABLE_KV_V0.search(msg) or p.MEMORY_PROFILING_V0.search(msg):
             self._smallest("available_gib", p.to_float(m.group(1)))
             self._first("device", "gpu")
         if m := p.CPU_KV_SET.search(msg):
@@ -195,6 +195,10 @@ class LogParser:
             word = msg[:m.start()].split()[-1:]
             if word and word[0] in ("GPU", "CPU", "XPU", "TPU", "NPU", "HPU"):
                 self._kv["device"] = word[0].lower()  # the device word of the capacity line is the last say
+
+    def _blocks(self, msg: str) -> None:
+        if (m := p.BLOCKS_V0.search(msg)) and (device := p.DEVICE_WORDS.get(m.group(1).lower())):
+            self._kv["device"] = device  # like the V1 capacity line, the sized pool's device word is the last say
 
     def _mla_backend(self, msg: str) -> None:
         if m := p.MLA_BACKEND.search(msg):
@@ -261,6 +265,9 @@ class LogParser:
 _EXTRACTORS: tuple[tuple[str, Callable[[LogParser, str], None]], ...] = (
     ("version", LogParser._version_from),
     ("Model loading took", LogParser._model_load),
+    ("Loading model weights took", LogParser._model_load),
+    ("kv_cache_size=", LogParser._kv_cache),
+    ("blocks:", LogParser._blocks),
     ("KV cache", LogParser._kv_cache),
     ("KV Cache", LogParser._kv_cache),
     ("for KV Cache as specified", LogParser._reserved),

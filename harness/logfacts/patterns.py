@@ -27,6 +27,9 @@ KEYWORDS: tuple[str, ...] = (
     "KV cache",
     "KV Cache",
     "Model loading took",
+    "Loading model weights took",  # V0 (0.6-0.7)
+    "Memory profiling results",  # V0 (0.6.4)
+    "blocks:",  # V0's "# GPU blocks: N, # CPU blocks: M"
     "Maximum concurrency",
     "Graph capturing finished",
     "CUDA graph memory",
@@ -88,11 +91,26 @@ def _c(pattern: str) -> re.Pattern[str]:
 # --- facts -----------------------------------------------------------------------------------------------------------
 
 # "Model loading took 14.99 GiB memory and 5.1 seconds" (≥0.12) / "Model loading took 14.9866 GiB and 5.1 seconds"
-MODEL_LOAD = _c(r"Model loading took " + NUM + r"\s*GiB")
+# (0.8.5) / "Model loading took 14.9866 GB and 5.1 seconds" (0.8.0-0.8.4, V0 and V1). Every "GB" vLLM prints here and
+# below is bytes / 2**30 (`/ float(2**30)` in the source): a GiB figure under another name, read as it is.
+MODEL_LOAD = _c(r"Model loading took " + NUM + r"\s*Gi?B\b")
+# V0 model runner, and 0.6-0.7's V1 one: "Loading model weights took %.4f GB" (0.6.x-0.8.x V0; "%.4f GiB" on XPU 0.8.5)
+MODEL_WEIGHTS_V0 = _c(r"\ALoading model weights took\s*" + NUM + r"\s*Gi?B\b")
 # gpu_worker, every V1 version but 0.8.5: "Available KV cache memory: 61.3 GiB" (%.2f up to 0.12, round(x, 2) after)
 AVAILABLE_KV = _c(r"Available KV cache memory:\s*" + NUM + r"\s*GiB")
 # V0 engine (0.8.5–0.10.x with VLLM_USE_V1=0): "... the rest of the memory reserved for KV Cache is 61.30GiB."
 AVAILABLE_KV_V0 = _c(r"the rest of the memory reserved for KV Cache is\s*" + NUM + r"\s*GiB")
+# V0 worker, 0.6.4: "Memory profiling results: total_gpu_memory=%.2fGiB initial_memory_usage=%.2fGiB peak_torch_memory=
+# %.2fGiB memory_usage_post_profile=%.2fGiB non_torch_memory=%.2fGiB kv_cache_size=%.2fGiB gpu_memory_utilization=%.2f"
+MEMORY_PROFILING_V0 = _c(r"\AMemory profiling results:.{0,400}?\bkv_cache_size=" + NUM + r"\s*GiB")
+# V0 executors: "# GPU blocks: %d, # CPU blocks: %d" (0.6; "# TPU/HPU blocks" on those), "# %s blocks: %d, # CPU blocks:
+# %d" with the platform's device_name ("# cuda blocks", "# rocm blocks", "# cpu blocks"; 0.7-0.10), "# CPU blocks: %d"
+# (0.6's CPU executor), "# GPU blocks: %d" (0.6's V1). The first word is the KV cache's device; the count is in blocks
+# of a size the V0 engine does not log, so it gives no token count.
+BLOCKS_V0 = _c(r"\A#\s*([A-Za-z]{2,10}) blocks:\s*" + INT)
+#: The device word of a V0 blocks line or a V1 capacity line → KvFacts.device.
+DEVICE_WORDS = {"gpu": "gpu", "cuda": "gpu", "rocm": "gpu", "cpu": "cpu", "xpu": "xpu", "tpu": "tpu", "npu": "npu",
+                "hpu": "hpu"}
 # --kv-cache-memory-bytes (≥0.10.2): "Initial free memory 78.5 GiB, reserved 10.0 GiB memory for KV Cache as specified
 # by kv_cache_memory_bytes config and skipped memory profiling." 0.10.2/0.11 print "reserved 10.00GiB memory".
 RESERVED_KV = _c(r"reserved\s+" + NUM + r"\s*GiB memory for KV Cache as specified by kv_cache_memory_bytes")

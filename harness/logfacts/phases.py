@@ -32,10 +32,11 @@ TAG = r"\A(?:\[[^\]\n]{1,60}\]\s*)?"
 # model_loader (0.8.5+): "Loading weights took %.2f seconds"
 WEIGHTS = _c(r"\ALoading weights took\s*" + NUM + r"\s*seconds?")
 # V1 model runner: "Model loading took %.4f GiB and %.6f seconds" (0.8.5–0.12), "Model loading took %s GiB and %.6f
-# seconds" (0.15+), "Model loading took %s GiB memory and %.6f seconds" (0.12+, gpu_model_runner)
-MODEL_LOAD = _c(r"\AModel loading took\s*" + NUM + r"\s*GiB(?: memory)? and\s*" + NUM + r"\s*seconds?")
-# V0 model runner: "Loading model weights took %.4f GB" (0.6–0.7), "… %.4f GiB" (0.8–0.10)
-V0_WEIGHTS = _c(r"\ALoading model weights took\s*" + NUM + r"\s*Gi?B\b")
+# seconds" (0.15+), "Model loading took %s GiB memory and %.6f seconds" (0.12+, gpu_model_runner), "Model loading took
+# %.4f GB and %.6f seconds" (0.8.0-0.8.4, V0 and V1: bytes / 2**30, a GiB figure)
+MODEL_LOAD = _c(r"\AModel loading took\s*" + NUM + r"\s*Gi?B(?: memory)? and\s*" + NUM + r"\s*seconds?")
+# V0 model runner: "Loading model weights took %.4f GB" (0.6–0.8, a GiB figure), "… %.4f GiB" (XPU)
+V0_WEIGHTS = p.MODEL_WEIGHTS_V0
 # compilation/backends.py: "Dynamo bytecode transform time: %.2f s" (0.6.6+)
 DYNAMO = _c(TAG + r"Dynamo bytecode transform time:\s*" + NUM + r"\s*s")
 # "Compiling a graph for general shape / shape %s / dynamic shape / compile range %s takes %.2f s"
@@ -49,8 +50,10 @@ COMPILE_TOTAL = _c(TAG + r"torch\.compile (?:and initial profiling/warmup run to
 ENGINE_COMPILATION = _c(r"\(compilation:\s*" + NUM + r"\s*s\b")
 # A compiled graph from the cache: "Directly load the compiled graph for shape %s from the cache" (0.7), "Directly load
 # the compiled graph(s) for shape %s / dynamic shape / compile range %s from the cache, took %.3f s" (0.8.5+), "Directly
-# load AOT compilation from path %s" (0.12+; a failed load says so next)
-CACHE_LOAD = _c(TAG + r"Directly load (?:the compiled graph(?:\(s\))? .{0,200}?from the cache|AOT compilation from path)")
+# load AOT compilation from path %s" (0.12+; a failed load says so next); 0.6.6: "Directly lookup the graph for shape %s
+# from the cache"
+CACHE_LOAD = _c(TAG + r"Directly (?:load (?:the compiled graph(?:\(s\))? .{0,200}?from the cache|AOT compilation from "
+                      r"path)|lookup the graph for .{0,200}?from the cache)")
 CACHE_LOAD_FAILED = _c(TAG + r"Compiling model again due to a load failure from .{0,500}?, reason: (.{1,300})")
 # The end of compilation where no duration is printed: "saved AOT compiled function to %s" (0.15+), and the CPU model
 # runner's "Warming up done." after "Warming up model for the compilation..." (0.9.2+)
@@ -66,7 +69,7 @@ GRAPHS = _c(r"\A(?:Encoder g|G)raph capturing finished in\s*" + NUM + r"\s*secs?
 # V0 worker: "Memory profiling takes %.2f seconds" (0.6.6+, first line of a multi-line message)
 PROFILING = _c(r"\AMemory profiling takes\s*" + NUM + r"\s*seconds?")
 # V1 engine core, and V0 (LLMEngine, in the API server's process): the engine's first words.
-ENGINE_FIRST = _c(r"\A(?:Initializing an? (?:V1 )?LLM engine\b|Waiting for init message from front-end)")
+ENGINE_FIRST = _c(r"\A(?:Initializing an? (?:V[01] )?LLM engine\b|Waiting for init message from front-end)")
 # The KV cache is sized, after the engine checked that one request fits (a KV refusal comes before these): the
 # engine core's "GPU KV cache size: N tokens" (V1; "CPU"/"XPU"/"GPU + host" …) and the concurrency line, and V0's
 # "# GPU blocks: N, # CPU blocks: M" / "# cpu blocks: N". The worker's "Available KV cache memory" comes before the
@@ -77,7 +80,7 @@ ENFORCE_EAGER = _c(r"\AEnforce eager set|\benforce_eager=True\b")
 #: Substrings one of which every phase line holds: the cheap pre-check before any regex here runs.
 KEYWORDS: tuple[str, ...] = (
     "took", "takes", "Dynamo bytecode", "Directly load", "Initializing a", "Waiting for init message", "load failure",
-    "saved AOT", "Warming up", "Starting torch.compile",
+    "Directly lookup", "saved AOT", "Warming up", "Starting torch.compile",
     "KV cache size", "Maximum concurrency", "blocks:", "Enforce eager",
 )
 
@@ -295,6 +298,7 @@ _READERS: tuple[tuple[str, Callable[[PhaseReader, str, str], None]], ...] = (
     ("torch.compile ", PhaseReader._compile),
     ("Compiling a graph", PhaseReader._compile),
     ("Directly load", PhaseReader._compile),
+    ("Directly lookup", PhaseReader._compile),
     ("load failure", PhaseReader._compile),
     ("saved AOT", PhaseReader._compile),
     ("Warming up", PhaseReader._compile),

@@ -3,6 +3,8 @@
 Every vLLM version decorates the same message differently (ANSI colour, a process prefix that may appear twice, a
 ``LEVEL MM-DD HH:MM:SS [file.py:123]`` header, uvicorn's ``INFO:     ``, torch's ``[rank0]:``), and tracebacks and
 pydantic errors carry none of it. Matching on the bare message keeps each fact pattern to one shape across versions.
+What a paste adds around vLLM's line (a ">" quote, the prefix of the CI, compose, kubectl or journald that showed it:
+wrappers.py) comes off here too, first, so every parser after this sees the line as vLLM wrote it.
 """
 
 from __future__ import annotations
@@ -10,10 +12,13 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from .wrappers import Wrapper, unwrap
+
 MAX_LINE_CHARS = 64 * 1024
 """Longer lines are cut before matching: no real fact line is near this, and it bounds the work per line."""
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# Colour codes (CSI), and the APC marks Buildkite's agent puts before each line it timestamps ("ESC _bk;t=<ms> BEL").
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b_[^\x07\x1b]{0,200}(?:\x07|\x1b\\)")
 # Process prefixes: (EngineCore_DP0 pid=7), (VllmWorker rank=0 pid=9), Ray's (RayWorkerWrapper pid=9, ip=10.0.0.2),
 # and torch.distributed's [rank0]:, repeated, since a decorated stream can carry more than one.
 _LEADING_DECOR = re.compile(
@@ -61,6 +66,8 @@ class Line(NamedTuple):
     source: str | None = None
     """The file the header names, without its directory or line ("kv_cache_utils.py" of "[v1/core/kv_cache_utils.py:
     1087]"): which of vLLM's modules logged the record. None when the line has no header or its header names none."""
+    wrappers: tuple[Wrapper, ...] = ()
+    """The prefixes a paste carried before vLLM's line (GitHub Actions, compose, …), outermost first."""
 
 
 def _source(where: str | None) -> str | None:
@@ -74,8 +81,11 @@ def split_line(line: str) -> Line:
     if "\x1b" in line:
         line = _ANSI.sub("", line).replace("\x1b", "")
     process = ""
+    if line[:1] == "\ufeff":  # a downloaded CI log's byte-order mark
+        line = line[1:]
     if line[:1] in (">", " ", "\t") and (quoted := _QUOTED.match(line)):
         line = line[quoted.end():]
+    wrappers, line = unwrap(line)
     decor = _LEADING_DECOR.match(line)
     if decor:
         process = " ".join(decor.group().split())
@@ -88,4 +98,4 @@ def split_line(line: str) -> Line:
         level, stamp = header.group("level"), header.group("stamp")
         source = _source(header.group("where") or header.group("where0"))
         line = line[header.end():]
-    return Line(process, level, stamp, line.strip(), source)
+    return Line(process, level, stamp, line.strip(), source, wrappers)

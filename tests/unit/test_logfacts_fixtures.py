@@ -38,6 +38,16 @@ EXPECTED = {
     "cpu-0.32-kv-insufficient-doubled.log": ("0.32.0", "kv_insufficient", dict(device="cpu", reserved_gib=0.0), False),
     "fork-offload-capped-refusal.log": ("0.30.1.dev7+gclav", "kv_insufficient",
                                         dict(device="gpu", available_gib=9.47, offload_cap_gib=1.74, offload_uncapped_gib=9.47), False),
+    # V0 engine wordings: "Loading model weights took X GB", "Memory profiling results: … kv_cache_size=X GiB",
+    # "Model loading took X GB and Y seconds", "# GPU blocks" / "# cuda blocks" (the device, no token count)
+    "v0.6.4-v0-profiling-results-ok.log": ("0.6.4.post1", None, dict(
+        device="gpu", model_load_gib=14.9888, available_gib=54.19, max_concurrency=108.38, concurrency_tokens=4096,
+        cuda_graph_gib=0.52), True),
+    "v0.6.6-v0-compile-cache-ok.log": ("0.6.6", None, dict(
+        device="gpu", model_load_gib=14.9888, available_gib=54.45, max_concurrency=108.9, concurrency_tokens=4096,
+        cuda_graph_gib=0.5, engine_init_s=16.02), True),
+    "v0.8.2-v0-ok.log": ("0.8.2", None, dict(device="gpu", model_load_gib=14.9888, available_gib=54.45,
+                                             max_concurrency=108.9, concurrency_tokens=4096, engine_init_s=3.41), True),
 }
 
 

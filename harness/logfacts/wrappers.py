@@ -1,0 +1,65 @@
+"""The prefixes the places that run vLLM put before each of its lines, recognised so a pasted log reads as a bare one.
+
+A log copied from CI, compose, Kubernetes or journald carries its tool's prefix on every line; the line parsers anchor
+refusals and phase lines at the start of vLLM's own text, so an unremoved prefix hides the refusal while the KV lines
+(found anywhere in a line) still read: a wrapped refusal would pass for a boot without one. Each shape is anchored and
+exact (the tool's own format, to the digit), so a line vLLM wrote itself is never cut, however it begins; a line is
+unwrapped on its own, since a paste may mix wrapped and bare lines.
+
+The wrappers' own times are dropped, not read: the timeline stays on vLLM's header times, the server's own clock, so a
+wrapped log reads exactly as the bare one (a CI runner stamps a line when it received it, on another clock and zone).
+"""
+
+from __future__ import annotations
+
+import re
+
+from harness.names import Named
+
+
+class Wrapper(Named):
+    """A tool that prefixes every line of the vLLM output it shows."""
+
+    github_actions = "github_actions"
+    """A job's raw log: `2025-08-12T08:42:39.1234567Z ` (.NET's seven fraction digits, UTC)."""
+    buildkite = "buildkite"
+    """The agent's `--timestamp-lines`: `[2025-08-12T08:42:38Z] ` (its inline `ESC _bk;t=<ms> BEL` marks are escape
+    sequences: text.py removes them with the colour codes)."""
+    compose = "compose"
+    """`docker compose logs` / `up`: the service's container name, padded, and `| ` (`vllm-1  | `; v1: `vllm_1  | `)."""
+    kubectl = "kubectl"
+    """`kubectl logs --prefix`: `[pod/<pod>/<container>] `."""
+    journald = "journald"
+    """`journalctl` (short, or short-iso): `Dec 04 12:00:00 gpu-host vllm[1234]: `."""
+    timestamps = "timestamps"
+    """`docker logs -t`, `docker compose logs -t`, `kubectl logs --timestamps`: an RFC 3339 time and a space
+    (`2025-08-12T08:42:39.123456789Z `)."""
+
+
+_MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+_DATE_T = r"\d{4}-[01]\d-[0-3]\dT[0-2]\d:[0-5]\d:[0-6]\d"
+_ZONE = r"(?:Z|[+-][0-2]\d:?[0-5]\d)"
+#: One alternation, one named group per shape: a single anchored match per line, which fails at the first character
+#: or two on any line vLLM writes ("(APIServer pid=…)", "INFO 12-04 …", "Traceback …").
+_SHAPES = re.compile(
+    r"\A(?:"
+    rf"(?P<{Wrapper.github_actions}>{_DATE_T}\.\d{{7}}Z )"
+    rf"|(?P<{Wrapper.timestamps}>{_DATE_T}(?:\.\d{{1,9}})?{_ZONE} )"
+    rf"|(?P<{Wrapper.buildkite}>\[{_DATE_T}Z\] )"
+    rf"|(?P<{Wrapper.kubectl}>\[pod/[a-z0-9](?:[-a-z0-9.]{{0,251}}[a-z0-9])?/[a-z0-9](?:[-a-z0-9]{{0,61}}[a-z0-9])?\] )"
+    rf"|(?P<{Wrapper.compose}>[A-Za-z0-9][A-Za-z0-9_.-]{{0,200}}[-_]\d{{1,4}} +\|(?: |\Z))"
+    rf"|(?P<{Wrapper.journald}>(?:{_MONTH} (?:[0-3]\d| \d) [0-2]\d:[0-5]\d:[0-6]\d|{_DATE_T}{_ZONE})"
+    r" [^\s\[\]:]{1,255} [^\s\[\]:/]{1,64}\[\d{1,10}\]: )"
+    r")"
+)
+MAX_DEPTH = 3
+"""Wrappers nest (a CI job that runs `docker compose logs -t`: Actions, compose, timestamps); a few layers at most."""
+
+
+def unwrap(line: str) -> tuple[tuple[Wrapper, ...], str]:
+    """The wrappers found at the start of `line`, outermost first, and what they wrapped."""
+    found: list[Wrapper] = []
+    while len(found) < MAX_DEPTH and (m := _SHAPES.match(line)):
+        found.append(Wrapper(m.lastgroup))
+        line = line[m.end():]
+    return tuple(found), line
