@@ -159,18 +159,58 @@ def parse_json(data: bytes | str, where: str, max_depth: int = MAX_DEPTH, *, str
         text = data.decode("utf-8") if isinstance(data, bytes) else data
     except UnicodeDecodeError:
         raise FileRefused(where, "", "is not UTF-8 text") from None
-    try:
-        value = json.loads(text, parse_constant=(lambda c: _Refused(f"{c} is not a number JSON allows"))
-                           if strict else float, parse_float=_parse_float if strict else float,
-                           parse_int=_int_parser(MAX_INT_DIGITS if strict else _PYTHON_INT_DIGITS))
+    try:  # the C parser alone, then one walk: a clean file (every record the harness wrote) costs no more
+        value = json.loads(text, parse_constant=_refused_constant if strict else float)
+        if _clean(value, max_depth, MAX_INT_DIGITS if strict else None):
+            return value
     except json.JSONDecodeError as exc:
         raise FileRefused(where, "", f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except (RecursionError, ValueError):  # too deep, or an integer past Python's own digit bound
+        pass
+    try:  # something is wrong: parsed again, number by number, to name it with its key path
+        value = json.loads(text, parse_constant=_refused_constant if strict else float,
+                           parse_float=_parse_float if strict else float,
+                           parse_int=_int_parser(MAX_INT_DIGITS if strict else _PYTHON_INT_DIGITS))
     except RecursionError:
         raise FileRefused(where, "", f"nested more than {max_depth} deep") from None
     problem = _check(value, max_depth)
     if problem is not None:
         raise FileRefused(where, *problem)
     return value
+
+
+def _refused_constant(text: str) -> _Refused:
+    return _Refused(f"{text} is not a number JSON allows")
+
+
+def _clean(value: Any, limit_depth: int, max_int_digits: int | None) -> bool:
+    """Whether nothing in `value` is refused (NaN, a number that overflowed a float, an integer of more digits than
+    `max_int_digits`, nesting past `limit_depth`): the fast check, level by level, with no key paths (`_check` finds
+    them). Strings, most of a record, cost one type test."""
+    big = None if max_int_digits is None else 10 ** max_int_digits
+    finite = math.isfinite
+    level, depth = [value], 1
+    while level:
+        deeper: list[Any] = []
+        add = deeper.extend
+        for v in level:
+            kind = type(v)
+            if kind is str:
+                continue
+            if kind is dict or kind is list:
+                if depth > limit_depth:
+                    return False
+                add(v.values() if kind is dict else v)
+            elif kind is float:
+                if not finite(v):
+                    return False
+            elif kind is int:
+                if big is not None and not -big < v < big:
+                    return False
+            elif kind is not bool and v is not None:  # a _Refused constant
+                return False
+        level, depth = deeper, depth + 1
+    return True
 
 
 def read_json(path: str | os.PathLike[str], limit: int = JSON_LIMIT, *, follow: bool = True,

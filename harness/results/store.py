@@ -17,7 +17,7 @@ import threading
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -119,14 +119,12 @@ class RunStore:
         NaN or another cell's id, not a regular file, or listed but gone) is a RunDamaged naming each file: every
         reader (`check`, `report`, `compare`, `analyze`, `merge`, `run --resume`) refuses it alike."""
         run_dir = Path(run_dir)
-        run = _read_record(RunResult, run_dir / "results.json", missing=f"{run_dir}: not a run directory (no "
-                                                                        "results.json)")
+        run, listed = _read_run(run_dir / "results.json", f"{run_dir}: not a run directory (no results.json)")
         if loaded is not None and run.matrix.sha256 != loaded.sha256:
             raise UsageError(
                 f"{run_dir}: the matrix changed since this run (sha256 {run.matrix.sha256[:12]}… then, "
                 f"{loaded.sha256[:12]}… now); start a new run instead of resuming"
             )
-        listed = [c.cell_id for c in run.cells]
         store = cls(run_dir, run, order if order is not None else listed)
         store._cells = _read_cells(run_dir, listed)
         store.run.cells = store._ordered()
@@ -159,22 +157,42 @@ class RunStore:
         atomic_write_text(self.run_dir / "results.json", self.run.model_dump_json(indent=2))
 
 
-def _read_record(model: type[_R], path: Path, missing: str | None = None) -> _R:
+def _parsed(path: Path, what: str) -> Any:
     """One record file, strictly: a regular file (never through a link: a run directory is never a way out of
-    itself), bounded, JSON without NaN or overflow, valid against `model`; else FileRefused/RunDamaged naming it."""
-    if missing is not None and not os.path.lexists(path):
-        raise UsageError(missing)
-    what = f"not a valid {'run' if model is RunResult else 'cell'} record"
-    data = read_bytes(path, follow=False)
+    itself), bounded, JSON without NaN or overflow; else FileRefused naming it."""
     try:
-        value = parse_json(data, str(path))
+        return parse_json(read_bytes(path, follow=False), str(path))
     except FileRefused as exc:
         raise FileRefused(exc.file, exc.key, f"{what}: {exc.message}") from None
+
+
+def _validated(model: type[_R], value: Any, path: Path, what: str) -> _R:
     try:
         return model.model_validate(value)
     except ValidationError as exc:
         raise RunDamaged.of([FileRefused(str(path), ".".join(map(str, e["loc"])), f"{what}: {e['msg']}")
                              for e in exc.errors()]) from None
+
+
+def _read_cell(path: Path) -> CellResult:
+    return _validated(CellResult, _parsed(path, "not a valid cell record"), path, "not a valid cell record")
+
+
+def _read_run(path: Path, missing: str) -> tuple[RunResult, list[str]]:
+    """results.json, and the ids of the cells it lists. Its copy of each cell is rebuilt from cells/ (the truth) on
+    every open, so only the ids are read from it: a run's cells are validated once, not twice."""
+    if not os.path.lexists(path):
+        raise UsageError(missing)
+    what = "not a valid run record"
+    value = _parsed(path, what)
+    listed: list[str] = []
+    if isinstance(value, dict) and isinstance(value.get("cells"), list):
+        for i, cell in enumerate(value["cells"]):
+            if not isinstance(cell, dict) or not isinstance(cell.get("cell_id"), str):
+                raise FileRefused(str(path), f"cells.{i}.cell_id", f"{what}: a listed cell without its id")
+            listed.append(cell["cell_id"])
+        value = {**value, "cells": []}
+    return _validated(RunResult, value, path, what), listed
 
 
 def _read_cells(run_dir: Path, listed: list[str]) -> dict[str, CellResult]:
@@ -197,7 +215,7 @@ def _read_cells(run_dir: Path, listed: list[str]) -> dict[str, CellResult]:
             continue
         f = cells_dir / name
         try:
-            cell = _read_record(CellResult, f)
+            cell = _read_cell(f)
         except ConfigError as exc:
             problems.extend(getattr(exc, "problems", [exc]))
             continue
