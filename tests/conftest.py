@@ -61,7 +61,8 @@ LANES = {
     "vllm": ("tests/integration/test_vllm_cpu.py", "tests/integration/test_scale_cpu.py",
              "tests/integration/test_frontier.py", "tests/integration/test_architectures.py",
              "tests/rehearsal/test_gpu_memory.py",
-             "tests/integration/test_compile_cache.py", "tests/integration/test_serve_flags_vllm.py"),
+             "tests/integration/test_compile_cache.py", "tests/integration/test_serve_flags_vllm.py",
+             "tests/integration/test_history_real.py"),
 }
 
 

@@ -1,4 +1,4 @@
-"""The analysis commands: compare, analyze, frontier, report, check. They read recorded runs (harness.analysis is
+"""The analysis commands: compare, analyze, frontier, report, check, history. They read recorded runs (harness.analysis is
 pure) and render them (harness.report); `frontier` boots, through harness.boot.frontier."""
 
 from __future__ import annotations
@@ -87,8 +87,60 @@ def register(sub: argparse._SubParsersAction) -> dict:
                     {0: "complete, and every cell met its expectation (or has none)",
                      1: "not complete, or a cell errored or missed (one line each)", **USAGE_EXIT})
     p.add_argument("run", type=Path, metavar="RUN", help="a run directory (or its results.json)")
+
+    p = add_command(sub, "history", "many nights at once: since when each cell has its verdict, what changed across "
+                    "that boundary, and where its boot time stepped",
+                    ["boot-harness history nightly-runs/",
+                     "boot-harness history nightly-runs/ --select 'mml131072-*' --last 30 --markdown - --html h.html"],
+                    {0: "told", 1: "a cell missed its expectation in the latest complete run", **USAGE_EXIT},
+                    "Runs (or folders holding them) are ordered by when they started; cells are matched by id. A run "
+                    "that cannot be read is skipped with a warning; one still running or interrupted is shown, never "
+                    "read as a verdict. See docs/history.md.")
+    p.add_argument("runs", nargs="+", type=Path, metavar="RUN_OR_FOLDER",
+                   help="run directories, or folders searched for them")
+    p.add_argument("--select", "-s", action="append", metavar="EXPR", help="cells to tell (as `run`)")
+    p.add_argument("--last", type=int, metavar="N", help="only the N latest runs")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.add_argument("--markdown", type=Path, metavar="FILE", help="'-' writes to stdout")
+    p.add_argument("--html", type=Path, metavar="FILE", help="write one offline HTML page")
     return {"compare": cmd_compare, "analyze": cmd_analyze, "frontier": cmd_frontier, "report": cmd_report,
-            "check": cmd_check}
+            "check": cmd_check, "history": cmd_history}
+
+
+def cmd_history(args: argparse.Namespace, out: Console) -> int:
+    from harness.analysis.history import build_history
+    from harness.analysis.history_runs import read_nights
+    from harness.report.history import render_html, render_markdown, render_table
+    from harness.report.html import write_text
+
+    for flag, path in (("--html", args.html), ("--markdown", args.markdown)):
+        if path is not None and str(path) != "-" and path.is_dir():
+            raise UsageError(f"{flag} {path}: is a directory; give the file to write")
+    if args.last is not None and args.last < 1:
+        raise UsageError(f"--last {args.last}: give 1 or more runs")
+    if args.json and str(args.markdown) == "-":
+        raise UsageError("--json and --markdown -: both write stdout; give --markdown a file")
+    warned: list[str] = []
+    warn = say_to(stderr())
+
+    def note(line: str) -> None:
+        warned.append(line)
+        warn(f"warning: {line}")
+
+    h = build_history(read_nights(args.runs, note), args.select, args.last, warned)
+    if args.html:
+        write_text(args.html, render_html(h), "--html")
+        warn(f"html: {args.html}")
+    if args.markdown and str(args.markdown) != "-":
+        write_text(args.markdown, render_markdown(h), "--markdown")
+        warn(f"markdown: {args.markdown}")
+    if args.json:
+        print(json.dumps(h.to_dict(), indent=2))
+    elif str(args.markdown) == "-":
+        sys.stdout.write(render_markdown(h))
+    else:
+        show(out, render_table(h))
+    return ExitCode.FAILED if h.missed() else ExitCode.OK
 
 
 def cmd_check(args: argparse.Namespace, out: Console) -> int:

@@ -20,6 +20,10 @@ FAKE_VLLM_DELAY (seconds, default 0.3) is how long "loading" takes. Knobs that c
   FAKE_VLLM_ECHO_ENV=1      print the whole environment into the log (vLLM echoes its args; this is worse)
   FAKE_VLLM_ERROR_TEXT=T    `crash` prints `ValueError: T` as its last error line (it becomes the cell's detail)
   FAKE_VLLM_VERSION=V       the vLLM version it logs (default 0.0.0-fake), so a cell's KV prediction is made
+  FAKE_VLLM_WEIGHTS_S=S     a boot loads its weights for S more seconds and logs "Loading weights took S seconds"
+                            (none by default): a slower weight load, as a night of history shows it
+  FAKE_VLLM_KV_GIB=G        the available KV cache memory it logs (default 0.5)
+  FAKE_VLLM_KV_TOKENS=N     the KV cache size in tokens it logs (default 10720)
   FAKE_VLLM_MARKS=DIR       touch DIR/<phase>.<pid> at each phase: started, child, bound, probe (a completion
                             arrived): how a test outside the harness knows where the boot is
 Real vLLM is tested elsewhere; these are faults it cannot be made to show on demand.
@@ -212,8 +216,12 @@ def main() -> None:
     flood_after_ready = os.environ.get("FAKE_VLLM_FLOOD_WHEN", "boot") == "ready"
     if scenario == "flood" and not flood_after_ready:
         flood(flood_mb)
-    log("INFO 11-29 10:00:01 [gpu_worker.py:1] Available KV cache memory: 0.5 GiB")
-    log("INFO 11-29 10:00:01 [kv_cache_utils.py:1] GPU KV cache size: 10,720 tokens")
+    weights_s = os.environ.get("FAKE_VLLM_WEIGHTS_S")
+    if weights_s:
+        time.sleep(float(weights_s))
+        log(f"INFO 11-29 10:00:01 [default_loader.py:1] Loading weights took {float(weights_s):.2f} seconds")
+    log(f"INFO 11-29 10:00:01 [gpu_worker.py:1] Available KV cache memory: {os.environ.get('FAKE_VLLM_KV_GIB', '0.5')} GiB")
+    log(f"INFO 11-29 10:00:01 [kv_cache_utils.py:1] GPU KV cache size: {int(os.environ.get('FAKE_VLLM_KV_TOKENS', '10720')):,} tokens")
     Handler.probe_ok = scenario != "probe_fail"
     Handler.probe_delay = float(os.environ.get("FAKE_VLLM_PROBE_DELAY", "0") or 0)
     Handler.log_requests = flag("FAKE_VLLM_LOG_REQUESTS")

@@ -74,6 +74,17 @@ def test_the_last_job_merges_compares_reports_and_fails_on_a_regression(wf):
     assert 'CHECK_RC" != "0"' in last["run"], "tonight's own expectations gate, with or without a previous night"
 
 
+def test_the_merge_job_tells_the_history_of_the_previous_nights_without_gating_on_it(wf):
+    assert wf["on"]["workflow_dispatch"]["inputs"]["history_nights"]["default"] == "30"
+    step = next(s for s in wf["jobs"]["merge"]["steps"] if s.get("id") == "history")
+    script = step["run"]
+    assert "gh run download" in script and "--name nightly-merged" in script and '--limit "$NIGHTS"' in script
+    assert 'boot-harness history history-runs "$RUN"' in script and "GITHUB_STEP_SUMMARY" in script
+    assert "--html history.html" in script and "set +e" in script, "exit 1 is check's to gate on"
+    upload = next(s for s in wf["jobs"]["merge"]["steps"] if s.get("with", {}).get("name") == "nightly-history")
+    assert upload["with"]["path"] == "history.html"
+
+
 def test_reruns_overwrite_their_artifacts_and_the_gpu_job_gets_its_python_from_setup_python(wf):
     for job in wf["jobs"].values():
         for step in job["steps"]:
@@ -153,7 +164,7 @@ def test_every_harness_command_in_the_workflow_parses(wf):
     parser = build_parser()
     commands = next(a for a in parser._actions if a.dest == "command").choices
     lines = harness_command_lines(wf)
-    assert {argv[0] for argv in lines} == {"run", "merge", "check", "report", "compare"}
+    assert {argv[0] for argv in lines} == {"run", "merge", "check", "report", "compare", "history"}
     assert {argv[0] for argv in lines} <= set(commands)
     for argv in lines:
         try:

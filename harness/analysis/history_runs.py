@@ -1,0 +1,206 @@
+"""The runs a history is made of: run directories found under the paths given (artifacts download as folders of
+folders), each read by the one run loader (`load_run`), ordered by when it started, and kept only as the few facts a
+history needs per cell, so a year of nights fits in memory.
+
+Bad input is decided per case (docs/history.md, "Bad input"): a run that cannot be read (a results.json cut short,
+a newer schema, a damaged cell file, a negative boot time) or a second run with an id already read is *skipped with a warning* naming its
+path — one broken night neither hides the others nor goes unsaid; a shard run that a merged run in the history
+already holds is skipped with a note; a run still `running` or `interrupted` is *kept and marked* (shown, never read
+as a verdict). A path that does not exist, paths holding no run at all, or runs of different matrices are *refused*
+(exit 2): no history can be told from them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from harness.analysis.timing import BOOT, _times
+from harness.errors import ConfigError, FileRefused, UsageError
+from harness.results.model import SCHEMA_VERSION, CellResult, RunResult, RunStatus
+from harness.results.store import load_run
+from harness.verdict import Reason
+
+TOTAL = "total"
+"""The phase name of a whole boot (the verdict time), beside the timeline's phases."""
+
+Warn = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One cell in one run: what its history compares, and nothing of its log."""
+
+    outcome: str
+    reason: str | None
+    axes: dict[str, str]
+    matched: bool | None
+    expected: str | None
+    fingerprint: dict[str, str]
+    """The configuration as recorded, by change name (`vllm_version`, `image_digest`, `argv`, ...)."""
+    kv: dict[str, float]
+    """available KV GiB, KV tokens, estimated max length: the ones logged."""
+    times: dict[str, float]
+    """Seconds by phase (`total` for the verdict time)."""
+
+    @property
+    def verdict(self) -> str:
+        """`refused (kv_insufficient)`; a boot is `booted` (its reason, `ready`, says nothing more)."""
+        return self.outcome + (f" ({self.reason})" if self.reason and self.reason != Reason.ready else "")
+
+
+@dataclass(frozen=True)
+class Night:
+    """One run of the history."""
+
+    run_id: str
+    started_at: datetime
+    status: str
+    path: Path
+    matrix: str
+    cells: dict[str, Entry] = field(repr=False)
+
+    @property
+    def counts(self) -> bool:
+        """A run still `running` or `interrupted` is shown but never read as a verdict (its cells may have been
+        cut short by whatever stopped it)."""
+        return self.status == RunStatus.complete
+
+
+def _gpus(c: CellResult) -> dict[str, str]:
+    if not c.gpus:
+        return {}
+    names = sorted({g.name or "?" for g in c.gpus})
+    drivers = sorted({g.driver or "?" for g in c.gpus})
+    return {"gpu_name": ", ".join(names), "gpu_driver": ", ".join(drivers), "gpu_count": str(len(c.gpus))}
+
+
+def _argv(c: CellResult) -> list[str]:
+    """The argv as recorded, its port (a free one, picked per boot) written `PORT`: no night differs by it."""
+    if c.port is None:
+        return c.argv
+    port, out = str(c.port), list(c.argv)
+    for i, tok in enumerate(out):
+        if tok == port and i > 0 and out[i - 1] == "--port":
+            out[i] = "PORT"
+        elif tok == f"--port={port}":
+            out[i] = "--port=PORT"
+    return out
+
+
+def fingerprint(run: RunResult, c: CellResult) -> dict[str, str]:
+    """What a change across a cell's boundary is looked for in, as text (argv and env as recorded: masked)."""
+    out = {"harness_version": run.harness_version, "matrix_hash": run.matrix.sha256,
+           "argv": "\0".join(_argv(c)), "env": "\0".join(f"{k}={v}" for k, v in sorted(c.env.items()))}
+    if c.vllm_version:
+        out["vllm_version"] = c.vllm_version
+    if c.container is not None:
+        out["image_ref"] = c.container.image
+        if c.container.image_digest:
+            out["image_digest"] = c.container.image_digest
+    if c.patches:
+        out["patch_hash"] = ", ".join(f"{p.patch}:{p.patched_sha256}" for p in c.patches)
+    out.update(_gpus(c))
+    return out
+
+
+def kv_figures(c: CellResult) -> dict[str, float]:
+    figures = {"available KV GiB": c.kv.available_gib, "KV tokens": c.kv.kv_tokens,
+               "estimated max length": c.refusal.estimated_max_model_len if c.refusal else None}
+    return {k: float(v) for k, v in figures.items() if v is not None}
+
+
+def entry(run_dir: Path, run: RunResult, c: CellResult) -> Entry:
+    times = {TOTAL if k == BOOT else k: v for k, v in _times(c).items()}
+    for phase, v in times.items():
+        if v < 0:  # a duration the harness never writes: the record was edited, and no step is read from it
+            raise FileRefused(str(run_dir / "cells" / f"{c.cell_id}.json"), "timings.verdict_s" if phase == TOTAL
+                              else "timeline", f"{phase} is {v} s: not a duration")
+    return Entry(outcome=str(c.outcome), reason=None if c.reason is None else str(c.reason), axes=c.axes,
+                 matched=c.matched,
+                 expected=c.expected.describe() if c.expected else None, fingerprint=fingerprint(run, c),
+                 kv=kv_figures(c), times=times)
+
+
+def run_dirs(paths: Iterable[Path]) -> list[Path]:
+    """Every run directory (one holding results.json) at or under `paths`, links never followed. A run directory is
+    not searched further: it holds cells and logs, never another run."""
+    found: list[Path] = []
+    for given in paths:
+        if not str(given).strip():
+            raise UsageError("history: an empty path (give a run directory or a folder of runs)")
+        p = Path(given)
+        if p.name == "results.json" and p.is_file():
+            p = p.parent
+        if not p.exists():
+            raise UsageError(f"{given}: no such run directory or folder")
+        if not p.is_dir():
+            raise UsageError(f"{given}: not a run directory or a folder of runs")
+        if (p / "results.json").exists():
+            found.append(p)
+            continue
+        for root, dirs, files in os.walk(p):
+            if "results.json" in files:
+                found.append(Path(root))
+                dirs[:] = []
+            else:
+                dirs.sort()
+    return found
+
+
+def _why(exc: ConfigError) -> str:
+    """One line for a run that could not be read; a newer schema said as such."""
+    problems = getattr(exc, "problems", [exc])
+    for p in problems:
+        if p.key == "schema_version":
+            return f"a newer results schema than this harness reads ({SCHEMA_VERSION}): upgrade boot-harness"
+    first = problems[0]
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return f"{first}{more}"
+
+
+def read_nights(paths: Iterable[Path], warn: Warn) -> list[Night]:
+    """The runs under `paths` in the order they started (never argument order); see the module's doc for what is
+    skipped, kept or refused."""
+    given = list(paths)
+    dirs = run_dirs(given)
+    if not dirs:
+        raise UsageError(f"{' '.join(map(str, given))}: no run directory (a folder holding results.json) found")
+    nights: dict[str, Night] = {}
+    merged_into: dict[str, str] = {}
+    for d in dirs:
+        try:
+            run, run_dir = load_run(d)
+            cells = {c.cell_id: entry(run_dir, run, c) for c in run.cells}
+        except ConfigError as exc:
+            warn(f"{d}: skipped, cannot be read: {_why(exc)}")
+            continue
+        if run.run_id in nights:
+            warn(f"{d}: skipped: run id {run.run_id} was already read from {nights[run.run_id].path}")
+            continue
+        for src in run.merged_from:
+            merged_into[src.run_id] = run.run_id
+        if run.status != RunStatus.complete:
+            warn(f"{d}: run {run.run_id} is {run.status}: shown, not read as a verdict")
+        nights[run.run_id] = Night(run.run_id, run.started_at, str(run.status), run_dir, run.matrix.name, cells)
+    for rid in [r for r in nights if r in merged_into and merged_into[r] in nights]:
+        warn(f"{nights[rid].path}: skipped: shard run {rid} is part of merged run {merged_into[rid]}")
+        del nights[rid]
+    if not nights:
+        raise UsageError(f"{' '.join(map(str, given))}: no run could be read (each is named above)")
+    matrices: dict[str, Night] = {}
+    for n in nights.values():
+        matrices.setdefault(n.matrix, n)
+    if len(matrices) > 1:
+        a, b = list(matrices.values())[:2]
+        raise UsageError(f"{b.path}: a run of matrix {b.matrix!r}, but {a.path} is of {a.matrix!r}: a history is of "
+                         "one matrix (give the runs of one)")
+    return sorted(nights.values(), key=lambda n: (_utc(n.started_at), n.run_id))
+
+
+def _utc(t: datetime) -> datetime:
+    """A start time without a zone (a hand-made record) is read as UTC, so it orders among the others."""
+    return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)

@@ -1,0 +1,205 @@
+"""`boot-harness history` rendered: a terminal table (a row per cell, its nights as a strip of outcome symbols, ids
+whole through a pipe), markdown for the nightly job summary, and one offline HTML page — a row per cell, a column per
+night coloured by outcome and outlined where it missed its expectation, a boot-time sparkline (inline SVG, no script)
+with its change points marked.
+
+Stable hooks for tools and tests: each row `<tr class="cell-history" id="history-CELL_ID" data-cell-id="CELL_ID"
+data-since="RUN">`, each night `<td class="night OUTCOME matched|mismatched|unexpected|gap" data-run="RUN"
+data-status="STATUS">`, each sparkline `<svg class="spark">` with a `<circle class="cp" data-run="RUN">` per change
+point of the total boot time.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from rich.console import Group
+from rich.text import Text
+
+from harness.analysis.history import CellHistory, History
+from harness.analysis.history_runs import TOTAL, Entry, Night
+from harness.report.html import COLOURS, _css
+from harness.report.markdown import BADGE
+from harness.report.style import STYLE, SYMBOL
+from harness.report.text import PlainTable
+from harness.units import fmt_seconds
+from harness.verdict import Outcome
+
+GAP = "·"
+"""A night the cell did not run."""
+
+
+def _symbol(e: Entry | None) -> str:
+    return GAP if e is None else SYMBOL.get(e.outcome, "?")
+
+
+def _expectation(e: Entry) -> str:
+    return {True: "matched", False: "mismatched"}.get(e.matched, "unexpected")
+
+
+def _strip(h: History, c: CellHistory) -> Text:
+    """One symbol per night in the outcome's colour; a missed expectation bold and underlined, a night that is not
+    complete dim."""
+    t = Text()
+    for n, e in zip(h.runs, c.entries):
+        style = "" if e is None else STYLE.get(e.outcome, "")
+        if e is not None and e.matched is False:
+            style += " bold underline"
+        if not n.counts:
+            style += " dim"
+        t.append(_symbol(e), style=style.strip())
+    return t
+
+
+def _since(h: History, c: CellHistory) -> str:
+    return "—" if c.since is None else h.runs[c.since].run_id
+
+
+def _boot(c: CellHistory) -> str:
+    if c.time_changes:
+        return "; ".join(t.describe() for t in c.time_changes)
+    if c.too_few is not None:
+        return f"too few runs to tell steps ({c.too_few.got} of {c.too_few.needed})"
+    return "no step" if c.series else "—"
+
+
+def _changes(c: CellHistory) -> str:
+    if c.before is None:
+        return "—"
+    return ", ".join(ch.describe() for ch in c.changes) or "nothing recorded"
+
+
+def render_table(h: History) -> Group:
+    first, last = h.runs[0], h.runs[-1]
+    table = PlainTable(title=f"{len(h.runs)} runs, {first.started_at:%Y-%m-%d %H:%M} → "
+                             f"{last.started_at:%Y-%m-%d %H:%M} (oldest first; {GAP} not run)")
+    for col in ("cell", "nights", "verdict", "since", "until", "changed", "boot time"):
+        table.add_column(col, overflow="fold" if col in ("changed", "boot time") else "ignore")
+    for c in h.cells:
+        latest = c.latest
+        table.add_row(c.cell_id, _strip(h, c), latest.verdict if latest else "—", _since(h, c),
+                      "—" if c.before is None else h.runs[c.before].run_id, _changes(c), _boot(c))
+    parts: list = [table]
+    for cid, why in h.missed():
+        parts.append(Text(f"MISSED {cid}: {why}", style="bold red"))
+    return Group(*parts)
+
+
+# ---------------------------------------------------------------- markdown
+
+
+def _esc(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(h: History) -> str:
+    first, last = h.runs[0], h.runs[-1]
+    lines = ["## History", "",
+             f"{len(h.runs)} runs from `{_esc(first.run_id)}` ({first.started_at:%Y-%m-%d}) to "
+             f"`{_esc(last.run_id)}` ({last.started_at:%Y-%m-%d}), oldest first; {GAP} not run, **✗** missed its "
+             "expectation.", ""]
+    lines += ["| cell | nights | verdict | since | changed | boot time |", "|---|---|---|---|---|---|"]
+    for c in h.cells:
+        strip = "".join(GAP if e is None else BADGE.get(e.outcome, "?") + ("**✗**" if e.matched is False else "")
+                        for e in c.entries)
+        latest = c.latest
+        lines.append("| " + " | ".join([f"`{_esc(c.cell_id)}`", strip, _esc(latest.verdict if latest else "—"),
+                                         f"`{_esc(_since(h, c))}`", _esc(_changes(c)), _esc(_boot(c))]) + " |")
+    lines.append("")
+    told = [c for c in h.cells if c.before is not None or c.time_changes]
+    if told:
+        lines += ["### What changed", ""] + [f"- {_esc(h.line(c))}" for c in told] + [""]
+    missed = h.missed()
+    if missed:
+        lines += ["### Missed in the latest run", ""] + [f"- `{_esc(cid)}`: {_esc(why)}" for cid, why in missed]
+        lines.append("")
+    if h.warnings:
+        lines += ["### Not read as verdicts", ""] + [f"- {_esc(w)}" for w in h.warnings] + [""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- HTML
+
+_W, _H, _PAD = 160, 28, 3
+
+CSS = """
+table.history{border-collapse:collapse;margin:8px 0 16px;font-size:.9em}
+table.history th,table.history td{border:1px solid #bdbdbd;padding:3px 6px;text-align:left;vertical-align:middle}
+table.history thead th{background:#eceff1;font-weight:600}
+table.history th.run{writing-mode:vertical-rl;transform:rotate(180deg);font-weight:400;font-size:.8em}
+td.night{min-width:14px;text-align:center;font-size:.85em}
+td.night.mismatched{outline:3px solid #d50000;outline-offset:-3px}
+td.night.gap{background:#fafafa;color:#bdbdbd}
+td.night.partial{opacity:.45}
+svg.spark polyline{fill:none;stroke:#1565c0;stroke-width:1.5}
+svg.spark circle.cp{fill:#d50000}
+td.changes{max-width:520px}
+"""
+
+
+def _spark(h: History, c: CellHistory) -> str:
+    if not c.series:
+        return ""
+    xs = {i: _PAD + (_W - 2 * _PAD) * (i / max(1, len(h.runs) - 1)) for i, _ in c.series}
+    lo, hi = min(v for _, v in c.series), max(v for _, v in c.series)
+    y = lambda v: _H - _PAD - (_H - 2 * _PAD) * ((v - lo) / (hi - lo) if hi > lo else 0.5)  # noqa: E731
+    points = " ".join(f"{xs[i]:.1f},{y(v):.1f}" for i, v in c.series)
+    at = {n.run_id: i for i, n in enumerate(h.runs)}
+    value = dict(c.series)
+    marks = "".join(
+        f'<circle class="cp" data-run="{escape(t.run)}" cx="{xs[at[t.run]]:.1f}" cy="{y(value[at[t.run]]):.1f}" r="3">'
+        f"<title>{escape(t.describe())}</title></circle>"
+        for t in c.time_changes if t.phase == TOTAL and at.get(t.run) in value)
+    title = f"total boot time, {fmt_seconds(lo)} to {fmt_seconds(hi)}"
+    return (f'<svg class="spark" width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" role="img" '
+            f'aria-label="{escape(title)}"><title>{escape(title)}</title><polyline points="{points}"/>{marks}</svg>')
+
+
+def _night_td(n: Night, e: Entry | None) -> str:
+    run = escape(n.run_id)
+    partial = "" if n.counts else " partial"
+    if e is None:
+        return f'<td class="night gap{partial}" data-run="{run}" data-status="{escape(n.status)}">{GAP}</td>'
+    title = f"{n.run_id}: {e.verdict}" + (f", expected {e.expected}" if e.expected else "") + \
+        ("" if n.counts else f" (run {n.status})")
+    return (f'<td class="night {escape(e.outcome)} {_expectation(e)}{partial}" data-run="{run}" '
+            f'data-status="{escape(n.status)}" title="{escape(title)}">{SYMBOL.get(e.outcome, "?")}</td>')
+
+
+def render_html(h: History) -> str:
+    colours = "".join(f"td.night.{o}{{background:{bg};color:{fg}}}" for o, (bg, fg) in COLOURS.items())
+    head = "".join(f'<th class="run" title="{escape(n.run_id)} ({escape(n.status)})">'
+                   f"{n.started_at:%Y-%m-%d %H:%M}</th>" for n in h.runs)
+    rows = []
+    for c in h.cells:
+        latest = c.latest
+        since = "" if c.since is None else escape(h.runs[c.since].run_id)
+        rows.append(f'<tr class="cell-history" id="history-{escape(c.cell_id)}" data-cell-id="{escape(c.cell_id)}" '
+                    f'data-since="{since}"><th><code>{escape(c.cell_id)}</code></th>'
+                    + "".join(_night_td(n, e) for n, e in zip(h.runs, c.entries))
+                    + f"<td>{escape(latest.verdict if latest else '—')}</td><td><code>{since or '—'}</code></td>"
+                    f'<td class="changes">{escape(_changes(c))}</td><td>{_spark(h, c)}</td>'
+                    f"<td>{escape(_boot(c))}</td></tr>")
+    legend = "".join(f'<span class="{o}">{SYMBOL[o]} {o}</span>' for o in Outcome)
+    body = [f"<h1>boot-harness history: {len(h.runs)} runs</h1>",
+            f'<p class="meta">matrix <b>{escape(h.runs[0].matrix)}</b> · {escape(h.runs[0].run_id)} → '
+            f"{escape(h.runs[-1].run_id)} · oldest first</p>",
+            f'<p class="legend">{legend} <span>{GAP} not run</span> <span>red outline: missed its expectation'
+            "</span> <span>faded: run not complete</span></p>",
+            f'<table class="history"><thead><tr><th>cell</th>{head}<th>verdict</th><th>since</th><th>changed</th>'
+            f"<th>total boot time</th><th>steps</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"]
+    told = [c for c in h.cells if c.before is not None or c.time_changes]
+    if told:
+        body.append('<h2>What changed</h2><ul id="changes">'
+                    + "".join(f"<li>{escape(h.line(c))}</li>" for c in told) + "</ul>")
+    missed = h.missed()
+    if missed:
+        body.append('<h2>Missed in the latest run</h2><ul id="missed">'
+                    + "".join(f"<li><code>{escape(cid)}</code>: {escape(why)}</li>" for cid, why in missed) + "</ul>")
+    if h.warnings:
+        body.append('<h2>Not read as verdicts</h2><ul id="warnings">'
+                    + "".join(f"<li>{escape(w)}</li>" for w in h.warnings) + "</ul>")
+    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>boot-harness history</title><style>{_css()}{CSS}{colours}</style></head>"
+            f"<body>{''.join(body)}</body></html>\n")
