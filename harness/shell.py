@@ -3,13 +3,15 @@
 No printed command holds a secret (harness.masking says what one is): a secret becomes a reference to the variable of
 the user's environment that holds it (`--api-key "$VLLM_API_KEY"`, `HF_ENDPOINT="https://u:${HF_TOKEN}@hub"`), or
 `***` where none does. `secret_safe_command` renders a whole `ENV… argv…` line; the container renderer
-(harness.runtime.container_spec) uses `SecretRenderer` for its `-e` and argument tokens."""
+(harness.runtime.container_spec) uses `SecretRenderer` for its `-e` and argument tokens. `format_script` joins the
+commands `repro` prints: the steps that make what the server needs, then the server."""
 
 from __future__ import annotations
 
 import re
 import shlex
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from harness.masking import MASK, Masker, is_secret_key, secret_values
 
@@ -20,6 +22,28 @@ class Raw(str):
 
 def format_shell(tokens: Iterable[str]) -> str:
     return " ".join(t if isinstance(t, Raw) else shlex.quote(t) for t in tokens)
+
+
+#: Shell operators inside a step's command, printed as they are.
+QUIET = (Raw(">/dev/null"), Raw("2>&1"))
+OR, AND, PIPE = Raw("||"), Raw("&&"), Raw("|")
+
+
+def format_script(commands: Iterable[Iterable[str]]) -> str:
+    """The commands, one a line, joined by `&&`: pasted into a shell (or run by `bash -c`) they run in order, and the
+    first that fails (a hash that does not match) stops the rest, so a server never starts on a file that is not the
+    promised one. No `set -e`, which would close the interactive shell it is pasted into."""
+    return " &&\n".join(format_shell(c) for c in commands)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One thing done before a cell's server starts, said as a run does it (`run --dry-run`) and as the shell commands
+    that do it by hand (`repro`), made in one place so the two cannot drift apart. No commands: nothing a person
+    pasting the server's command has to do first."""
+
+    said: str
+    commands: tuple[tuple[str, ...], ...] = ()
 
 
 def _dq(text: str) -> str:

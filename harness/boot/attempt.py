@@ -193,6 +193,6 @@ def _prediction(cell: Cell, read, facts, d: Decision, masker: Masker) -> Predict
     a run left `running`."""
     try:
         return predict_cell(cell.server_args, lambda path: read(cell, path), facts.kv, facts.refusal, d.outcome,
-                            d.reason, facts.vllm_version)
+                            d.reason, facts.vllm_version, env=cell.env)
     except Exception as exc:  # noqa: BLE001 - whatever it was, the record must be written
         return PredictionRecord(skipped=masker(f"not predicted: the predictor failed: {type(exc).__name__}: {exc}"))

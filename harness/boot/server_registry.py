@@ -14,6 +14,7 @@ from harness.matrix.cells import Cell
 from harness.runtime.base import CellContext, LineSink, Runtime, Server
 from harness.runtime.pull import PullObserver
 from harness.runtime.records import AppliedPatch, ContainerInfo
+from harness.shell import Step
 
 
 class TrackedServer:
@@ -164,7 +165,7 @@ class TrackingRuntime:
     def command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> list[str]:
         return self._inner.command_line(cell, ctx, host_port)
 
-    def planned_command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> tuple[list[str], list[str]]:
+    def planned_command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> tuple[list[str], list[Step]]:
         return self._inner.planned_command_line(cell, ctx, host_port)
 
     def read_server_file(self, cell: Cell, path: str) -> bytes | None:

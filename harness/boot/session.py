@@ -30,6 +30,7 @@ from harness.runtime.compile_cache import CompileCache, planned_dir
 from harness.masking import Masker
 from harness.runtime.base import CellContext, Runtime
 from harness.runtime.pull import PullObserver
+from harness.shell import Step
 from harness.sweep import Swept, sweep_before_run
 
 Say = Callable[[str], None]
@@ -176,31 +177,31 @@ class RunSession:
 
 
 def repro_command(loaded: LoadedMatrix, cell: Cell, results_dir: Path, port: int = 8000, *,
-                  runtime: Runtime | None = None, say: Say = lambda line: None,
-                  pull_observer: PullObserver | None = None) -> list[str]:
-    """The command a person pastes to boot `cell` by hand, with what it needs made first (the image pulled, patched
-    files under `results_dir/repro/<cell>/`). The runtime's GPU checks are skipped: the printed command asks the
-    engine's CLI for GPUs its own way."""
+                  runtime: Runtime | None = None) -> list[list[str]]:
+    """The commands a person pastes, in order, to boot `cell` by hand (harness.shell.format_script joins them): those
+    that make what the server needs (the image, each patched file under `results_dir/repro/<cell>/`), then the
+    server's. Planned as `run --dry-run` plans, so printing it touches nothing: no engine, no pull, no file
+    (`repro --exec` is the run that does); the engine's CLI takes GPUs its own way, so nothing probes them."""
     runtime = runtime or make_runtime(loaded)
-    if pull_observer is not None:
-        runtime.pull_observer = pull_observer
-    if loaded.matrix.runtime != "process":
-        runtime.preflight([cell], gpu_checks=False)
-        for note in runtime.notes:
-            say(note)
     keep = Path(results_dir) / "repro" / cell.id
     # a run's own cache is gone with the run: a repro boots cold, unless the matrix keeps its cache in a directory
     cache = planned_dir(loaded.matrix.compile_cache, loaded.base_dir, None)
-    return runtime.command_line(cell, CellContext(run_dir=keep, work_dir=keep, masker=Masker(),
-                                                  matrix_dir=loaded.base_dir, compile_cache=cache), port)
+    tokens, steps = runtime.planned_command_line(cell, CellContext(run_dir=keep, work_dir=keep, masker=Masker(),
+                                                                   matrix_dir=loaded.base_dir, compile_cache=cache),
+                                                 port)
+    return [*(list(command) for step in steps for command in step.commands), tokens]
 
 
 def planned_commands(loaded: LoadedMatrix, cells: list[Cell], options: RunOptions = RunOptions(),
-                     runtime: Runtime | None = None) -> list[tuple[Cell, list[str], list[str]]]:
-    """`run --dry-run`: for each cell its command and the steps a run would take first, touching nothing (no
-    engine, no pull, no file); paths are those the run directory would have."""
+                     runtime: Runtime | None = None) -> list[tuple[Cell, list[str], list[Step]]]:
+    """`run --dry-run`: for each cell the run would boot, its command and the steps a run would take first, touching
+    nothing (no engine, no pull, no file); paths are those the run directory would have. A resume boots only the
+    cells its run directory lacks (checked as the run checks it: the same matrix, the same shard), so only those."""
     runtime = runtime or make_runtime(loaded)
     run_dir = options.resume or Path(options.results_dir) / "<run-id>"
+    if options.resume:
+        done = RunSession._store(loaded, runtime.name, [c.id for c in cells], options).done()  # reads, writes nothing
+        cells = [c for c in cells if c.id not in done]
     out = []
     cache = planned_dir(loaded.matrix.compile_cache, loaded.base_dir, run_dir)
     for c in cells:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from rich.console import Console
 
@@ -24,15 +25,19 @@ def register(sub: argparse._SubParsersAction) -> dict:
                      "--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":4}'",
                      "boot-harness kv ~/models/tiny-llama --log server.log"],
                     {0: "predicted; with an available size: it fits (--log: every logged figure agrees)",
-                     1: "predicted: it does not fit (--log: a logged figure differs from the prediction)",
+                     1: "predicted: vLLM refuses the length (above the model's own max_model_len) or it does not "
+                        "fit (--log: a logged figure differs from the prediction)",
                      **USAGE_EXIT},
                     "After `--` come vLLM's own flags as you pass them to `vllm serve`; those that size the KV cache "
                     "are read (--max-model-len, --tensor-parallel-size, --dtype, --kv-cache-dtype, --block-size, "
                     "--speculative-config, --max-num-batched-tokens, --kv-cache-memory-bytes, "
                     "--[no-]enable-prefix-caching, --mamba-cache-mode, --mamba-cache-dtype, --mamba-ssm-cache-dtype, "
-                    "...), the rest ignored. With --log, the release, the flags and the KV memory come from a saved "
-                    "server log, flags after `--` override the log's, and every KV figure the log printed is held "
-                    "against the prediction. Formulas and their vLLM sources: docs/kv-model.md.")
+                    "...), the rest ignored. A --max-model-len above the model's own (its max-length keys × rope "
+                    "scaling, as vLLM derives it) is refused unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set in this "
+                    "environment; when it fits, the largest max_model_len that fits is printed. With --log, the "
+                    "release, the flags and the KV memory come from a saved server log, flags after `--` override "
+                    "the log's, and every KV figure the log printed is held against the prediction (exit 2 when the "
+                    "log serves another model than MODEL). Formulas and their vLLM sources: docs/kv-model.md.")
     p.add_argument("model", metavar="MODEL", help="a model directory with config.json, or the config file")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--available-bytes", metavar="N", type=values.byte_count, help="KV memory per rank in bytes (4294967296, 4G)")
@@ -62,7 +67,8 @@ def register(sub: argparse._SubParsersAction) -> dict:
     p.add_argument("--select", "-s", action="append", metavar="EXPR", help="cells to take (as `run`)")
     p.add_argument("--from", dest="prior", metavar="RUN", help="an earlier run of this matrix: each cell's logged "
                    "KV pool, device and vLLM version")
-    p.add_argument("--platform", choices=PLATFORMS, help=HELP + " (default: what --from logged, else gpu)")
+    p.add_argument("--platform", choices=PLATFORMS, help=HELP + " (default: what --from logged, else the matrix's: "
+                   "gpu when it requests GPUs, cpu-local when it requests none; the plan's first line says which)")
     p.add_argument("--vllm-version", metavar="X.Y.Z", type=values.vllm_version,
                    help="the release whose rules apply (default: what --from "
                    "logged, else 0.32.0)")
@@ -72,7 +78,7 @@ def register(sub: argparse._SubParsersAction) -> dict:
 
 def cmd_plan(args: argparse.Namespace, out: Console) -> int:
     from harness.matrix.selection import selected
-    from harness.predict.plan import Logged, plan_cells
+    from harness.predict.plan import Logged, PlanPlatform, plan_cells, platform_of_matrix
     from harness.report.kv import render_plan
     from harness.results.store import load_run
 
@@ -86,16 +92,22 @@ def cmd_plan(args: argparse.Namespace, out: Console) -> int:
             raise UsageError(f"--from {args.prior}: a run of matrix {run.matrix.name!r} ({run.matrix.path}); none of "
                              f"the {len(cells)} selected cells of {args.matrix} is in it")
     runtime = args.runtimes(loaded)
-    planned = plan_cells(cells, runtime.read_server_file, prior, args.platform, args.vllm_version)
+    chosen = PlanPlatform(args.platform, "--platform") if args.platform else platform_of_matrix(loaded.matrix)
+    planned = plan_cells(cells, runtime.read_server_file, prior, args.platform, args.vllm_version,
+                         default_platform=chosen.platform)
+    said = f"{chosen.platform} ({chosen.why})" + ("" if args.platform or prior is None else
+                                                  "; a cell --from logged keeps the device it logged")
     if args.json:
-        print(json.dumps({"matrix": str(args.matrix), "cells": [p.to_dict() for p in planned]}, indent=2))
+        print(json.dumps({"matrix": str(args.matrix), "platform": {"platform": chosen.platform, "why": chosen.why},
+                          "cells": [p.to_dict() for p in planned]}, indent=2))
     else:
-        say_to(out)(render_plan(planned))
+        say_to(out)(render_plan(planned, said))
     return ExitCode.FAILED if any(p.agrees is False for p in planned) else ExitCode.OK
 
 
 def cmd_kv(args: argparse.Namespace, out: Console) -> int:
     from harness.predict import draft_model_path, parse_serve_flags, predict, read_model
+    from harness.predict.predictor import allows_long_max_model_len
     from harness.predict.versions import DEFAULT_VERSION, parse_version
     from harness.report.kv import render_prediction
 
@@ -120,12 +132,13 @@ def cmd_kv(args: argparse.Namespace, out: Console) -> int:
     if (given := _available_arg(args)) is not None:
         available, source = given
     p = predict(shape, flags, version=version, platform=args.platform, available_bytes=available,
-                available_source=source, draft=draft)
+                available_source=source, draft=draft,
+                allow_long_max_model_len=allows_long_max_model_len(os.environ))  # as `vllm serve` here would see it
     if args.json:
         print(json.dumps(p.model_dump(mode="json"), indent=2))
     else:
         say_to(out)(render_prediction(p))
-    return ExitCode.OK if p.fits is not False else ExitCode.FAILED
+    return ExitCode.OK if p.fits is not False and p.refused_by is None else ExitCode.FAILED
 
 
 def _available_arg(args: argparse.Namespace) -> tuple[int, str] | None:

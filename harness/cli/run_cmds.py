@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> dict:
     add_selection(p)
     p.add_argument("--results-dir", type=Path, default=Path("results"), help="where run directories go (default: results)")
     p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="finish an interrupted run: only cells it lacks")
-    p.add_argument("--dry-run", action="store_true", help="print what each cell would run, touch nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print what each cell would run, touch nothing (with --resume: only the cells it would boot)")
     add_timeout(p.add_argument)
     p.add_argument("--keep-work", action="store_true", help="keep each cell's TMPDIR and caches under the run dir")
     add_shard(p)
@@ -40,12 +41,16 @@ def register(sub: argparse._SubParsersAction) -> dict:
                     ["boot-harness repro --matrix matrix.yaml mml131072-mtp4-floor_env-image_patched",
                      "boot-harness repro --matrix examples/cpu-tiny.yaml mml2048-spec_draft-kv_tight --exec"],
                     {0: "printed, or (--exec) the cell met its expectation", 1: "--exec: it did not, or errored",
-                     **USAGE_EXIT, 130: "interrupted"})
+                     **USAGE_EXIT, 130: "interrupted"},
+                    "Printing touches nothing (no engine, no pull, no file). A patched cell's command comes after the\n"
+                    "steps that make its file under RESULTS_DIR/repro/CELL/ (pull if absent, copy it out of the image,\n"
+                    "sha256sum -c, GNU patch as the harness runs it, sha256sum -c), joined by && to paste in order.")
     add_matrix(p)
     p.add_argument("cell_id", help="a cell id (see `boot-harness cells`)")
-    p.add_argument("--exec", action="store_true", help="run the cell attached, streaming its log, and record it")
+    p.add_argument("--exec", action="store_true",
+                   help="run the cell attached, streaming its log, and record it (pulls and patches first)")
     p.add_argument("--results-dir", type=Path, default=Path("results"),
-                   help="where --exec records the run, and where patched files for the command are kept")
+                   help="where --exec records the run, and where the printed steps keep patched files")
     add_timeout(p.add_argument)
     p.add_argument("--port", type=values.port, default=8000, help="host port the printed command serves on (default 8000)")
     return {"run": cmd_run, "repro": cmd_repro}
@@ -66,8 +71,12 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
         say(f"shard {sel.shard}: none of the {sel.total} selected cells hashes into this shard — nothing to boot; "
             "writing an empty complete run")
     if args.dry_run:
-        for cell, tokens, steps in planned_commands(sel.loaded, sel.cells, options, args.runtimes(sel.loaded)):
-            print("\n".join([f"# {cell.id}", *(f"#   {step}" for step in steps), format_shell(tokens)]))
+        planned = planned_commands(sel.loaded, sel.cells, options, args.runtimes(sel.loaded))
+        if args.resume:
+            print(f"# resume of {args.resume}: {len(sel.cells) - len(planned)} of {len(sel.cells)} cells already "
+                  f"recorded, {len(planned)} to boot")
+        for cell, tokens, steps in planned:
+            print("\n".join([f"# {cell.id}", *(f"#   {step.said}" for step in steps), format_shell(tokens)]))
         return ExitCode.OK
     session = RunSession.open(sel.loaded, sel.cells, options, runtime=args.runtimes(sel.loaded), say=say,
                               pull_observer=PullDisplay(err))
@@ -90,7 +99,7 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
 
 def cmd_repro(args: argparse.Namespace, out: Console) -> int:
     from harness.runtime.pull import PullDisplay
-    from harness.shell import format_shell
+    from harness.shell import format_script
 
     sel = selected(args.matrix, None)
     cells = {c.id: c for c in sel.cells}
@@ -105,8 +114,8 @@ def cmd_repro(args: argparse.Namespace, out: Console) -> int:
     options = RunOptions(results_dir=args.results_dir, selection=[cell.id], timeout_s=args.timeout_s,
                          echo=lambda line: print(line, flush=True))
     if not args.exec:
-        print(format_shell(repro_command(sel.loaded, cell, args.results_dir, args.port, say=say_to(err),
-                                         runtime=args.runtimes(sel.loaded), pull_observer=PullDisplay(err))))
+        print(format_script(repro_command(sel.loaded, cell, args.results_dir, args.port,
+                                          runtime=args.runtimes(sel.loaded))))
         return ExitCode.OK
     session = RunSession.open(sel.loaded, [cell], options, runtime=args.runtimes(sel.loaded), say=say_to(err),
                               pull_observer=PullDisplay(err))

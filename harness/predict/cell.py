@@ -9,14 +9,14 @@ range (lowest to highest possible pool) and a logged number agrees when it falls
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from harness.errors import UsageError
 from harness.files import parse_json
 from harness.logfacts import KvFacts, Refusal
 from harness.predict.model import ModelShape, shape_from_config
 from harness.predict.prediction import FactCheck, KvPrediction, PredictionRecord
-from harness.predict.predictor import draft_model_path, predict
+from harness.predict.predictor import allows_long_max_model_len, draft_model_path, predict
 from harness.predict.serve_flags import parse_serve_flags
 from harness.predict.versions import DEFAULT_VERSION, rules_for
 from harness.verdict.catalogue import Outcome, Reason
@@ -113,6 +113,16 @@ def checks(low: KvPrediction, high: KvPrediction, kv: KvFacts, refusal: Refusal 
         padded = sum(g.padding_layers for g in low.groups if first and (g.kind, g.page_bytes, g.sliding_window) ==
                      (first.kind, first.page_bytes, first.sliding_window))
         out.append(_check("padding_layers", padded, padded, kv.padding_layers))
+    logged_max_len = outcome == Outcome.refused and reason == Reason.max_len_exceeds_model
+    if low.refused_by is not None or logged_max_len:
+        # vLLM's length check runs before any KV sizing: whether it refused is one check, the limit it named another
+        out.append(FactCheck(fact="max_len_refusal", predicted=low.refused_by is not None, logged=logged_max_len,
+                             agrees=(low.refused_by is not None) == logged_max_len))
+        if logged_max_len and refusal is not None and refusal.derived_max_model_len is not None \
+                and low.model_max_model_len is not None:
+            out.append(_check("derived_max_model_len", low.model_max_model_len, low.model_max_model_len,
+                              refusal.derived_max_model_len))
+        return out
     decided = outcome == Outcome.booted or (outcome == Outcome.refused and reason == Reason.kv_insufficient)
     if decided and low.fits is not None:
         want = Outcome.booted if outcome == Outcome.booted else Outcome.refused
@@ -130,6 +140,9 @@ def hint(record: PredictionRecord) -> str | None:
     bad = {c.fact: c for c in record.checks if not c.agrees}
     if not bad:
         return None
+    if "max_len_refusal" in bad or "derived_max_model_len" in bad:
+        return ("the model's own maximum length: how vLLM derives it from the config (its max-length keys, rope "
+                "scaling, the tokenizer's model_max_length) or VLLM_ALLOW_LONG_MAX_MODEL_LEN in the server's env")
     if "need_gib" in bad or "kv_tokens" in bad or "estimated_max_model_len" in bad or "max_concurrency" in bad:
         c = bad.get("need_gib") or bad.get("kv_tokens") or bad.get("estimated_max_model_len") or bad["max_concurrency"]
         under = c.fact == "need_gib" and isinstance(c.predicted, (int, float)) and c.predicted < (c.logged or 0)
@@ -153,9 +166,11 @@ def platform_of(kv: KvFacts) -> str:
 
 
 def predict_cell(server_args: list[str], read: Reader, kv: KvFacts, refusal: Refusal | None,
-                 outcome: Outcome | None, reason: Reason | None, vllm_version: str | None, platform: str | None = None) -> PredictionRecord:
+                 outcome: Outcome | None, reason: Reason | None, vllm_version: str | None, platform: str | None = None,
+                 env: Mapping[str, str] | None = None) -> PredictionRecord:
     """The cell's prediction and its checks; a record that says why when no prediction can be made. `read` reads a
-    file as the server sees it (the runtime's `read_server_file`); `platform` overrides what the log tells."""
+    file as the server sees it (the runtime's `read_server_file`); `platform` overrides what the log tells; `env`:
+    the cell's environment (VLLM_ALLOW_LONG_MAX_MODEL_LEN lets a length above the model's through)."""
     version = vllm_version or DEFAULT_VERSION
     try:
         flags = parse_serve_flags(server_args, version)  # as that release's parser read them
@@ -168,18 +183,21 @@ def predict_cell(server_args: list[str], read: Reader, kv: KvFacts, refusal: Ref
         dp = draft_model_path(flags)
         draft = config_of(dp, read) if dp else None
         platform = platform or platform_of(kv)
-        bare = predict(shape, flags, version=version, platform=platform, draft=draft)
+        long_ok = allows_long_max_model_len(env)
+        bare = predict(shape, flags, version=version, platform=platform, draft=draft, allow_long_max_model_len=long_ok)
         null_block = bare.bytes_per_block if rules_for(version).null_block_in_check else 0
         pool = _available(kv, flags.kv_cache_memory_bytes, refusal, null_block)
         if pool is None:
             found = checks(bare, bare, kv, refusal, outcome, reason)
-            return PredictionRecord(prediction=bare, checks=found,
-                                    agrees=all(c.agrees for c in found) if found else None)
+            record = PredictionRecord(prediction=bare, checks=found,
+                                      agrees=all(c.agrees for c in found) if found else None)
+            return record.model_copy(update={"hint": hint(record)})
         lo_b, hi_b, source = pool
         low = predict(shape, flags, version=version, platform=platform, draft=draft, available_bytes=lo_b,
-                      available_source=source)
+                      available_source=source, allow_long_max_model_len=long_ok)
         high = low if hi_b == lo_b else predict(shape, flags, version=version, platform=platform, draft=draft,
-                                                available_bytes=hi_b, available_source=source)
+                                                available_bytes=hi_b, available_source=source,
+                                                allow_long_max_model_len=long_ok)
     except (UsageError, ValueError, OSError) as exc:
         return PredictionRecord(skipped=f"not predicted: {exc}")
     found = checks(low, high, kv, refusal, outcome, reason)

@@ -178,6 +178,10 @@ def logged_figures(facts: LogFacts) -> dict[str, Any]:
             out["available_gib"] = r.available_gib
         if r.estimated_max_model_len is not None:
             out["estimated_max_model_len"] = r.estimated_max_model_len
+    if r is not None and r.kind == Reason.max_len_exceeds_model:  # refused before any KV sizing
+        out["max_len_refusal"] = True
+        if r.derived_max_model_len is not None:
+            out["derived_max_model_len"] = r.derived_max_model_len
     for key in ("block_size", "mamba_padding_pct", "padding_layers"):
         if getattr(kv, key) is not None:
             out[key] = getattr(kv, key)
@@ -221,11 +225,40 @@ def _draft(path: str | None, given: str | None, model: str, notes: list[str]) ->
         return None
     if (Path(path) / "config.json").is_file() or (path.endswith(".json") and Path(path).is_file()):
         return read_model(path)
-    beside = Path(model).resolve().parent / Path(path.rstrip("/")).name
+    home = Path(model).resolve()
+    home = home.parent if home.suffix == ".json" else home  # MODEL may be the config file itself
+    beside = home.parent / Path(path.rstrip("/")).name
     if (beside / "config.json").is_file():
         notes.append(f"draft model: {beside} (the log's {path} is not here)")
         return read_model(beside)
     raise UsageError(f"the draft model {path} that the log names is not readable here: pass --draft DIR")
+
+
+_LONG_LEN_MARK = "User-specified max_model_len"
+
+
+def model_name(path: str) -> str:
+    """A model's name from its path or hub id, to tell two models apart across machines: the directory (a
+    config.json's parent), a hub cache's `models--org--name`, the id's last part; lower case."""
+    text = path.strip().strip("'\"").rstrip("/")
+    if text.endswith(".json"):
+        text = text.rsplit("/", 1)[0] if "/" in text else ""
+    parts = [part for part in text.split("/") if part]
+    for part in parts:
+        if part.startswith("models--"):
+            return part.rsplit("--", 1)[-1].lower()
+    return parts[-1].lower() if parts else ""
+
+
+def _same_model(model: str, cfg: EngineConfig, log: str) -> None:
+    """Refuses a log of another model: its figures would read as the KV model's error, not as the wrong file."""
+    served = cfg.config.get("model") or (cfg.args or {}).get("model")
+    if not isinstance(served, str) or not served.strip("'\" "):
+        return
+    logged, given = model_name(served), model_name(str(Path(model).resolve()))
+    if logged and given and logged != given:
+        raise UsageError(f"{log}: the log serves model {served.strip(chr(39) + chr(34))} ({logged!r}), not MODEL "
+                         f"{model} ({given!r}): its KV figures are another model's; give the model the log served")
 
 
 def check_log(model: str, log: str, given: list[str], *, version: str | None = None, platform: str | None = None,
@@ -268,13 +301,19 @@ def check_log(model: str, log: str, given: list[str], *, version: str | None = N
     except UsageError as exc:
         raise UsageError(f"{log}: the configuration it states: {exc}") from None
     flags = parse_serve_flags(from_log + list(given), version)
+    _same_model(model, cfg, log)
     shape = read_model(model)
+    # a log whose length was let through above the model's says so ("User-specified max_model_len ... is greater"
+    # as a warning): VLLM_ALLOW_LONG_MAX_MODEL_LEN was set for that server
+    refused_len = facts.refusal is not None and facts.refusal.kind == Reason.max_len_exceeds_model
+    long_ok = not refused_len and any(_LONG_LEN_MARK in line for line in lines)
     try:
         draft_shape = _draft(draft_model_path(flags), draft, model, notes)
     except UsageError as exc:
         raise UsageError(f"{log}: {exc}") from None
 
-    bare = predict(shape, flags, version=version, platform=platform, draft=draft_shape)
+    bare = predict(shape, flags, version=version, platform=platform, draft=draft_shape,
+                   allow_long_max_model_len=long_ok)
     null_block = bare.bytes_per_block if rules_for(version).null_block_in_check else 0
     if available is not None:
         pool = (available[0], available[0], available[1])
@@ -285,10 +324,10 @@ def check_log(model: str, log: str, given: list[str], *, version: str | None = N
         low = high = bare
     else:
         low = predict(shape, flags, version=version, platform=platform, draft=draft_shape, available_bytes=pool[0],
-                      available_source=pool[2])
+                      available_source=pool[2], allow_long_max_model_len=long_ok)
         high = low if pool[1] == pool[0] else predict(shape, flags, version=version, platform=platform,
                                                       draft=draft_shape, available_bytes=pool[1],
-                                                      available_source=pool[2])
+                                                      available_source=pool[2], allow_long_max_model_len=long_ok)
     found = checks(low, high, kv, facts.refusal, outcome, reason)
     if notes:
         low = low.model_copy(update={"notes": [*low.notes, *notes]})
@@ -297,7 +336,7 @@ def check_log(model: str, log: str, given: list[str], *, version: str | None = N
     logged = logged_figures(facts)
     if not logged:
         raise UsageError(f"{log}: no KV figure in the log to hold a prediction against (no \"KV cache size\", "
-                         "\"Maximum concurrency\", KV refusal, block size or mamba padding line)")
+                         "\"Maximum concurrency\", KV or max-length refusal, block size or mamba padding line)")
     checked = {c.fact for c in found}
     why = "the log gives no KV memory size (pass --available-gib)" if pool is None else "not predicted for this log"
     unchecked = {k: why for k in logged if k not in checked and k != "need_bytes"}  # need_bytes is need_gib

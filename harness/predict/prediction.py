@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.predict.kinds import CachedKind
+from harness.verdict.catalogue import Reason
 
 
 class _Record(BaseModel):
@@ -60,6 +61,14 @@ class KvPrediction(_Record):
     max_concurrency: float | None = Field(None, description="the 'Maximum concurrency ... Nx' line, unrounded")
     fits: bool | None = None
     estimated_max_model_len: int | None = Field(None, description="the refusal's estimate, when it does not fit")
+    max_len_that_fits: int | None = Field(None, description="when it fits: the largest max_model_len whose one request "
+                                                            "this pool serves, at most the model's own limit")
+    model_max_model_len: int | None = Field(None, description="the model's own maximum length as vLLM derives it "
+                                                              "(max-length keys × rope scaling); None: none named")
+    model_max_model_len_source: str | None = Field(None, description="how it was derived, as the refusal names it")
+    refused_by: Reason | None = Field(None, description="max_len_exceeds_model: vLLM refuses --max-model-len before "
+                                                        "sizing any KV (above the model's length, "
+                                                        "VLLM_ALLOW_LONG_MAX_MODEL_LEN unset)")
     notes: list[str] = Field([], description="assumptions made (defaults, dtype resolution)")
     unmodelled: list[str] = Field([], description="what this configuration has that the predictor does not model: "
                                                   "its numbers are then a lower bound")
@@ -69,9 +78,9 @@ class FactCheck(_Record):
     """One logged number next to its prediction."""
 
     fact: Literal["kv_tokens", "max_concurrency", "need_gib", "available_gib", "estimated_max_model_len", "outcome",
-                  "block_size", "mamba_padding_pct", "padding_layers"]
-    predicted: float | int | str | None
-    logged: float | int | str | None
+                  "block_size", "mamba_padding_pct", "padding_layers", "max_len_refusal", "derived_max_model_len"]
+    predicted: bool | float | int | str | None
+    logged: bool | float | int | str | None
     rel_error: float | None = Field(None, description="(predicted - logged) / logged; 0 when equal")
     agrees: bool = Field(description="equal, or equal once rounded the way vLLM prints it")
 

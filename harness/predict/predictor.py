@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from harness.predict.kinds import LayerKind
@@ -23,11 +25,14 @@ from harness.predict.platforms import is_cpu, resolve
 from harness.predict.prediction import KvPrediction, LayerGroup
 from harness.predict.serve_flags import ServeFlags, speculative_tokens
 from harness.predict.versions import (DEFAULT_VERSION, ConfigRules, Rules, config_rules_for,
-                                     hybrid_rules_for, rules_for)
+                                     hybrid_rules_for, outside_known, rules_for)
+from harness.verdict.catalogue import Reason
 
 #: vLLM's default attention block on GPU, the CPU backend's (docs/cpu-calibration.md) and the CPU MLA kernel's: the one
 #: home of these sizes (analysis.kv and the frontier import them).
 GPU_BLOCK, CPU_BLOCK, CPU_MLA_BLOCK = 16, 128, 16
+#: the longest length "the largest that fits" searches when the model names no limit (as cli/values.MAX_TOKENS)
+MAX_SEARCH_LEN = 1 << 40
 #: the speculative methods whose draft is the checkpoint's own MTP layers
 _NO_LAYERS = {"ngram", "ngram_gpu", "suffix", "medusa", "mlp_speculator"}
 
@@ -128,14 +133,33 @@ def with_overrides(shape: ModelShape, flags: ServeFlags, crules: ConfigRules, no
     return shape_from_config(apply_hf_overrides(shape.raw, overrides, crules.hf_overrides_nested), shape.path)
 
 
-def default_max_model_len(shape: ModelShape, crules: ConfigRules, notes: list[str]) -> int | None:
-    """`_get_and_verify_max_len` without --max-model-len: the smallest max-length key of the text config, times a
-    rope scaling factor (not for su/longrope/llama3, nor from 0.30 yarn; ≤0.29 yarn scales its
-    original_max_position_embeddings; Gemma 3 is already scaled). The tokenizer's model_max_length can lower it."""
+@dataclass(frozen=True)
+class ModelLimit:
+    """The model's own maximum length as `_get_and_verify_max_len` derives it: the smallest max-length key of the
+    text config (`model_max_length` winning), times the rope scaling factor; a `--max-model-len` above it is refused
+    unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set (vllm/config/model.py)."""
+
+    length: int
+    #: how it was derived, in the refusal's words ("max_position_embeddings=32768 × rope factor 4")
+    source: str
+    #: the text config's `model_max_length`: a user length up to it is allowed even above `length`
+    model_max_length: int | None = None
+
+
+def model_limit(shape: ModelShape, crules: ConfigRules) -> ModelLimit | None:
+    """The derived maximum length, scaled by rope as the release scales it (not su/longrope/llama3, nor from 0.30
+    yarn; ≤0.29 yarn scales its original_max_position_embeddings; Gemma 3 is already scaled); None when the config
+    names no max-length key (vLLM then takes the user's length as it is)."""
     values = shape.config_values
     derived = values.derived_max_len or shape.max_position_embeddings
     if not derived:
         return None
+    raw = shape.raw or {}
+    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    mml_key = text.get("model_max_length")
+    source = (f"model_max_length={derived}" if isinstance(mml_key, int) and mml_key == derived
+              else f"max_position_embeddings={derived}" if derived == shape.max_position_embeddings
+              else f"the config's max length {derived}")
     factor = 1.0
     if values.rope and "gemma3" not in shape.model_type:
         for rope_type, f, original in values.rope:
@@ -143,16 +167,55 @@ def default_max_model_len(shape: ModelShape, crules: ConfigRules, notes: list[st
                                                     ("yarn", "deepseek_yarn", "deepseek_llama_scaling"))
             if rope_type in skip:
                 continue
-            factor = float(f) if f else factor
+            try:
+                factor = float(f) if f else factor
+            except (TypeError, ValueError):
+                raise UsageError(f"{shape.path}: rope_scaling.factor: {f!r} is not a number") from None
             if rope_type == "yarn" and crules.yarn_scales_original and original:
                 derived = original
+                source = f"original_max_position_embeddings={original}"
         if factor != 1.0:
-            notes.append(f"default max_model_len: {derived} scaled by the rope factor {factor:g}")
-    if any(t == "longrope" for t, _, _ in values.rope):
+            source += f" × rope factor {factor:g}"
+    scaled = derived * factor
+    if not math.isfinite(scaled):  # vLLM's own comparison against inf or nan lets every length through
+        return None
+    return ModelLimit(int(scaled), source,
+                      mml_key if isinstance(mml_key, int) and not isinstance(mml_key, bool) and mml_key else None)
+
+
+def default_max_model_len(shape: ModelShape, crules: ConfigRules, notes: list[str]) -> int | None:
+    """`_get_and_verify_max_len` without --max-model-len: the model's derived limit (`model_limit`); LongRoPE
+    defaults to its original_max_position_embeddings. The tokenizer's model_max_length can lower it."""
+    limit = model_limit(shape, crules)
+    if limit is None:
+        return None
+    if "rope factor" in limit.source:
+        notes.append(f"default max_model_len: {limit.source}")
+    if any(t == "longrope" for t, _, _ in shape.config_values.rope):
         original = (shape.raw or {}).get("original_max_position_embeddings")
         if isinstance(original, int):
             return original
-    return int(derived * factor)
+    return limit.length
+
+
+def allows_long_max_model_len(env: Mapping[str, str] | None) -> bool:
+    """VLLM_ALLOW_LONG_MAX_MODEL_LEN as vllm/envs.py reads it ("1" or "true", any case, spaces stripped)."""
+    return str((env or {}).get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0")).strip().lower() in ("1", "true")
+
+
+def _length_refusal(asked: int | None, limit: ModelLimit | None, allow_long: bool,
+                    notes: list[str]) -> Reason | None:
+    """vLLM's check of a user-given length against the model's (before any KV sizing): max_len_exceeds_model when
+    it refuses, None when it lets the length through (VLLM_ALLOW_LONG_MAX_MODEL_LEN only warns)."""
+    if asked is None or asked == -1 or limit is None or asked <= limit.length:
+        return None
+    if limit.model_max_length is not None and asked <= limit.model_max_length:
+        return None
+    if allow_long:
+        notes.append(f"--max-model-len {asked} exceeds the model's {limit.length} ({limit.source}): "
+                     "VLLM_ALLOW_LONG_MAX_MODEL_LEN is set, so vLLM only warns")
+        return None
+    return Reason.max_len_exceeds_model
 
 
 def _kv_flags(shape: ModelShape, flags: ServeFlags, crules: ConfigRules, notes: list[str]) -> tuple[str, str]:
@@ -207,9 +270,10 @@ def _windows_as_vllm_keeps_them(layers: list[Layer], flags: ServeFlags, crules: 
 
 def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERSION, platform: str = "gpu",
             available_bytes: int | None = None, available_source: str | None = None,
-            draft: ModelShape | None = None) -> KvPrediction:
+            draft: ModelShape | None = None, allow_long_max_model_len: bool = False) -> KvPrediction:
     """The KV sizing of `shape` served with `flags` by vLLM `version` on `platform` (platforms.py: gpu, cpu,
-    cpu-bf16, cpu-amx, cpu-local)."""
+    cpu-bf16, cpu-amx, cpu-local); `refused_by` when vLLM refuses the flags before it sizes anything.
+    `allow_long_max_model_len`: the server's VLLM_ALLOW_LONG_MAX_MODEL_LEN (`allows_long_max_model_len(env)`)."""
     platform = resolve(platform)
     cpu = is_cpu(platform)
     rules, crules = rules_for(version), config_rules_for(version)
@@ -218,6 +282,10 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
     if flags.speculative:
         speculative_tokens(flags.speculative)  # a count vLLM would refuse is refused here, whether or not it sizes
     unmodelled = list(shape.unmodelled)
+    if why := outside_known(version):
+        unmodelled.append(f"vLLM {version}: {why}")
+    limit = model_limit(shape, crules)
+    refused_by = _length_refusal(flags.max_model_len, limit, allow_long_max_model_len, notes)
     mml = flags.max_model_len or default_max_model_len(shape, crules, notes)
     if not mml:
         raise UsageError("--max-model-len: not given, and the config names no max_position_embeddings")
@@ -297,6 +365,8 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
                            blocks_per_request=g.page.blocks_per_request(mml, sizing.in_flight_tokens, extra),
                            sliding_window=g.page.layer.sliding_window) for g in grouping.groups],
         notes=notes, unmodelled=unmodelled,
+        model_max_model_len=limit.length if limit else None, model_max_model_len_source=limit.source if limit else None,
+        refused_by=refused_by,
     )
     if available_bytes is not None:
         check = available_bytes - bpb if rules.null_block_in_check else available_bytes
@@ -311,5 +381,10 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
         result.update(available_bytes=available_bytes, available_source=available_source, num_blocks=blocks,
                       kv_tokens=tokens, max_concurrency=conc, fits=fits,
                       estimated_max_model_len=None if fits else sizing.estimated_max_model_len(check, mml))
+        if fits:
+            # the largest length this pool serves, as far as the model lets it be asked for
+            cap = (max(limit.length, limit.model_max_length or 0) if limit and not allow_long_max_model_len
+                   else max(MAX_SEARCH_LEN, mml))
+            result["max_len_that_fits"] = sizing.estimated_max_model_len(check, cap)
     return KvPrediction(**result)
 

@@ -24,12 +24,23 @@ def render_prediction(p: KvPrediction) -> str:
                  "tokens" + (f": {fmt_bytes(p.need_bytes - p.state_bytes_per_seq)} grows with the length, "
                              f"{fmt_bytes(p.state_bytes_per_seq)} is the state, whatever the length"
                              if p.state_bytes_per_seq else ""))
+    if p.refused_by is not None:
+        lines.append(f"  does NOT boot: vLLM refuses --max-model-len {p.max_model_len:,} ({p.refused_by}): above the "
+                     f"model's derived max_model_len {p.model_max_model_len:,} ({p.model_max_model_len_source}); "
+                     "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 overrides it (the KV sizing below is what it would need)")
+    elif p.model_max_model_len is not None:
+        lines.append(f"  the model allows max_model_len up to {p.model_max_model_len:,} "
+                     f"({p.model_max_model_len_source})")
     if p.available_bytes is not None:
         lines.append(f"  available {fmt_bytes(p.available_bytes)} ({p.available_source}): {fmt_tokens(p.num_blocks)} "
                      f"blocks (one held back as the null block) → KV cache size {fmt_tokens(p.kv_tokens)} tokens, "
                      f"maximum concurrency {p.max_concurrency:.2f}x")
         if p.fits:
-            lines.append("  fits: one request of max_model_len can be served")
+            most = (f"; the largest max_model_len that fits: {p.max_len_that_fits:,}"
+                    + (" (the model's own limit)" if p.max_len_that_fits == p.model_max_model_len else "")
+                    if p.max_len_that_fits else "")
+            lines.append(f"  KV fits one request of max_model_len, but the length is refused first{most}"
+                         if p.refused_by else f"  fits: one request of max_model_len can be served{most}")
         else:
             est = (f"; vLLM's estimated maximum model length: {fmt_tokens(p.estimated_max_model_len)}"
                    if p.estimated_max_model_len else "")
@@ -41,13 +52,16 @@ def render_prediction(p: KvPrediction) -> str:
     return "\n".join(lines)
 
 
-def render_plan(planned) -> str:
-    """One line per cell, whole ids (pipes and CI logs): predicted outcome, the expectation, why."""
-    lines = []
+def render_plan(planned, platform: str | None = None) -> str:
+    """One line per cell, whole ids (pipes and CI logs): predicted outcome (and reason), the expectation, why; first
+    the platform whose rules apply and why (`platform`), so a CPU matrix is never silently planned on GPU rules."""
+    lines = [f"platform: {platform}"] if platform else []
     for p in planned:
         mark = {True: "=", False: "≠", None: " "}[p.agrees]
-        expected = f" {mark} expected {p.expected}" if p.expected else ""
-        lines.append(f"{p.cell.id}: predicted {p.outcome or 'unknown'}{expected} — {p.why}")
+        want = p.cell.expected.reason if p.cell.expected and p.cell.expected.reason else None
+        expected = f" {mark} expected {p.expected}" + (f" ({want})" if want else "") if p.expected else ""
+        got = f"{p.outcome} ({p.reason})" if p.outcome and p.reason else (p.outcome or "unknown")
+        lines.append(f"{p.cell.id}: predicted {got}{expected} — {p.why}")
     known = [p for p in planned if p.agrees is not None]
     lines.append(f"{len(planned)} cells: {sum(p.outcome is not None for p in planned)} predicted, "
                  f"{sum(bool(p.agrees) for p in known)} of {len(known)} as the matrix expects")

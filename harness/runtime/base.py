@@ -16,6 +16,7 @@ from harness.logfacts.timeline import Milestone
 from harness.runtime.pull import PullObserver
 from harness.runtime.records import AppliedPatch, ContainerInfo
 from harness.masking import Masker
+from harness.shell import Step
 
 #: Called by the runtime's reader thread with each physical log line (no trailing newline), then once with None at EOF.
 LineSink = Callable[[str | None], None]
@@ -92,9 +93,9 @@ class Runtime(Protocol):
     def command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> list[str]:
         """Shell tokens a person would run by hand for this cell (secrets as `$NAME` references; see harness.shell)."""
 
-    def planned_command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> tuple[list[str], list[str]]:
-        """What `command_line` would print, and one line per step it would take first (pull, copy, patch), touching
-        nothing: no engine asked, no file written (`run --dry-run`)."""
+    def planned_command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> tuple[list[str], list[Step]]:
+        """What `command_line` would print, and each step it would take first (pull, copy, patch: in words and as shell
+        commands), touching nothing: no engine asked, no file written (`run --dry-run`, `repro`)."""
 
     def read_server_file(self, cell: Cell, path: str) -> bytes | None:
         """A file as the cell's server sees it at `path` (a model's config.json, for the KV prediction): the host's

@@ -35,6 +35,7 @@ from harness.runtime.leftovers import Leftovers
 from harness.runtime.patching import PatchError, Patches, PreparedPatch
 from harness.runtime.pull import Images, PullObserver
 from harness.runtime.reader import log_stream, pump_chunks
+from harness.shell import Step
 
 #: How many times a cell's container is made before an engine that keeps going away under it fails the cell.
 START_TRIES = 3
@@ -210,14 +211,17 @@ class ContainerRuntime:
         kept = _mounted(self.patches.keep(cell, ctx.run_dir))
         return to_cli_tokens(self._repro_spec(cell, ctx, host_port, repo_digest or image_id, kept))
 
-    def planned_command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> tuple[list[str], list[str]]:
-        """What `command_line` would give, and how each patched file would be made, without touching anything: no
-        engine is asked, nothing is pulled, copied or written (`run --dry-run`). The image is named as the matrix
-        names it; the patched files by the paths they would get under ctx.run_dir."""
-        kept, steps = self.patches.planned(cell, Path(host_path(ctx.run_dir)))
-        pull_step = self.images.planned(cell.image)
-        if self.wants_gpus():
-            steps.append(f"would probe the {self.engine} engine's GPU request in a short container first")
+    def planned_command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> tuple[list[str], list[Step]]:
+        """What `command_line` would give, and the steps before it (pull, each patched file made), without touching
+        anything: no engine is asked, nothing is pulled, copied or written (`run --dry-run`, and `repro`, which
+        prints the steps' commands). The image is named as the matrix names it, the engine's CLI as the matrix's
+        runtime; the patched files by the paths they would get under ctx.run_dir."""
+        if not cell.image:
+            raise RuntimeUnavailable(f"image: cell {cell.id} has no image (set `image:` or give an axis value one)")
+        kept, steps = self.patches.planned(cell, Path(host_path(ctx.run_dir)), self.engine)
+        pull_step = self.images.planned(cell.image, before_run=bool(cell.patches))
+        if self.wants_gpus():  # `repro` has no command for it: the engine's CLI takes GPUs its own way
+            steps.append(Step(f"would probe the {self.engine} engine's GPU request in a short container first"))
         mounted = [(target, str(path)) for target, path in kept]
         return (to_cli_tokens(self._repro_spec(cell, ctx, host_port, cell.image, mounted)),
                 [step for step in (pull_step, *steps) if step])

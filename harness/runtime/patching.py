@@ -8,7 +8,9 @@ a different image or a drifted patch is an error naming the file and the hashes,
 and what `patch` said (offset, fuzz) is kept with the cell.
 
 `Patches` is that procedure for a runtime's cells: each patch prepared once per image, and for each cell a copy kept
-in the run directory, which is what is mounted (and what `run --dry-run` names, touching nothing).
+in the run directory, which is what is mounted (and what `run --dry-run` names, touching nothing). `repro` prints the
+same procedure as shell commands (`shell_steps`): the same GNU patch argv in the same kind of tree, so a person who
+pastes them gets the harness's file byte for byte.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from harness.errors import HarnessError, UsageError
 from harness.matrix.cells import Cell
 from harness.matrix.model import PatchSpec
 from harness.runtime.records import AppliedPatch
+from harness.shell import AND, OR, PIPE, QUIET, Raw, Step
 
 if TYPE_CHECKING:
     from harness.runtime.pull import Images
@@ -34,6 +37,8 @@ if TYPE_CHECKING:
 #: How GNU patch is run: `-p1` as the seed's APPLY; `--batch` never asks; `--forward` refuses an already-applied patch
 #: instead of reversing it; no backup files in the scratch tree.
 PATCH_ARGS = ("-p1", "--batch", "--forward", "--no-backup-if-mismatch")
+#: GNU patch's environment beside the caller's: its messages (kept, and read for fuzz and offsets) in one language.
+PATCH_ENV = {"LC_ALL": "C"}
 _FUZZ_OR_OFFSET = re.compile(r"^Hunk #\d+ succeeded at \d+.*(?:fuzz|offset).*$", re.M)
 
 
@@ -92,6 +97,11 @@ class PreparedPatch:
                             patch_output=self.patch_output, warnings=list(self.warnings))
 
 
+def patch_argv(binary: str, patch_path: Path) -> list[str]:
+    """GNU patch as the harness runs it, in the tree's root; `repro`'s printed steps run the same argv."""
+    return [binary, *PATCH_ARGS, "-i", str(patch_path.resolve())]
+
+
 def apply_gnu_patch(pristine: bytes, patch_path: Path, relpath: str) -> tuple[bytes, str]:
     """`cd D && patch -p1 --batch --forward < PATCH` with D holding only `relpath`; (patched bytes, patch's output)."""
     binary = gnu_patch()
@@ -99,8 +109,8 @@ def apply_gnu_patch(pristine: bytes, patch_path: Path, relpath: str) -> tuple[by
         dest = Path(tmp, relpath)
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(pristine)
-        proc = subprocess.run([binary, *PATCH_ARGS, "-i", str(patch_path.resolve())], cwd=tmp, capture_output=True,
-                              text=True, env={**os.environ, "LC_ALL": "C"}, timeout=60)
+        proc = subprocess.run(patch_argv(binary, patch_path), cwd=tmp, capture_output=True,
+                              text=True, env={**os.environ, **PATCH_ENV}, timeout=60)
         said = (proc.stdout + proc.stderr).strip()
         if proc.returncode != 0:
             lines = [ln for ln in said.splitlines() if ln.strip() and not ln.startswith("patching file")]
@@ -109,13 +119,9 @@ def apply_gnu_patch(pristine: bytes, patch_path: Path, relpath: str) -> tuple[by
         return dest.read_bytes(), said
 
 
-def patch_file(pristine: bytes, patch_path: Path, target: str, base_sha256: str, patched_sha256: str,
-               out_dir: Path) -> PreparedPatch:
-    """Check, apply with GNU patch, check again; keep the pristine and patched files and their hashes in `out_dir`."""
-    got = sha256_bytes(pristine)
-    if got != base_sha256:
-        raise PatchError(f"{target}: the image's file has sha256 {got}, the matrix expects base_sha256 {base_sha256} "
-                         f"(a different image, or {patch_path.name} was made for another one)")
+def tree_path(patch_path: Path, target: str) -> str:
+    """Where `target` lies in the tree GNU patch runs in: the one file the patch names, as `-p1` strips it (a PatchError
+    when the patch names none, several, or another file)."""
     try:
         text = patch_path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
@@ -127,7 +133,17 @@ def patch_file(pristine: bytes, patch_path: Path, target: str, base_sha256: str,
     if len(paths) != 1 or len(matching) != 1:
         raise PatchError(f"{patch_path}: patches {', '.join(paths)}; a patch entry must patch exactly its target "
                          f"{target}")
-    patched, said = apply_gnu_patch(pristine, patch_path, matching[0])
+    return matching[0]
+
+
+def patch_file(pristine: bytes, patch_path: Path, target: str, base_sha256: str, patched_sha256: str,
+               out_dir: Path) -> PreparedPatch:
+    """Check, apply with GNU patch, check again; keep the pristine and patched files and their hashes in `out_dir`."""
+    got = sha256_bytes(pristine)
+    if got != base_sha256:
+        raise PatchError(f"{target}: the image's file has sha256 {got}, the matrix expects base_sha256 {base_sha256} "
+                         f"(a different image, or {patch_path.name} was made for another one)")
+    patched, said = apply_gnu_patch(pristine, patch_path, tree_path(patch_path, target))
     got = sha256_bytes(patched)
     if got != patched_sha256:
         raise PatchError(f"{patch_path}: applied to {target} it gives sha256 {got}, the matrix expects "
@@ -142,6 +158,37 @@ def patch_file(pristine: bytes, patch_path: Path, target: str, base_sha256: str,
     (out_dir / "patch.out").write_text(said + "\n")
     return PreparedPatch(target, str(patch_path), base_sha256, patched_sha256, dest, said,
                          tuple(_FUZZ_OR_OFFSET.findall(said)))
+
+
+def _sha256_check(sha256: str, path: Path) -> tuple[str, ...]:
+    return ("printf", r"%s  %s\n", sha256, str(path), PIPE, "sha256sum", "-c", "-")
+
+
+def shell_steps(engine: str, image: str, spec: PatchSpec, patch_path: Path, kept: Path, container: str) -> tuple[
+        tuple[str, ...], ...]:
+    """`patch_file` as commands a person pastes, making `kept` (its pristine copy beside it as `.orig`): the file copied
+    out of `image` through a container that never runs (named `container`), its sha256 checked, GNU patch run with
+    `patch_argv` and PATCH_ENV at the root of a tree laid out as the patch's paths say, the result checked, made
+    read-only. The tree is a folder beside `kept`, removed at the end."""
+    relpath = tree_path(patch_path, spec.target)
+    orig = kept.with_name(kept.name + ".orig")
+    tree = kept.with_name(kept.name + ".tree")
+    in_tree = tree / relpath
+    env = [f"{k}={v}" for k, v in PATCH_ENV.items()]
+    return (
+        ("mkdir", "-p", str(in_tree.parent)),
+        (engine, "rm", "-f", container, *QUIET, OR, "true"),
+        (engine, "create", "--name", container, "--entrypoint", "/bin/true", image, QUIET[0]),
+        (engine, "cp", f"{container}:{spec.target}", str(orig)),
+        (engine, "rm", container, QUIET[0]),
+        _sha256_check(spec.base_sha256, orig),
+        ("cp", str(orig), str(in_tree)),
+        (Raw("("), "cd", str(tree), AND, *env, *patch_argv("patch", patch_path), Raw(")")),
+        _sha256_check(spec.patched_sha256, in_tree),
+        ("mv", "-f", str(in_tree), str(kept)),
+        ("chmod", "444", str(kept)),
+        ("rm", "-r", str(tree)),
+    )
 
 
 def kept_path(run_dir: Path, cell: Cell, index: int, target: str) -> Path:
@@ -194,14 +241,20 @@ class Patches:
             kept.append((prepared, patched))
         return kept
 
-    def planned(self, cell: Cell, run_dir: Path) -> tuple[list[tuple[str, Path]], list[str]]:
-        """(target, kept path) pairs `keep` would give, and how each file would be made, touching nothing (give an
-        absolute `run_dir`: the steps name the paths as the engine would get them)."""
+    def planned(self, cell: Cell, run_dir: Path, engine: str) -> tuple[list[tuple[str, Path]], list[Step]]:
+        """(target, kept path) pairs `keep` would give, and how each file would be made, in words and as `engine`'s
+        shell commands, touching nothing but reading the patch (give an absolute `run_dir`: the steps name the paths
+        as the engine would get them). A patch that does not name its target is bad input, as in `prepare`."""
         kept, steps = [], []
         for i, spec in enumerate(cell.patches):
             path = kept_path(run_dir, cell, i, spec.target)
             kept.append((spec.target, path))
-            steps.append(f"would copy {spec.target} out of {cell.image}, check sha256 {spec.base_sha256[:12]}…, "
-                         f"apply {self.source(spec)} with GNU patch {' '.join(PATCH_ARGS)}, check sha256 "
-                         f"{spec.patched_sha256[:12]}…, keep it as {path}")
+            said = (f"would copy {spec.target} out of {cell.image}, check sha256 {spec.base_sha256[:12]}…, "
+                    f"apply {self.source(spec)} with GNU patch {' '.join(PATCH_ARGS)}, check sha256 "
+                    f"{spec.patched_sha256[:12]}…, keep it as {path}")
+            try:
+                commands = shell_steps(engine, cell.image, spec, self.source(spec), path, f"bh-repro-{cell.id}-copy{i}")
+            except PatchError as exc:
+                raise UsageError(f"{self.matrix_path}: patches: {exc}") from None
+            steps.append(Step(said, commands))
         return kept, steps

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.errors import RuntimeUnavailable
+from harness.shell import OR, QUIET, Step
 
 if TYPE_CHECKING:
     from harness.runtime.connection import EngineConnection
@@ -138,11 +139,20 @@ class Images:
         """The image's own entrypoint (a matrix without `entrypoint:` runs the server after it)."""
         return self.conn.client.images.get(image_id).attrs.get("Config", {}).get("Entrypoint") or []
 
-    def planned(self, ref: str) -> str | None:
-        """What a run would do to get `ref`, touching nothing (`run --dry-run`)."""
+    def planned(self, ref: str, before_run: bool = False) -> Step | None:
+        """What a run would do to get `ref`, touching nothing (`run --dry-run`), and the command that does it by hand
+        where the pasted `run` would not (`repro`): `pull: always` pulls again, which `run` does not, and a file copied
+        out of the image first (`before_run`) needs the image before `run` would pull it. The engine is the
+        configured one: nothing is asked."""
         if self.policy == "never":
             return None
-        return f"would pull {ref} {'first' if self.policy == 'always' else 'if absent'} (pull: {self.policy})"
+        engine = self.conn.engine
+        said = f"would pull {ref} {'first' if self.policy == 'always' else 'if absent'} (pull: {self.policy})"
+        if self.policy == "always":
+            return Step(said, ((engine, "pull", ref),))
+        if before_run:
+            return Step(said, ((engine, "image", "inspect", ref, *QUIET, OR, engine, "pull", ref),))
+        return Step(said)
 
 
 class PullDisplay:

@@ -130,8 +130,8 @@ def test_repro_prints_a_command_that_boots_the_same_cell_in_a_shell(docker_image
     proc = harness_cli("repro", "--matrix", str(EXAMPLE), cell, "--port", str(port), "--results-dir",
                        str(tmp_path / "r"), env=docker_image)
     assert proc.returncode == 0, proc.stderr
-    command = proc.stdout.strip()
-    assert command.startswith("docker run --rm --init") and "--shm-size 1g" in command
+    command = proc.stdout.strip()  # the steps that make the patched file, then the run
+    assert command.splitlines()[-1].startswith("docker run --rm --init") and "--shm-size 1g" in command
     assert ":/opt/venv/lib/python3.11/site-packages/vllm/v1/worker/cpu_worker.py:ro" in command
     boots_in_a_shell(command, port, 300, ["docker", "rm", "-f", f"bh-repro-{cell}"])
 

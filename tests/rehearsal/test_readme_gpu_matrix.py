@@ -202,10 +202,17 @@ def test_compare_on_the_image_axis_shows_what_the_patch_changes(readme, standin)
 
 
 def test_repro_prints_the_docker_run_that_boots_the_patched_cell_in_a_shell(readme):
+    """What it prints is the steps that make the patched file (copied out of the image, checked, GNU patch, checked),
+    then the `docker run`: pasted into one shell, they boot the cell, on the file the run itself mounted."""
     (command, proc), = by_verb(readme, "repro")
     cell = command.split()[-1]
-    line = proc.stdout.strip()
+    script = proc.stdout.strip()
+    line = script.splitlines()[-1]
     assert line.startswith("docker run --rm --init") and "--gpus all" in line and "--ipc host" in line
+    assert f"docker cp bh-repro-{cell}-copy0:/opt/vllm/lib/python3.14/site-packages/vllm/v1/worker/gpu_worker.py " \
+           in script and "patch -p1 --batch --forward" in script and "sha256sum -c" in script
     mount = re.search(r"-v (\S+):/opt/vllm/lib/python3\.14/site-packages/vllm/v1/worker/gpu_worker\.py:ro", line)
     assert mount and mount.group(1).startswith(str(RESULTS / "repro" / cell)), line
-    boots_in_a_shell(line, 8000, 300, ["docker", "rm", "-f", f"bh-repro-{cell}"])
+    boots_in_a_shell(script, 8000, 300, ["docker", "rm", "-f", f"bh-repro-{cell}"])
+    run_kept = readme[3][0].parent / "patches" / cell / "0-gpu_worker.py" / "gpu_worker.py"
+    assert Path(mount.group(1)).read_bytes() == run_kept.read_bytes(), "the shell made another file than the run"

@@ -203,7 +203,7 @@ def test_a_prediction_that_fails_is_a_note_on_the_cell(monkeypatch):
         raise KeyError("float8_e4m3fn")
 
     monkeypatch.setattr(attempt, "predict_cell", broken)
-    cell = type("C", (), {"server_args": ["--model", "/m"]})()
+    cell = type("C", (), {"server_args": ["--model", "/m"], "env": {}})()
     facts = type("F", (), {"kv": None, "refusal": None, "vllm_version": None})()
     decision = type("D", (), {"outcome": None, "reason": None})()
     record = attempt._prediction(cell, lambda c, p: None, facts, decision, Masker([]))
