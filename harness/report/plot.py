@@ -9,7 +9,7 @@ from harness.analysis.fit import Analysis, GroupAnalysis
 from harness.analysis.kv import GIB, MIB
 from harness.verdict import Outcome
 
-MISSING = "matplotlib is not installed: pip install 'boot-harness[analysis]' for the plot"
+MISSING = "matplotlib is not installed: pip install -e '.[analysis]' (in the checkout) for the plot"
 
 
 def available() -> bool:

@@ -161,7 +161,7 @@ def test_reading_commands_print_long_markup_ids_and_values_whole(world, cli, tmp
     code, out, err = cli("report", b, "--html", tmp_path / "r[bold].html")
     assert code == 0, err
     whole(out, "[analysis]", "[/]",
-          "note: matplotlib is not installed: pip install 'boot-harness[analysis]' for the plot")
+          "note: matplotlib is not installed: pip install -e '.[analysis]' (in the checkout) for the plot")
     whole(err, f"html: {tmp_path / 'r[bold].html'}")
 
 
