@@ -39,8 +39,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # comparing and reporting runs
     "compare_runs": ("harness.analysis.compare", "compare_runs"),
     "RunDiff": ("harness.analysis.compare", "RunDiff"),
-    "build_report": ("harness.report", "build_report"),
-    "session_summary": ("harness.report", "session_summary"),
+    "build_report": ("harness.report.build", "build_report"),
+    "session_summary": ("harness.report.build", "session_summary"),
     # predicting the KV cache without booting
     "predict_kv": ("harness.predict.predictor", "predict"),
     "parse_serve_flags": ("harness.predict.serve_flags", "parse_serve_flags"),
@@ -86,7 +86,7 @@ if TYPE_CHECKING:
     from harness.predict.prediction import KvPrediction
     from harness.predict.predictor import predict as predict_kv
     from harness.predict.serve_flags import parse_serve_flags
-    from harness.report import build_report, session_summary
+    from harness.report.build import build_report, session_summary
     from harness.results.model import CellResult, RunResult, RunStatus
     from harness.results.store import load_run
     from harness.runtime.base import CellContext, Runtime, Server

@@ -170,7 +170,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     run_dir = config.stash.get(_RUN_DIR, None)
     if run_dir is not None:
         terminalreporter.write_sep("-", "boot-harness")
-        from harness.report import session_summary
+        from harness.report.build import session_summary
 
         terminalreporter.write(session_summary(run_dir, width=config.get_terminal_writer().fullwidth,
                                                color=terminalreporter.hasmarkup))

@@ -235,7 +235,8 @@ def cmd_frontier(args: argparse.Namespace, out: Console) -> int:
 
 def cmd_report(args: argparse.Namespace, out: Console) -> int:
     from harness.results.store import load_run
-    from harness.report import build_report, grid_renderable
+    from harness.report.build import build_report
+    from harness.report.grid import grid_renderable
     from harness.report.html import write_text
 
     for flag, path in (("--html", args.html), ("--markdown", args.markdown), ("--plot", args.plot)):

@@ -10,16 +10,26 @@ import re
 import signal
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from harness import __version__
 from harness.errors import ConfigErrors, HarnessError, Interrupted, UsageError
 from harness.exitcodes import ExitCode
-from harness.runtime import RuntimeFactory, make_runtime
 from harness.report.text import plain_console
 
+if TYPE_CHECKING:
+    from harness.runtime import RuntimeFactory
+
 Handler = Callable[[argparse.Namespace, Console], int]
+
+
+def _matrix_runtime(loaded):
+    """The runtime a matrix asks for, imported when a command first needs one (`--help` and `validate` never do)."""
+    from harness.runtime import make_runtime
+
+    return make_runtime(loaded)
 
 
 class Parser(argparse.ArgumentParser):
@@ -107,7 +117,7 @@ def _masked(error: str, argv: list[str] | None) -> str:
     return Masker(secret_values(None, sys.argv[1:] if argv is None else argv) | embedded_secrets(error))(error)
 
 
-def main(argv: list[str] | None = None, runtimes: RuntimeFactory = make_runtime) -> int:
+def main(argv: list[str] | None = None, runtimes: RuntimeFactory | None = None) -> int:
     """`boot-harness ARGV`; `runtimes` builds each matrix's runtime (a test or the docs check passes a fake one)."""
     _stacks_on_sigusr2()
     parser, handlers = _build()
@@ -128,7 +138,7 @@ def main(argv: list[str] | None = None, runtimes: RuntimeFactory = make_runtime)
                 args.serve_flags = tail
         if extras:
             _subparser(parser, args.command).unknown(extras)
-        args.runtimes = runtimes
+        args.runtimes = runtimes or _matrix_runtime
         return int(handlers[args.command](args, out))
     except ConfigErrors as exc:  # every mistake of a matrix file, one line each
         print(_masked(str(exc), given), file=sys.stderr)

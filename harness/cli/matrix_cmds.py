@@ -8,7 +8,6 @@ import json
 from rich.console import Console
 
 from harness.cli.common import USAGE_EXIT, add_command, add_matrix, add_selection, add_shard, say_to, stderr
-from harness.matrix.selection import selected
 from harness.exitcodes import ExitCode
 
 
@@ -31,6 +30,8 @@ def register(sub: argparse._SubParsersAction) -> dict:
 
 
 def cmd_validate(args: argparse.Namespace, out: Console) -> int:
+    from harness.matrix.selection import selected
+
     sel = selected(args.matrix, None)  # an unset variable is an error here, naming the matrix's `setup:` command
     expected = sum(1 for c in sel.cells if c.expected)
     say_to(out)(f"{args.matrix}: ok — {len(sel.cells)} cells on {len(sel.loaded.matrix.axes)} axes, "
@@ -49,6 +50,7 @@ def _unset_note(sel) -> None:
 
 
 def cmd_cells(args: argparse.Namespace, out: Console) -> int:
+    from harness.matrix.selection import selected
     from harness.masking import Masker, secret_values
 
     sel = selected(args.matrix, args.select, args.shard, placeholders=True)

@@ -7,15 +7,16 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.boot.session import RunOptions, RunSession, planned_commands, repro_command
-from harness.boot.signals import Interrupted
+from typing import TYPE_CHECKING
+
 from harness.cli import values
 from harness.cli.common import (USAGE_EXIT, add_command, add_matrix, add_parallel, add_selection, add_shard,
                                 add_timeout, say_to, stderr)
-from harness.matrix.selection import selected
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
-from harness.results.model import RunStatus
+
+if TYPE_CHECKING:
+    from harness.boot.session import RunSession
 
 
 def register(sub: argparse._SubParsersAction) -> dict:
@@ -57,6 +58,9 @@ def register(sub: argparse._SubParsersAction) -> dict:
 
 
 def cmd_run(args: argparse.Namespace, out: Console) -> int:
+    from harness.boot.session import RunOptions, RunSession, planned_commands
+    from harness.boot.signals import Interrupted
+    from harness.matrix.selection import selected
     from harness.report.progress import LiveProgress
     from harness.runtime.pull import PullDisplay
     from harness.shell import format_shell
@@ -98,6 +102,9 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_repro(args: argparse.Namespace, out: Console) -> int:
+    from harness.boot.session import RunOptions, RunSession, repro_command
+    from harness.boot.signals import Interrupted
+    from harness.matrix.selection import selected
     from harness.runtime.pull import PullDisplay
     from harness.shell import format_script
 
@@ -138,6 +145,8 @@ def _report_sweep(session: RunSession, say) -> None:
 
 def _finish(session: RunSession, out: Console) -> int:
     from harness.report.progress import print_summary
+
+    from harness.results.model import RunStatus
 
     run = session.finish(RunStatus.complete)
     if session.cells:

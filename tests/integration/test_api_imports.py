@@ -36,3 +36,30 @@ def test_a_public_name_imports_its_module_when_first_used():
     """The check can fail: the lazy name brings in the run owner, as an eager import in the root would at once."""
     loaded = harness_modules_after("import harness\nharness.RunSession")
     assert {"harness.boot", "harness.boot.session"} <= loaded
+
+
+def modules_after_cli(*argv: str) -> set[str]:
+    """Every module (harness's and third parties') a `boot-harness ARGV` process imported, by its own account."""
+    probe = ("import json, sys\nfrom harness.cli.app import main\n"
+             f"try:\n    main({list(argv)!r})\nexcept SystemExit:\n    pass\n"  # --help, --version exit
+             "print(json.dumps(sorted(sys.modules)), file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "GLM_MODEL_DIR": "/models/glm"})
+    return set(json.loads(proc.stderr.strip().splitlines()[-1]))
+
+
+#: What a command that boots nothing must not pay for at start-up (issue 33: `--help`, `validate`, `cells` at most
+#: 0.3 s; benchmarks/cli_startup.py measures it): the run owner, the runtimes (docker-py, requests), the analysis.
+HEAVY = {"harness.boot", "harness.runtime", "harness.analysis", "docker", "requests", "testcontainers"}
+
+
+@pytest.mark.parametrize("argv,also_not", [
+    (["--help"], {"pydantic", "yaml", "harness.matrix"}),
+    (["validate", "--matrix", "matrix.yaml"], set()),
+    (["cells", "--matrix", "matrix.yaml", "--json"], set()),
+], ids=["help", "validate", "cells"])
+def test_a_command_that_boots_nothing_imports_only_what_it_needs(argv, also_not):
+    loaded = modules_after_cli(*argv)
+    heavy = sorted(m for m in loaded if m.split(".")[0] in HEAVY or ".".join(m.split(".")[:2]) in HEAVY
+                   or m.split(".")[0] in also_not or ".".join(m.split(".")[:2]) in also_not)
+    assert heavy == [], f"boot-harness {' '.join(argv)} imported {heavy[:12]}"

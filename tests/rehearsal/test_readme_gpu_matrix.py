@@ -135,7 +135,7 @@ def test_every_cell_of_the_gpu_matrix_carries_its_timeline(readme):
     for cell in the_run(readme)["cells"]:
         check_timeline(cell, run_dir / "logs" / f"{cell['cell_id']}.log")
         assert cell["timeline"]["milestones"]["pulled"] is not None
-    from harness.report import build_report
+    from harness.report.build import build_report
     from harness.results.store import load_run
 
     rep = build_report(load_run(run_dir)[0], plot=False)

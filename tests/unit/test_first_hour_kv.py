@@ -13,7 +13,9 @@ import pytest
 from harness.cli import main
 from harness.logfacts import parse_lines
 from harness.matrix.load import load_matrix
-from harness.predict import parse_serve_flags, predict, read_model
+from harness.predict.serve_flags import parse_serve_flags
+from harness.predict.predictor import predict
+from harness.predict.model import read_model
 from harness.predict.cell import predict_cell
 from harness.predict.from_log import model_name
 from harness.predict.plan import _upstream_image, not_upstream, plan_cells, platform_of_matrix

@@ -196,7 +196,7 @@ def test_gc_names_what_it_removed_as_written_and_its_summary_is_one_line(tmp_pat
 
 
 def test_the_live_table_the_summary_and_the_grid_show_markup_ids_as_written_at_a_terminal(world):
-    from harness.report import grid_text
+    from harness.report.grid import grid_text
     from harness.report.progress import LiveProgress, print_summary
 
     run, _ = load_run(world["long_b"])

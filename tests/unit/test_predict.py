@@ -12,7 +12,9 @@ import pytest
 
 from harness.errors import UsageError
 from harness.logfacts import LogParser
-from harness.predict import parse_serve_flags, predict, read_model
+from harness.predict.serve_flags import parse_serve_flags
+from harness.predict.predictor import predict
+from harness.predict.model import read_model
 from harness.predict.cell import predict_cell
 from harness.predict.groups import group_layers
 from harness.predict.model import Layer

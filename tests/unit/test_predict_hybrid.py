@@ -13,7 +13,9 @@ import json
 import pytest
 
 from harness.logfacts import LogParser, parse_file
-from harness.predict import parse_serve_flags, predict, read_model
+from harness.predict.serve_flags import parse_serve_flags
+from harness.predict.predictor import predict
+from harness.predict.model import read_model
 from harness.predict.cell import platform_of, predict_cell
 from harness.predict.platforms import local_cpu
 from tests.cli import boot_harness
