@@ -196,7 +196,7 @@ def test_names_that_only_look_alike_keep_their_values(tmp_path):
         "env": {"VLLM_MAX_TOKENS": "40960"}})
     proc = cli("cells", "--matrix", str(matrix), "--json")
     assert proc.returncode == 0, proc.stderr
-    cell = json.loads(proc.stdout)
+    (cell,) = json.loads(proc.stdout)["cells"]
     assert cell["server_args"][-6:] == ["--api_key", "***", "--max-num-batched-tokens", "8192", "--tokenizer",
                                         "org/tokenizer-key"]
     assert cell["env"]["VLLM_MAX_TOKENS"] == "40960"
