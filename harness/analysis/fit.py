@@ -419,11 +419,18 @@ def _findings(cells: list[CellKv], excluded: list[str]) -> list[Finding]:
     return out
 
 
+def no_cells(run: RunResult) -> str | None:
+    """Why a run has nothing to analyze or draw: it holds no cells (an empty shard, a selection that took none)."""
+    return None if run.cells else f"run {run.run_id} holds no cells (an empty shard or selection): nothing to show"
+
+
 def analyze_run(run: RunResult, length_override: str | None = None,
                 block: int | None = None) -> Analysis:
     # The floor variable is the seed's patch's: worth suggesting only for a run on the fork (its cap logged) or with
     # the patch applied; a plain vLLM (the CPU example) is raised by --kv-cache-memory-bytes alone.
     forked = any(c.patches or FLOOR_ENV in c.env or c.kv.offload_cap_gib is not None for c in run.cells)
+    if (empty := no_cells(run)) is not None:
+        raise UsageError(empty)
     axis = length_axis(run, length_override)
     if axis is None:
         raise UsageError(f"run {run.run_id}: no max_model_len axis (axes are: {', '.join(axis_order(run)) or 'none'}); "

@@ -190,11 +190,14 @@ def cmd_compare(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace, out: Console) -> int:
-    from harness.analysis.fit import analyze_run
+    from harness.analysis.fit import analyze_run, no_cells
     from harness.report.analysis import render
     from harness.results.store import load_run
 
     run, run_dir = load_run(args.run)
+    if (empty := no_cells(run)) is not None:  # not bad input: nothing to analyze, said so
+        print(json.dumps({"run": run.run_id, "cells": 0, "note": empty}, indent=2)) if args.json else say_to(out)(empty)
+        return ExitCode.OK
     analysis = analyze_run(run, args.length_axis, args.block_size)
     if args.json:
         print(json.dumps(analysis.to_dict(), indent=2))

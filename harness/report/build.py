@@ -36,7 +36,7 @@ def build_report(run: RunResult, split: str | None = None, length_override: str 
     notes: list[str] = []
     analysis = png = None
     try:
-        analysis = analyze_run(run, length_override)
+        analysis = analyze_run(run, length_override) if run.cells else None  # an empty run says so once, above
     except UsageError as exc:
         notes.append(f"no KV analysis: {exc}")
     if plot and analysis is not None:

@@ -99,6 +99,9 @@ class Grid:
 
 
 def build_grids(run: RunResult, split: str | None = None, length_override: str | None = None) -> list[Grid]:
+    """The run's grids; none for a run that holds no cells (each renderer says so, `no_cells`)."""
+    if not run.cells:
+        return []
     axes = axis_order(run)
     if split is not None and split not in axes:
         raise UsageError(f"--axis {split}: the run has no such axis (axes are: {', '.join(axes) or 'none'})")
@@ -140,6 +143,10 @@ def grid_renderable(run: RunResult, split: str | None = None, length_override: s
 
     from harness.report.text import PlainTable
 
+    from harness.analysis.fit import no_cells
+
+    if (empty := no_cells(run)) is not None:
+        return Text(empty)
     tables = []
     for g in build_grids(run, split, length_override):
         title = f"{g.title}  ({run.run_id})" if g.split_axis else g.title

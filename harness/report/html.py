@@ -12,7 +12,7 @@ import base64
 from html import escape
 from pathlib import Path
 
-from harness.analysis.fit import Analysis
+from harness.analysis.fit import Analysis, no_cells
 from harness.units import fmt_bytes
 from harness.report.grid import NUMBERS_LEGEND, Grid, expectation_mark, inconsistent, key_numbers, outcome_counts
 from harness.report import timeline
@@ -135,6 +135,8 @@ def render_html(run: RunResult, grids: list[Grid], analysis: Analysis | None, pn
             f"{escape(run.runtime)} · {escape(run.status)} · started {escape(run.started_at.isoformat())}</p>",
             f'<p class="summary" id="summary">{escape(summary)}</p>',
             f'<p class="legend">{legend} <span>✓ met its expectation</span> <span>✗ did not</span></p>']
+    if (empty := no_cells(run)) is not None:
+        body.append(f'<p class="finding note" id="no-cells">{escape(empty)}</p>')
     body += [_grid_html(g) for g in grids]
     if grids:
         body.append(f'<p class="meta" id="numbers-legend">{escape(NUMBERS_LEGEND)}</p>')

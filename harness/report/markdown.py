@@ -3,7 +3,7 @@ then the KV analysis. Images are not inlined (job summaries do not show data: UR
 
 from __future__ import annotations
 
-from harness.analysis.fit import Analysis, Severity
+from harness.analysis.fit import Analysis, Severity, no_cells
 from harness.units import fmt_bytes
 from harness.report.grid import NUMBERS_LEGEND, Grid, expectation_mark, key_numbers, outcome_counts
 from harness.report import timeline
@@ -77,6 +77,8 @@ def render_markdown(run: RunResult, grids: list[Grid], analysis: Analysis | None
              f"matrix **{_esc(run.matrix.name)}** · runtime {run.runtime} · {run.status} · "
              f"{s.get('cells', len(run.cells))} cells: {outcome_counts(s)} — **{s.get('mismatched', 0)} mismatched**",
              ""]
+    if (empty := no_cells(run)) is not None:
+        lines += [f"_{_esc(empty)}_", ""]
     for g in grids:
         lines += _grid_md(g)
     if grids:

@@ -104,6 +104,14 @@ def test_run_on_an_empty_shard_writes_an_empty_complete_run(tmp_path, capsys):
     (run_dir,) = (tmp_path / "results").iterdir()
     run = json.loads((run_dir / "results.json").read_text())
     assert (run["status"], run["shard"], run["cells"], run["summary"]["cells"]) == ("complete", f"{empty}/2", [], 0)
+    # what reads it says the run holds no cells, once, instead of a grid of no columns or "no max_model_len axis"
+    said = "holds no cells (an empty shard or selection): nothing to show"
+    for argv, code in ((["report", run_dir], 0), (["report", run_dir, "--markdown", "-"], 0), (["analyze", run_dir], 0)):
+        capsys.readouterr()
+        assert main([str(a) for a in argv]) == code, argv
+        out = capsys.readouterr()
+        assert (out.out + out.err).count(said) == 1, (argv, out.out, out.err)
+        assert "| **** |" not in out.out and "no max_model_len axis" not in out.out + out.err
 
 
 def test_a_cell_becomes_junit_properties_without_the_facts_it_never_logged():
