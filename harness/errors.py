@@ -105,6 +105,11 @@ class CellStartError(HarnessError):
     """A cell could not be started; the cell's outcome becomes ``error`` with this message as its reason."""
 
 
+class ProbeFailed(HarnessError):
+    """A memory probe can no longer read the server's memory (the container is gone, NVML errs, no permission): the
+    curve stops there with this reason; the cell and the run go on (harness.memory)."""
+
+
 class FileRefused(ConfigError):
     """A file the harness will not read or write as asked — a FIFO (it would block), a device (it never ends, or is
     not ours to replace), a link out of a run, a file past its size bound, NaN or nesting past the bound in a record —

@@ -57,12 +57,12 @@ LANES = {
     "engines": ("tests/reliability/", "tests/integration/test_containers.py", "tests/integration/test_podman.py",
                 "tests/integration/test_pulls.py", "tests/integration/test_container_spec.py",
                 "tests/rehearsal/test_readme_gpu_matrix.py",
-                "tests/rehearsal/test_nightly_workflow.py"),
+                "tests/rehearsal/test_nightly_workflow.py", "tests/integration/test_memory_containers.py"),
     "vllm": ("tests/integration/test_vllm_cpu.py", "tests/integration/test_scale_cpu.py",
              "tests/integration/test_frontier.py", "tests/integration/test_architectures.py",
              "tests/rehearsal/test_gpu_memory.py",
              "tests/integration/test_compile_cache.py", "tests/integration/test_serve_flags_vllm.py",
-             "tests/integration/test_history_real.py"),
+             "tests/integration/test_history_real.py", "tests/integration/test_memory_real.py"),
 }
 
 

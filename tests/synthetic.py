@@ -13,6 +13,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from harness.logfacts import KvFacts, Refusal
+from harness.logfacts.timeline import Milestones, Timeline, phase_at
+from harness.memory.model import LimitKind, LoggedMemory, MemoryCurve, MemorySource
 from harness.results.model import CellResult, Expected, HostInfo, MatrixRef, RunResult
 from harness.results.store import atomic_write_text, summarize
 from harness.verdict import Reason
@@ -123,6 +125,35 @@ def cpu_example_run(run_id: str = "cpu-tiny-calibrated") -> RunResult:
         cpu_cell(4096, "draft", "raised", raised, expected=("booted", None)),
     ]
     return make_run(run_id, cells, "cpu-tiny")
+
+
+def with_memory(cell: CellResult, samples: list[tuple[float, int]], *, milestones: dict[str, float] | None = None,
+                verdict_s: float | None = None, limit: int | None = 8 << 30, utilization: float | None = 0.9,
+                source: str = "nvml", logged: list[dict] | None = None, stopped: str | None = None) -> CellResult:
+    """`cell` with a memory curve of `samples` ([seconds since the start, bytes]) and, when given, the timeline's
+    milestones (seconds) and the verdict's time; the peak, its phase, the peak per phase and the headroom derived as
+    the sampler does (GPU: limit × utilization − peak; elsewhere limit − peak, `utilization` ignored)."""
+    ms = Milestones(**(milestones or {}))
+    gpu = source == "nvml"
+    peak_at, peak = max(samples, key=lambda s: s[1]) if samples else (None, None)
+    by_phase: dict[str, int] = {}
+    for t, b in samples:
+        name = phase_at(ms, t).name
+        by_phase[name] = max(by_phase.get(name, 0), b)
+    headroom = None
+    if limit is not None and peak is not None:
+        headroom = int(limit * utilization) - peak if gpu and utilization is not None else limit - peak
+    curve = MemoryCurve(
+        source=MemorySource(source), interval_s=0.2, limit_bytes=limit,
+        limit_kind=None if limit is None else LimitKind.device_total if gpu else LimitKind.host_total,
+        peak_bytes=peak, peak_at_s=peak_at, peak_phase=None if peak_at is None else phase_at(ms, peak_at).name,
+        by_phase=by_phase, headroom_bytes=headroom, gpu_memory_utilization=utilization if gpu else None,
+        logged=[LoggedMemory(**x) for x in logged or []], taken=len(samples), samples=samples, stopped=stopped)
+    timings, timeline = cell.timings, Timeline(milestones=ms)
+    if verdict_s is not None:  # the phase the verdict found the server in, as the parser records it
+        timings = timings.model_copy(update={"verdict_s": verdict_s})
+        timeline = timeline.model_copy(update={"phase": phase_at(ms, verdict_s)})
+    return cell.model_copy(update={"memory": curve, "timeline": timeline, "timings": timings})
 
 
 def write_run(run: RunResult, results_dir: Path) -> Path:

@@ -8,12 +8,15 @@
   a **fix** is the reverse. Cells found in one run only are listed, and so are KV numbers that moved by more than the
   tolerance (default 2 %; GiB figures also by more than their 0.01 print unit). Boot times and phases that became
   slower beyond the time tolerance (both ways: default 25 % and 30 s) are time regressions (harness.analysis.timing).
+  A memory peak that grew beyond the memory tolerance (both ways: default 10 % and 256 MiB) is a memory regression;
+  only cells with a memory curve in both runs, the same outcome and the same source are compared.
   `has_regression` decides exit 1.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from harness.analysis.kv import (
@@ -26,7 +29,7 @@ from harness.analysis.kv import (
     length_axis,
 )
 from harness.analysis.timing import DEFAULT_TIME_TOLERANCE, TimeChange, TimeTolerance, time_changes
-from harness.units import fmt_bytes
+from harness.units import KIB, MIB, fmt_bytes
 from harness.errors import UsageError
 from harness.results.model import CellResult, RunResult
 from harness.verdict import Outcome
@@ -49,6 +52,96 @@ def parse_tolerance(text: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise UsageError(f"--tolerance {text}: must be a finite fraction or percentage, 0 or more")
     return value
+
+
+# ---------------------------------------------------------------- memory peaks
+
+
+@dataclass(frozen=True)
+class MemoryTolerance:
+    """A peak grew only when it grew by more than both: 10 % of a 500 MiB CPU boot is sampling noise, and so is
+    256 MiB of a 70 GiB GPU boot's peak."""
+
+    rel: float = 0.10
+    abs_bytes: int = 256 * MIB
+
+    def exceeded(self, a: int, b: int) -> bool:
+        d = abs(b - a)
+        return d > self.abs_bytes and d > self.rel * abs(a)
+
+    def describe(self) -> str:
+        """`10% and 256 MiB`: the size as the flag writes it where it is a round number of a unit."""
+        size = next((f"{self.abs_bytes / unit:g} {name}" for unit, name in _MEM_NAMES
+                     if self.abs_bytes >= unit and (self.abs_bytes * 100) % unit == 0), fmt_bytes(self.abs_bytes))
+        return f"{self.rel:.0%} and {size}"
+
+
+DEFAULT_MEMORY_TOLERANCE = MemoryTolerance()
+_MEM_NAMES = ((1 << 40, "TiB"), (1 << 30, "GiB"), (MIB, "MiB"), (KIB, "KiB"), (1, "B"))
+
+_MEM_PART = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|b|kib|mib|gib|tib)\s*$", re.IGNORECASE)
+_MEM_UNIT = {"b": 1, "kib": KIB, "mib": MIB, "gib": GIB, "tib": 1 << 40}
+
+
+def parse_memory_tolerance(text: str) -> MemoryTolerance:
+    """`10%,256MiB` (either order; one part keeps the other's default; B, KiB, MiB, GiB, TiB) → MemoryTolerance."""
+    rel, abs_bytes = DEFAULT_MEMORY_TOLERANCE.rel, DEFAULT_MEMORY_TOLERANCE.abs_bytes
+    parts = str(text).split(",")
+    if not 1 <= len(parts) <= 2:
+        raise UsageError(f"--memory-tolerance {text}: write a percentage and a size, e.g. 10%,256MiB")
+    seen = set()
+    for part in parts:
+        m = _MEM_PART.match(part)
+        kind = None if m is None else "%" if m.group(2) == "%" else "size"
+        if m is None or kind in seen:
+            raise UsageError(f"--memory-tolerance {text}: {part.strip()!r} is not a percentage (10%) or a size "
+                             "(256MiB)")
+        seen.add(kind)
+        value = float(m.group(1))
+        if not math.isfinite(value) or value * _MEM_UNIT.get(m.group(2).lower(), 1) > 1 << 62:
+            raise UsageError(f"--memory-tolerance {text}: {part.strip()!r} is beyond any memory")
+        if kind == "%":
+            rel = value / 100
+        else:
+            abs_bytes = int(value * _MEM_UNIT[m.group(2).lower()])
+    return MemoryTolerance(rel, abs_bytes)
+
+
+@dataclass(frozen=True)
+class MemoryChange:
+    """One cell's memory peak in A and in B (the phase each came in)."""
+
+    cell_id: str
+    a_bytes: int
+    b_bytes: int
+    a_phase: str | None = None
+    b_phase: str | None = None
+    source: str | None = None
+
+    @property
+    def rel(self) -> float | None:
+        return (self.b_bytes - self.a_bytes) / self.a_bytes if self.a_bytes else None
+
+    def describe(self) -> str:
+        change = f"{self.rel:+.0%}" if self.rel is not None else "from 0"
+        return f"peak {fmt_bytes(self.a_bytes)} → {fmt_bytes(self.b_bytes)} ({change})"
+
+    def to_dict(self) -> dict:
+        return {"cell_id": self.cell_id, "a_bytes": self.a_bytes, "b_bytes": self.b_bytes,
+                "delta_bytes": self.b_bytes - self.a_bytes,
+                "relative": None if self.rel is None else round(self.rel, 4),
+                "a_phase": self.a_phase, "b_phase": self.b_phase, "source": self.source}
+
+
+def memory_change(a: CellResult, b: CellResult) -> MemoryChange | None:
+    """The two peaks of one cell, when both runs measured one the same way and the verdicts agree (a refusal's peak
+    is no smaller boot); None otherwise."""
+    ma, mb = a.memory, b.memory
+    if ma is None or mb is None or ma.peak_bytes is None or mb.peak_bytes is None:
+        return None
+    if a.outcome != b.outcome or ma.source != mb.source:
+        return None
+    return MemoryChange(a.cell_id, ma.peak_bytes, mb.peak_bytes, ma.peak_phase, mb.peak_phase, str(mb.source))
 
 
 # ---------------------------------------------------------------- numbers side by side
@@ -240,10 +333,15 @@ class RunDiff:
     time_tolerance: TimeTolerance = DEFAULT_TIME_TOLERANCE
     slower: list[TimeChange] = field(default_factory=list)
     faster: list[TimeChange] = field(default_factory=list)
+    memory_tolerance: MemoryTolerance = DEFAULT_MEMORY_TOLERANCE
+    #: Cells whose peaks were compared (a memory curve in both runs, same outcome, same source).
+    memory_compared: int = 0
+    bigger: list[MemoryChange] = field(default_factory=list)
+    smaller: list[MemoryChange] = field(default_factory=list)
 
     @property
     def has_regression(self) -> bool:
-        return bool(self.regressions or self.slower)
+        return bool(self.regressions or self.slower or self.bigger)
 
     def to_dict(self) -> dict:
         return {"a": self.a_id, "b": self.b_id, "tolerance": self.tolerance, "has_regression": self.has_regression,
@@ -255,7 +353,12 @@ class RunDiff:
                 "drift": [d.to_dict() for d in self.drift], "unchanged": self.unchanged, "notes": self.notes,
                 "time_tolerance": {"relative": self.time_tolerance.rel, "seconds": self.time_tolerance.abs_s},
                 "time_regressions": [t.to_dict() for t in self.slower],
-                "time_improvements": [t.to_dict() for t in self.faster]}
+                "time_improvements": [t.to_dict() for t in self.faster],
+                "memory_tolerance": {"relative": self.memory_tolerance.rel,
+                                     "bytes": self.memory_tolerance.abs_bytes},
+                "memory_compared": self.memory_compared,
+                "memory_regressions": [m.to_dict() for m in self.bigger],
+                "memory_improvements": [m.to_dict() for m in self.smaller]}
 
 
 def _state(c: CellResult) -> str:
@@ -269,8 +372,9 @@ def _expect(c: CellResult) -> str:
 
 
 def compare_runs(a: RunResult, b: RunResult, tolerance: float = DEFAULT_TOLERANCE,
-                 time_tolerance: TimeTolerance = DEFAULT_TIME_TOLERANCE) -> RunDiff:
-    diff = RunDiff(a.run_id, b.run_id, tolerance, time_tolerance=time_tolerance)
+                 time_tolerance: TimeTolerance = DEFAULT_TIME_TOLERANCE,
+                 memory_tolerance: MemoryTolerance = DEFAULT_MEMORY_TOLERANCE) -> RunDiff:
+    diff = RunDiff(a.run_id, b.run_id, tolerance, time_tolerance=time_tolerance, memory_tolerance=memory_tolerance)
     if a.matrix.sha256 != b.matrix.sha256:
         diff.notes.append(f"the runs used different matrix files ({a.matrix.name} {a.matrix.sha256[:12]}…, "
                           f"{b.matrix.name} {b.matrix.sha256[:12]}…): cells are matched by id")
@@ -299,6 +403,10 @@ def compare_runs(a: RunResult, b: RunResult, tolerance: float = DEFAULT_TOLERANC
         slower, faster = time_changes(ca, cb, time_tolerance)
         diff.slower += slower
         diff.faster += faster
+        if (mem := memory_change(ca, cb)) is not None:
+            diff.memory_compared += 1
+            if memory_tolerance.exceeded(mem.a_bytes, mem.b_bytes):
+                (diff.bigger if mem.b_bytes > mem.a_bytes else diff.smaller).append(mem)
         same_outcome = ca.outcome == cb.outcome
         for name, get, unit, unit_abs in _DRIFT:
             va, vb = get(ca), get(cb)

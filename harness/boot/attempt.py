@@ -13,7 +13,7 @@ from typing import Protocol
 from harness.boot.signals import signals_held
 from harness.clock import SYSTEM, Clock
 from harness.matrix.cells import Cell
-from harness.errors import CellStartError
+from harness.errors import CellStartError, UsageError
 from harness.logfacts import LogParser
 from harness.logfacts.timeline import Milestone, Timeline
 from harness.masking import Masker, secret_values
@@ -29,7 +29,15 @@ from harness.runtime.base import CellContext, Runtime, Server
 from harness.verdict.policy import Decision, Evidence, decide
 from harness.watch.events import ThreadedEvents
 from harness.watch.logsink import LogSink
-from harness.predict.serve_flags import eager
+from harness.predict.serve_flags import eager, flag_value
+from harness.memory.curve import summarize
+from harness.memory.model import MemoryCurve
+from harness.memory.probe import MemoryProbe
+from harness.memory.sampler import MemorySampler, Samples, Unreadable
+from harness.verdict.catalogue import Reason
+
+#: The verdicts that say memory ran out: their detail carries the curve's peak.
+MEMORY_REASONS = (Reason.oom, Reason.oom_killed)
 from harness.watch.loop import Observation, Watch, WatchConfig
 from harness.watch.timeline import TimelineRecorder
 
@@ -72,6 +80,9 @@ class Attempt:
     on_milestone: Callable[[Milestone, float], None] | None = None
     #: Asked once the server is gone: whether a GPU of the cell was lost meanwhile (a line), None when all answer.
     gpu_check: Callable[[], str | None] | None = None
+    #: Where a GPU cell's memory is read (NVML on its GPUs, the server's PIDs told apart); None: the server's own
+    #: probe (its process tree, the container's stats).
+    gpu_memory: Callable[[Server], MemoryProbe] | None = None
 
 
 def watch_config(loaded: LoadedMatrix, timeout_s: float | None = None) -> WatchConfig:
@@ -114,6 +125,8 @@ class CellRunner:
         sink = LogSink(self.store.log_path(cell.id), masker, echo=self.echo)
         events = ThreadedEvents(self.clock)
         server: Server | None = None
+        sampler: MemorySampler | None = None
+        samples: Samples | None = None
         watch: Watch | None = None
         seen: Observation | None = None
         start_error: str | None = None
@@ -127,6 +140,7 @@ class CellRunner:
                 start_error = str(exc)
             else:
                 argv = server.argv
+                sampler = self._sampler(server, attempt, t0)
                 sink.note("argv: " + " ".join(masker.argv(argv)))
                 watch = Watch(server, events, sink, self.config, started_at=t0, timeline=timeline,
                               clock=self.clock)
@@ -134,6 +148,8 @@ class CellRunner:
         finally:
             exit_code = None
             with signals_held():  # a second Ctrl-C must not cut the teardown short
+                if sampler is not None:  # the verdict (and a booted cell's probe) is in: the curve ends here
+                    samples = sampler.end()
                 if server is not None:
                     exit_code = server.stop()
                     if watch is not None:
@@ -153,13 +169,28 @@ class CellRunner:
                                    retried_busy=attempt.number > 1, gpus_not_idle=attempt.gpus_not_idle))
         decided_at = t0 + seen.verdict_s if seen and seen.verdict_s is not None else self.clock.now()
         facts = seen.facts if seen else LogParser().facts
-        record = timeline.timeline(facts.timeline.durations, decided_at, facts.skipped(eager(argv, facts.vllm_version)))
+        skip = facts.skipped(eager(argv, facts.vllm_version))
+        record = timeline.timeline(facts.timeline.durations, decided_at, skip)
+        memory = summarize(samples, sampler.probe.source, sampler.interval_s, record.milestones, facts.kv, skip,
+                           _utilization(argv, facts.vllm_version)) if sampler and samples else None
         return self._result(cell, decision, seen, exit_code, server, argv, masker, sink, started_at, t0, attempt,
-                            record, cache_use)
+                            record, cache_use, memory)
+
+    def _sampler(self, server: Server, attempt: Attempt, t0: float) -> MemorySampler | None:
+        """The boot's memory sampler, started; None with `memory_interval_s: null`. Whatever the probe does, the
+        cell goes on (a probe that cannot even be made is a curve with its reason)."""
+        interval = self.loaded.matrix.memory_interval_s
+        if interval is None:
+            return None
+        try:
+            probe = attempt.gpu_memory(server) if attempt.gpu_memory else server.memory_probe()
+        except Exception as exc:  # noqa: BLE001 - a sampler never fails the cell
+            probe = Unreadable(f"no memory probe: {type(exc).__name__}: {exc}")
+        return MemorySampler(probe, interval, t0, self.clock, alive=lambda: server.wait(0) is None).begin()
 
     def _result(self, cell: Cell, d: Decision, seen: Observation | None, exit_code: int | None, server: Server | None,
                 argv: list[str], masker: Masker, sink: LogSink, started_at, t0: float, attempt: Attempt,
-                timeline: Timeline, cache_use: CompileCacheUse | None) -> CellResult:
+                timeline: Timeline, cache_use: CompileCacheUse | None, memory: MemoryCurve | None) -> CellResult:
         facts = seen.facts if seen else LogParser().facts
         code = seen.exit_code if seen and seen.exit_code is not None else exit_code
         read = self.runtime.read_server_file
@@ -167,7 +198,7 @@ class CellRunner:
         return masker.record(CellResult(  # every field masked: a prediction's note, a container's error quote values
             cell_id=cell.id, axes=dict(cell.axes), runtime=self.runtime.name, argv=masker.argv(argv),
             env=masker.env(cell.env),
-            outcome=d.outcome, reason=d.reason, detail=masker(d.detail),
+            outcome=d.outcome, reason=d.reason, detail=masker(_with_memory(d, memory)),
             expected=Expected(outcome=cell.expected.outcome, reason=cell.expected.reason,
                               within_s=cell.expected.within_s) if cell.expected else None,
             matched=cell.expected.matches(d.outcome, d.reason, seen.verdict_s if seen else None)
@@ -177,7 +208,7 @@ class CellRunner:
                             verdict_s=seen.verdict_s, total_s=round(self.clock.now() - t0, 3)) if seen
             else Timings(total_s=round(self.clock.now() - t0, 3)),
             timeline=timeline, compile_cache=cache_use,
-            kv=facts.kv, refusal=facts.refusal.model_copy(update={"message": masker(facts.refusal.message)})
+            kv=facts.kv, memory=memory, refusal=facts.refusal.model_copy(update={"message": masker(facts.refusal.message)})
             if facts.refusal else None,
             prediction=prediction, vllm_version=facts.vllm_version, log_path=str(self.store.log_path(cell.id).relative_to(self.store.run_dir)),
             log_tail=sink.tail, started_at=started_at, finished_at=now(),
@@ -185,6 +216,21 @@ class CellRunner:
             patches=server.applied_patches() if server else [], gpus=list(attempt.gpus or []),
             attempts=attempt.number, contaminated=attempt.number > 1,
         ))
+
+
+def _utilization(argv: list[str], version: str | None) -> float | None:
+    try:
+        value = flag_value(argv, "gpu_memory_utilization", version)
+    except UsageError:
+        return None
+    return value if isinstance(value, float) and 0 < value <= 1 else None
+
+
+def _with_memory(d: Decision, memory: MemoryCurve | None) -> str | None:
+    """A boot killed by memory says how close its curve came: the last thing a person asks about an OOM."""
+    if d.reason not in MEMORY_REASONS or memory is None or memory.peak_bytes is None:
+        return d.detail
+    return f"{d.detail}; memory: {memory.describe()}" if d.detail else f"memory: {memory.describe()}"
 
 
 def _prediction(cell: Cell, read, facts, d: Decision, masker: Masker) -> PredictionRecord:

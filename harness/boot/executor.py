@@ -33,6 +33,7 @@ import threading
 
 from harness.boot.attempt import Attempt, CellRunner, NullObserver, Observer
 from harness.boot.server_registry import LiveServers, TrackingRuntime
+from harness.memory.gpu_probe import GpuProbe
 from harness.boot.notes import gpu_notes, note
 from harness.boot.retry import BusyRetry, RetryPolicy
 from harness.boot.signals import Interrupted, interrupts_raise, signals_held
@@ -239,7 +240,10 @@ class Executor:
             return self.runner.run(cell, Attempt(gpus=gpus, assigned=self.pool is not None, number=number,
                                                  gpus_not_idle=wait.describe() if wait and not wait.idle else None,
                                                  on_milestone=lambda m, at: self.observer.cell_milestone(cell, m, at),
-                                                 gpu_check=(lambda: self._lost(indices)) if indices else None))
+                                                 gpu_check=(lambda: self._lost(indices)) if indices else None,
+                                                 gpu_memory=(lambda server: GpuProbe(self.inventory, indices,
+                                                                                     server.pids))
+                                                 if indices else None))
         finally:
             with self._lock:
                 self.timeline.append((cell.id, tuple(indices), t0, self.clock.now()))

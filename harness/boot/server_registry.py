@@ -13,6 +13,7 @@ import threading
 from harness.matrix.cells import Cell
 from harness.runtime.base import CellContext, LineSink, Runtime, Server
 from harness.runtime.pull import PullObserver
+from harness.memory.probe import MemoryProbe
 from harness.runtime.records import AppliedPatch, ContainerInfo
 from harness.shell import Step
 
@@ -57,6 +58,12 @@ class TrackedServer:
 
     def applied_patches(self) -> list[AppliedPatch]:
         return self._inner.applied_patches()
+
+    def pids(self) -> set[int]:
+        return self._inner.pids()
+
+    def memory_probe(self) -> MemoryProbe:
+        return self._inner.memory_probe()
 
     def stop(self, grace_s: float | None = None) -> int | None:
         """The owner's stop (its verdict stands). No `grace_s`: the server's own default."""

@@ -25,15 +25,20 @@ def register(sub: argparse._SubParsersAction) -> dict:
                     "cells across two runs (last night vs tonight)",
                     ["boot-harness compare results/<run-id> --axis image",
                      "boot-harness compare results/<last-night> results/<tonight>"],
-                    {0: "compared; no regression", 1: "two runs: a cell regressed", **USAGE_EXIT},
+                    {0: "compared; no regression", 1: "two runs: a cell regressed (outcome, boot time or memory peak)",
+                     **USAGE_EXIT},
                     "One run: pairs of cells equal on every axis but --axis, flipped outcomes first. Two runs: "
-                    "regressions, fixes, cells in one run only, KV numbers that drifted beyond --tolerance, boot times and phases slower beyond --time-tolerance.")
+                    "regressions, fixes, cells in one run only, KV numbers that drifted beyond --tolerance, boot times and phases slower beyond --time-tolerance, "
+                    "memory peaks grown beyond --memory-tolerance.")
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="one or two run directories (or results.json)")
     p.add_argument("--axis", help="one run: the axis the pairs differ in (default: image)")
     p.add_argument("--tolerance", default="2%", help="two runs: relative KV drift to report (default 2%%; 0.02 or 2)")
     p.add_argument("--time-tolerance", default="25%,30s", metavar="REL,ABS",
                    help="two runs: a boot or phase is a time regression when slower by more than both "
                         "(default 25%%,30s)")
+    p.add_argument("--memory-tolerance", default="10%,256MiB", metavar="REL,SIZE",
+                   help="two runs: a cell's memory peak is a memory regression when it grew by more than both "
+                        "(default 10%%,256MiB)")
     p.add_argument("--length-axis", help="the max_model_len axis, if it cannot be told from the run")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
@@ -159,7 +164,7 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_compare(args: argparse.Namespace, out: Console) -> int:
-    from harness.analysis.compare import compare_runs, pairs_within, parse_tolerance
+    from harness.analysis.compare import compare_runs, pairs_within, parse_memory_tolerance, parse_tolerance
     from harness.analysis.kv import length_axis
     from harness.analysis.timing import parse_time_tolerance
     from harness.report.compare import render_diff, render_pairs
@@ -178,10 +183,11 @@ def cmd_compare(args: argparse.Namespace, out: Console) -> int:
         return ExitCode.OK
     tolerance = parse_tolerance(args.tolerance)
     time_tolerance = parse_time_tolerance(args.time_tolerance)
+    memory_tolerance = parse_memory_tolerance(args.memory_tolerance)
     (a, _), (b, _) = load_run(args.runs[0]), load_run(args.runs[1])
     for run in (a, b):
         length_axis(run, args.length_axis)  # a --length-axis no run has is refused, never silently unused
-    diff = compare_runs(a, b, tolerance, time_tolerance)
+    diff = compare_runs(a, b, tolerance, time_tolerance, memory_tolerance)
     if args.json:
         print(json.dumps(diff.to_dict(), indent=2, default=str))
     else:

@@ -25,6 +25,16 @@ class FakeInventory:
         self._holds: dict[int, list[tuple[float, float]]] = {i: [] for i in range(count)}  # (gib, until)
         self._lock = threading.Lock()
         self.reads = 0
+        #: Per GPU, host PID → GiB a process holds (`run_process`); counted in the GPU's use besides the holds.
+        self._procs: dict[int, dict[int, float]] = {i: {} for i in range(count)}
+
+    def run_process(self, index: int, pid: int, gib: float) -> None:
+        """A compute process `pid` holds `gib` on GPU `index` (0: it is gone): a server's rank, or a neighbour."""
+        with self._lock:
+            if gib > 0:
+                self._procs[index][pid] = gib
+            else:
+                self._procs[index].pop(pid, None)
 
     def hold(self, index: int, gib: float, for_s: float = float("inf")) -> None:
         """Memory in use on GPU `index` beyond idle, for `for_s` seconds from now (a server still dying)."""
@@ -35,7 +45,8 @@ class FakeInventory:
         now = self.clock.now()
         with self._lock:
             self.reads += 1
-            return self.idle_used_gib + sum(g for g, until in self._holds[index] if until > now)
+            return (self.idle_used_gib + sum(g for g, until in self._holds[index] if until > now)
+                    + sum(self._procs[index].values()))
 
     def devices(self) -> list[int]:
         return list(range(self.count))
@@ -47,3 +58,10 @@ class FakeInventory:
 
     def used_bytes(self, index: int) -> int | None:
         return int(self._used_gib(index) * GIB)
+
+    def total_bytes(self, index: int) -> int:
+        return int(self.total_gib * GIB)
+
+    def processes(self, index: int) -> dict[int, int]:
+        with self._lock:
+            return {pid: int(g * GIB) for pid, g in self._procs[index].items()}

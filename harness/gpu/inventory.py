@@ -37,6 +37,13 @@ class Inventory(Protocol):
         """Memory in use on the GPU now; None when it cannot be measured (then the idle wait does not wait). Raises
         GpuLost (harness.errors) when the GPU no longer answers."""
 
+    def total_bytes(self, index: int) -> int:
+        """The GPU's memory (the memory curve's limit); GpuLost when it no longer answers."""
+
+    def processes(self, index: int) -> dict[int, int]:
+        """Host PID → bytes of each compute process on the GPU now (the memory curve tells the server's from a
+        neighbour's); GpuLost when it no longer answers."""
+
 
 class CpuInventory:
     """No GPUs: `slots` CPU cells may boot at once (each gets no GPU assignment)."""
@@ -66,6 +73,12 @@ class CpuInventory:
 
     def used_bytes(self, index: int) -> int | None:
         return None
+
+    def total_bytes(self, index: int) -> int:
+        raise LookupError("a CPU inventory has no GPUs")
+
+    def processes(self, index: int) -> dict[int, int]:
+        raise LookupError("a CPU inventory has no GPUs")
 
 
 class GpuPool:

@@ -83,6 +83,19 @@ class NvmlInventory:
     def used_bytes(self, index: int) -> int | None:
         return int(self._memory(index).used)
 
+    def total_bytes(self, index: int) -> int:
+        return int(self._memory(index).total)
+
+    def processes(self, index: int) -> dict[int, int]:
+        """NVML's compute processes on the GPU: host PIDs, and their memory (0 where the driver does not say: in some
+        containers and on MIG, usedGpuMemory is None)."""
+        with self._lock:
+            try:
+                found = self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handles[index])
+            except Exception as exc:  # noqa: BLE001 - as _memory: a device that no longer answers
+                raise GpuLost(index, f"GPU {index} ({self._static[index][1]}) is lost: NVML says {exc}") from None
+        return {int(p.pid): int(p.usedGpuMemory or 0) for p in found}
+
 
 def visible_indices(visible: str, count: int, uuids: Mapping[str, int]) -> list[int]:
     """NVML indices named by a CUDA_VISIBLE_DEVICES value: indices, or (prefixes of) `GPU-` UUIDs. CUDA stops at the

@@ -53,7 +53,19 @@ class KvFacts(BaseModel):
     max_concurrency: float | None = None
     concurrency_tokens: int | None = None
     cuda_graph_gib: float | None = None
-    """Measured graph memory ("Graph capturing finished ... took X GiB"), else the estimate logged before profiling."""
+    """Measured graph memory ("Graph capturing finished ... took X GiB"), else the estimate logged before profiling.
+    A capture logged before the KV cache is sized is the V2 model runner's profiling pass (0.29+), not the measured
+    one: it counts only when nothing else is known (a boot refused before its real capture)."""
+    cuda_graph_estimated_gib: float | None = None
+    """vLLM's estimate of its CUDA-graph memory, from sample captures while profiling (0.18+; taken off the KV budget
+    by default from 0.20): "Estimated CUDA graph memory: X GiB total" (the V1 model runner, before the KV cache is
+    sized), else Y of "CUDA graph pool memory: X GiB (actual), Y GiB (estimated)" (after the capture; the V2 model
+    runner's only word on it). The largest when several workers (TP ranks) log it: each rank captures its own graphs
+    on its own GPU, so the rank whose graphs need the most is the one whose memory must hold them."""
+    cuda_graph_actual_gib: float | None = None
+    """What the real capture took by vLLM's own comparison: X of "CUDA graph pool memory: X GiB (actual), Y GiB
+    (estimated)" (0.18+, logged only when an estimate was made), beside the estimate; the largest across workers,
+    for the same reason."""
     offload_cap_gib: float | None = None
     offload_uncapped_gib: float | None = None
     floor_raised_bytes: int | None = None

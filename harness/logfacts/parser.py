@@ -62,7 +62,9 @@ class LogParser:
         self._lines = 0
         self._version: str | None = None
         self._kv: dict[str, float | int] = {}
-        self._graph_measured = False
+        self._capture: float | None = None  # the first "Graph capturing finished" after the KV cache was sized
+        self._early_capture: float | None = None  # the first before it: the V2 runner's profiling pass, or an excerpt's
+        self._estimate: float | None = None  # the first "Estimated CUDA graph memory: X GiB total"
         self._refusal: Refusal | None = None
         self._ready: list[str] = []
         self._error_line: str | None = None
@@ -115,7 +117,7 @@ class LogParser:
         """A snapshot: later feeds do not change it, and changing it does not change the parser."""
         return LogFacts(
             vllm_version=self._version,
-            kv=KvFacts(**self._kv),
+            kv=KvFacts(**self._kv, cuda_graph_gib=self._graph_gib()),
             refusal=self._refusal.model_copy() if self._refusal is not None else None,
             ready_lines=list(self._ready),
             error_line=self._error_line,
@@ -168,6 +170,12 @@ class LogParser:
         """Keep the smallest logged value: the engine sizes the pool by its tightest worker."""
         old = self._kv.get(key)
         if value is not None and (old is None or value < old):
+            self._kv[key] = value
+
+    def _largest(self, key: str, value: float | None) -> None:
+        """Keep the largest logged value: each worker captures its own graphs, and the one needing most must fit."""
+        old = self._kv.get(key)
+        if value is not None and (old is None or value > old):
             self._kv[key] = value
 
     def _version_from(self, msg: str) -> None:
@@ -232,13 +240,32 @@ class LogParser:
                 self._first("max_concurrency", p.to_float(m.group(2)))
 
     def _graph(self, msg: str) -> None:
-        # The measured figure beats the pre-profiling estimate whichever comes first.
         if m := p.GRAPH_CAPTURED.search(msg):
-            if not self._graph_measured:
-                self._kv["cuda_graph_gib"] = p.to_float(m.group(2))  # type: ignore[assignment]
-                self._graph_measured = True
+            value = p.to_float(m.group(2))
+            if self._phases.reached(Milestone.kv_sized):
+                if self._capture is None:
+                    self._capture = value
+            elif self._early_capture is None:
+                self._early_capture = value
+        elif m := p.GRAPH_POOL.search(msg):
+            self._largest("cuda_graph_actual_gib", p.to_float(m.group(1)))
+            self._largest("cuda_graph_estimated_gib", p.to_float(m.group(2)))
         elif m := p.GRAPH_ESTIMATED.search(msg):
-            self._first("cuda_graph_gib", p.to_float(m.group(1)))
+            value = p.to_float(m.group(1))
+            if self._estimate is None:
+                self._estimate = value
+            self._largest("cuda_graph_estimated_gib", value)
+
+    def _graph_gib(self) -> float | None:
+        """cuda_graph_gib: the measured capture beats the estimate whichever comes first, and the V2 runner's
+        profiling capture (before the KV size) only fills a gap. Until a KV size line is read, a capture cannot be
+        told from that pass (an excerpt may start anywhere), so it counts as the measured one. 0.34's extensible KV
+        cache logs its size after its only capture: no estimate is logged there, so the gap-filler is that capture."""
+        sized = self._phases.reached(Milestone.kv_sized)
+        for value in (self._capture, None if sized else self._early_capture, self._estimate, self._early_capture):
+            if value is not None:
+                return value
+        return None
 
     def _offload(self, msg: str) -> None:
         if m := p.OFFLOAD_CAP.search(msg):
@@ -274,6 +301,7 @@ _EXTRACTORS: tuple[tuple[str, Callable[[LogParser, str], None]], ...] = (
     ("Maximum concurrency", LogParser._concurrency),
     ("Graph capturing finished", LogParser._graph),
     ("CUDA graph memory", LogParser._graph),
+    ("CUDA graph pool memory", LogParser._graph),
     ("expert offload", LogParser._offload),
     ("KV floor", LogParser._floor),
     ("Auto-fit", LogParser._autofit),

@@ -33,6 +33,7 @@ KEYWORDS: tuple[str, ...] = (
     "Maximum concurrency",
     "Graph capturing finished",
     "CUDA graph memory",
+    "CUDA graph pool memory",
     "expert offload",
     "KV floor",
     "uto-fit",  # Auto-fit / Cannot auto-fit
@@ -124,10 +125,28 @@ CPU_KV_SET = _c(r"(Explicitly|Auto) set \(" + NUM + r"/" + NUM + r"\) GiB for KV
 KV_TOKENS = _c(r"KV cache size:\s*" + INT + r"\s*tokens")
 # "Maximum concurrency for 4,096 tokens per request: 2.62x"
 CONCURRENCY = _c(r"Maximum concurrency for\s*" + INT + r"\s*tokens per request:\s*" + NUM + r"\s*x")
-# "Graph capturing finished in 12 secs, took 0.52 GiB" (measured)
+# "Graph capturing finished in 12 secs, took 0.52 GiB" (measured: `%.0f secs, took %.2f GiB`, 0.6.6 … 0.34; each
+# worker logs its own). The V2 model runner (v1/worker/gpu/model_runner.py, the default from 0.29) logs it twice per
+# worker: first for the throwaway capture its memory profiling runs before the KV cache is sized (0.29+
+# `profile_cudagraph_memory` → `capture_model(profile_only=True)`: every PIECEWISE graph but only two FULL ones), then
+# for the real capture after it. Only a capture after the KV size is the measured figure (parser.py). 0.34's
+# extensible KV cache (the default on CUDA) skips that pass and logs the KV size after the capture instead.
 GRAPH_CAPTURED = _c(r"Graph capturing finished in\s*" + NUM + r"\s*secs?, took\s*" + NUM + r"\s*GiB")
-# ≥0.19: "Estimated CUDA graph memory: 0.52 GiB total" (before profiling)
+# The V1 model runner's estimate (v1/worker/gpu_model_runner.py `profile_cudagraph_memory`, 0.18 … 0.33; the file is
+# gone in 0.34), each worker, after the profile run and before the KV cache is sized: "Estimated CUDA graph memory:
+# %.2f GiB total". Logged whenever the worker profiles graph memory (0.18+, graphs on), whether or not
+# VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS (default 0 in 0.18-0.19, 1 from 0.20) then takes it off the KV budget.
+# No per-mode line carries a total: "Profiling CUDA graph memory: PIECEWISE=51 (largest=512), FULL=35
+# (largest=256)" (INFO, 0.18+; ", ENCODER=…" 0.25+) counts graphs, and the parts are DEBUG and in MiB: "Estimated %s
+# CUDA graph memory: %.2f MiB first-capture + (%d-1) × %.2f MiB per-graph" (0.18+), "Estimated encoder CUDA graph
+# memory: %.2f MiB for %d graphs" (0.25+); the total (the largest first capture + every mode's per-graph parts + the
+# encoder's) follows them at INFO. The V2 model runner (0.29+) logs no estimate of its own: only the pool line below.
 GRAPH_ESTIMATED = _c(r"Estimated CUDA graph memory:\s*" + NUM + r"\s*GiB total")
+# v1/worker/gpu_worker.py `compile_or_warm_up_model` (0.18 … 0.34, both model runners), each worker after its real
+# capture, only when an estimate was made: "CUDA graph pool memory: %s GiB (actual), %s GiB (estimated), difference:
+# %s GiB (%.1f%%)." The figures are round(bytes / 2**30, 2), so "0.5", "1.23", "0.0" (and "-0.01" when free memory rose
+# during the capture); the actual one is that worker's "Graph capturing finished … took" figure.
+GRAPH_POOL = _c(r"CUDA graph pool memory:\s*" + NUM + r"\s*GiB \(actual\),\s*" + NUM + r"\s*GiB \(estimated\)")
 # fork (shared/seed/gpu_worker-kv-cap.patch): "expert offload: KV capped at the plan's reserve 1.74 GiB; 9.5 GiB of ..."
 OFFLOAD_CAP = _c(r"expert offload: KV capped at the plan's reserve\s*" + NUM + r"\s*GiB;\s*" + NUM + r"\s*GiB of")
 # patches/cpu_worker-kv-floor.patch: "KV floor: raised the KV cache from 0.0 GiB to 0.0 GiB

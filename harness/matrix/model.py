@@ -256,6 +256,10 @@ class Matrix(_Strict):
                                                   "run: the first cell of a configuration compiles, the rest load), "
                                                   "`none` (every cell cold), or a directory kept across runs (a path "
                                                   "with a `/`, relative to the matrix file)")
+    memory_interval_s: float | None = Field(
+        0.2, gt=0, le=10, allow_inf_nan=False,
+        description="how often the server's memory is sampled while it boots, in seconds (docs/memory.md); null: "
+                    "no memory curve")
     axes: dict[str, Axis] = Field(min_length=1)
     exclude: list[Selector] = []
     expect: list[ExpectRule] = []

@@ -49,6 +49,8 @@ class ServeFlags:
     enforce_eager: bool | None = None
     #: --hf-overrides: merged into config.json by the predictor (predictor.py), as that release merges it
     hf_overrides: dict[str, Any] = field(default_factory=dict)
+    #: --gpu-memory-utilization: the share of each GPU vLLM may use (the memory curve's headroom line); None: 0.9
+    gpu_memory_utilization: float | None = None
 
 
 # --- what each release's parser does (read off the 0.8.0-0.34.0 wheels) -------------------------------------------
@@ -77,11 +79,11 @@ _GRAMMARS = (
     Grammar((0, 20, 0), "any", "json+human", whole_key=False, tera=True),
 )
 
-#: How a value is read. int: int(); human: human_readable_int; len: that or `auto`/-1 (0.14 on); json: json.loads;
+#: How a value is read. int: int(); float: float(); human: human_readable_int; len: that or `auto`/-1 (0.14 on); json: json.loads;
 #: literal: ast.literal_eval (0.8.2's string); dict|str: JSON when it looks like an object, else the string
 #: (union_dict_and_str); str; on/off: a switch that sets True/False. `?`: optional_type / nullable_str, "" and "None"
 #: read as None.
-Kind = Literal["int", "human", "len", "json", "literal", "dict|str", "str", "on", "off", "?int", "?human", "?json",
+Kind = Literal["int", "float", "human", "len", "json", "literal", "dict|str", "str", "on", "off", "?int", "?human", "?json",
                "?literal", "?str"]
 
 #: option → its history: (since, dest, kind, the shortest prefix argparse takes for it); dest None: gone from then on.
@@ -120,6 +122,7 @@ _LONG: dict[str, tuple[tuple[Version, str | None, Kind, int], ...]] = {
     # no torch.compile and no CUDA graphs: the boot skips those phases (and, on a GPU, their memory). A switch of the
     # model config since 0.9.0 (`--no-…` from then, as `--no-disable-sliding-window`); no other option starts `--enf`
     "--enforce-eager": (((0, 8, 0), "enforce_eager", "on", 5),),
+    "--gpu-memory-utilization": (((0, 8, 0), "gpu_memory_utilization", "float", 4),),
     "--no-enforce-eager": (((0, 9, 0), "enforce_eager", "off", 8),),
     "--async-scheduling": (((0, 10, 0), "async_scheduling", "on", 4),),
     "--no-async-scheduling": (((0, 10, 0), "async_scheduling", "off", 7),),
@@ -353,6 +356,8 @@ def _convert(option: _Option, raw: str, spelling: str, release: _Release) -> Any
     try:
         if kind == "int":
             value: Any = int(raw)
+        elif kind == "float":
+            value = float(raw)
         elif kind in ("human", "len"):
             if kind == "len" and (raw.strip() == "-1" or raw.strip().lower() == "auto"):
                 value = -1

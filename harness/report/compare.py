@@ -5,7 +5,7 @@ from __future__ import annotations
 from harness.analysis.compare import Change, Pair, RunDiff
 from harness.report.style import outcome_text
 from harness.results.model import CellResult
-from harness.units import fmt_seconds
+from harness.units import fmt_bytes, fmt_seconds
 from harness.verdict import Outcome
 
 
@@ -63,7 +63,10 @@ def render_diff(d: RunDiff):
     out: list = [Text(f"{d.a_id} → {d.b_id}: {len(d.regressions)} regression(s), {len(d.fixes)} fix(es), "
                       f"{len(d.changed)} other change(s), {d.unchanged} unchanged, {len(d.only_a)} only in A, "
                       f"{len(d.only_b)} only in B, {len(d.drift)} KV number(s) drifted beyond {d.tolerance:.1%}, "
-                      f"{len(d.slower)} time regression(s) beyond {d.time_tolerance.describe()}",
+                      f"{len(d.slower)} time regression(s) beyond {d.time_tolerance.describe()}"
+                      # said only where memory was measured in both runs: older records read as they always did
+                      + (f", {len(d.bigger)} memory peak(s) grown beyond {d.memory_tolerance.describe()}"
+                         if d.memory_compared else ""),
                       style="bold")]
     for n in d.notes:
         out.append(Text(f"note: {n}", style="yellow"))
@@ -94,6 +97,18 @@ def render_diff(d: RunDiff):
             for x in items:
                 t.add_row(x.cell_id, x.what, fmt_seconds(x.a_s), fmt_seconds(x.b_s),
                           f"{x.rel:+.0%}" if x.rel is not None else "from 0")
+            out.extend([Text(""), t])
+    for title, mems, style in ((f"MEMORY REGRESSIONS: peaks grown beyond {d.memory_tolerance.describe()}", d.bigger,
+                                "bold red"),
+                               (f"smaller peaks beyond {d.memory_tolerance.describe()}", d.smaller, "bold green")):
+        if mems:
+            t = PlainTable(title=title, title_justify="left", title_style=style, box=None, pad_edge=False)
+            for col in ("cell", "A", "B", "change", "phase (B)"):
+                t.add_column(col, justify="right" if col in ("A", "B", "change") else "left", overflow="fold")
+            for m in mems:
+                change = fmt_bytes(m.b_bytes - m.a_bytes, signed=True) + (f" ({m.rel:+.0%})" if m.rel is not None
+                                                                          else "")
+                t.add_row(m.cell_id, fmt_bytes(m.a_bytes), fmt_bytes(m.b_bytes), change, m.b_phase or "—")
             out.extend([Text(""), t])
     if d.drift:
         t = PlainTable(title=f"KV drift beyond {d.tolerance:.1%}", title_justify="left", title_style="bold", box=None,

@@ -19,6 +19,7 @@ from harness.units import fmt_bytes
 from harness.errors import UsageError
 from harness.results.model import CellResult, RunResult
 from harness.results.store import load_run
+from harness.report import memory
 from harness.report.style import SYMBOL, outcome_text
 from harness.report.timeline import time_summary
 from harness.verdict import Outcome, Reason
@@ -55,6 +56,11 @@ NUMBERS_LEGEND = ("cap: the KV pool the engine may use; need: what one request o
                   "verdict and the phase that took longest (a timeout: the phase it stalled in)")
 
 
+def numbers_legend(run: RunResult) -> str:
+    """NUMBERS_LEGEND, and what the memory numbers mean when a cell of the run has a memory curve."""
+    return NUMBERS_LEGEND + ("; " + memory.MEMORY_LEGEND if memory.has_memory(run) else "")
+
+
 def key_numbers(k: CellKv) -> list[str]:
     """The KV numbers that explain the outcome, shortest first."""
     c = k.cell
@@ -73,6 +79,8 @@ def key_numbers(k: CellKv) -> list[str]:
         out.append(f"model limit {c.refusal.derived_max_model_len:,}")
     if (t := time_summary(c)) is not None:
         out.append(t)
+    if (m := memory.grid_line(c)) is not None:
+        out.append(m)
     return out
 
 
@@ -173,9 +181,11 @@ def grid_renderable(run: RunResult, split: str | None = None, length_override: s
                 cells.append(text)
             t.add_row(row, *cells)
         tables.append(t)
+    if (mem := memory.renderable(run)) is not None:
+        tables.append(mem)
     s = run.summary
     foot = Text(f"{s.get('cells', len(run.cells))} cells: {outcome_counts(s)}; {s.get('mismatched', 0)} mismatched")
-    return Group(*tables, foot, Text(NUMBERS_LEGEND, style="dim"))
+    return Group(*tables, foot, Text(numbers_legend(run), style="dim"))
 
 
 def grid_text(run: RunResult | Path | str, width: int = 120, color: bool = False, split: str | None = None) -> str:

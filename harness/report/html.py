@@ -3,7 +3,8 @@ so it opens offline and can be attached to a CI run as is.
 
 Stable hooks for tools and tests: every grid cell is `<td class="cell OUTCOME matched|mismatched|unexpected"
 id="cell-CELL_ID" data-cell-id="CELL_ID" data-outcome="OUTCOME" data-reason="REASON" data-matched="true|false|none">`,
-each grid a `<table class="grid" data-split="AXIS=VALUE">`, the plot `<img id="kv-plot">`.
+each grid a `<table class="grid" data-split="AXIS=VALUE">`, the plot `<img id="kv-plot">`; the memory curves'
+hooks are listed in harness.report.memory (a run without curves draws no such section and no such CSS).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from pathlib import Path
 
 from harness.analysis.fit import Analysis, no_cells
 from harness.units import fmt_bytes
-from harness.report.grid import NUMBERS_LEGEND, Grid, expectation_mark, inconsistent, key_numbers, outcome_counts
-from harness.report import timeline
+from harness.report.grid import Grid, expectation_mark, inconsistent, key_numbers, numbers_legend, outcome_counts
+from harness.report import memory, timeline
 from harness.report.style import SYMBOL
 from harness.results.model import RunResult
 from harness.verdict import Outcome, Reason
@@ -54,10 +55,12 @@ figure{margin:12px 0}figure img{max-width:100%;border:1px solid #e0e0e0}
 """
 
 
-def _css() -> str:
+def _css(run: RunResult | None = None) -> str:
+    """The page's CSS; the memory curves' only for a run that has one (history's page shares the rest)."""
     rules = "".join(f"td.cell.{o}{{background:{bg}}}td.cell.{o} .outcome{{color:{fg}}}"
                     f".legend .{o}{{background:{bg};color:{fg}}}" for o, (bg, fg) in COLOURS.items())
-    return CSS.replace("%OUTCOMES%", rules) + timeline.CSS
+    mem = memory.CSS if run is not None and memory.has_memory(run) else ""
+    return CSS.replace("%OUTCOMES%", rules) + timeline.CSS + mem
 
 
 def _cell_td(g: Grid, row: str, col: tuple[str, ...]) -> str:
@@ -139,20 +142,21 @@ def render_html(run: RunResult, grids: list[Grid], analysis: Analysis | None, pn
         body.append(f'<p class="finding note" id="no-cells">{escape(empty)}</p>')
     body += [_grid_html(g) for g in grids]
     if grids:
-        body.append(f'<p class="meta" id="numbers-legend">{escape(NUMBERS_LEGEND)}</p>')
+        body.append(f'<p class="meta" id="numbers-legend">{escape(numbers_legend(run))}</p>')
     if png:
         b64 = base64.b64encode(png).decode("ascii")
         body.append(f'<figure><img id="kv-plot" alt="KV need and cap against max_model_len" '
                     f'src="data:image/png;base64,{b64}"><figcaption>KV need (red) and cap (blue) against the length; '
                     "filled markers booted, open ones did not; dashed lines are the fits.</figcaption></figure>")
     body.append(timeline.html(run))
+    body.append(memory.html(run))
     if analysis is not None:
         body.append(_analysis_html(analysis))
     for n in notes or []:
         body.append(f'<p class="finding note">{escape(n)}</p>')
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>boot-harness report {escape(run.run_id)}</title><style>{_css()}</style></head>"
+            f"<title>boot-harness report {escape(run.run_id)}</title><style>{_css(run)}</style></head>"
             f"<body>{''.join(body)}</body></html>\n")
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from harness.analysis.fit import Analysis, Severity, no_cells
 from harness.units import fmt_bytes
-from harness.report.grid import NUMBERS_LEGEND, Grid, expectation_mark, key_numbers, outcome_counts
-from harness.report import timeline
+from harness.report.grid import Grid, expectation_mark, key_numbers, numbers_legend, outcome_counts
+from harness.report import memory, timeline
 from harness.results.model import RunResult
 from harness.verdict import Outcome, Reason
 
@@ -82,10 +82,11 @@ def render_markdown(run: RunResult, grids: list[Grid], analysis: Analysis | None
     for g in grids:
         lines += _grid_md(g)
     if grids:
-        lines += [f"<sub>{_esc(NUMBERS_LEGEND)}</sub>", ""]
+        lines += [f"<sub>{_esc(numbers_legend(run))}</sub>", ""]
     if plot_link:
         lines += [f"![KV need and cap against max_model_len]({plot_link})", ""]
     lines += timeline.markdown(run)
+    lines += memory.markdown(run)
     if analysis is not None:
         lines += _analysis_md(analysis)
     for n in notes or []:

@@ -44,6 +44,8 @@ def _times(r: CellResult) -> str:
         verdict += f", teardown {fmt_seconds(max(0.0, t.total_s - t.verdict_s))}"
     if (slow := r.timeline.longest()) is not None:
         verdict += f" — longest phase: {slow.name} {fmt_seconds(slow.seconds)}"
+    if r.memory is not None and r.memory.peak_bytes:  # a fake server's curve holds nothing: nothing to say
+        verdict += f" — memory {r.memory.describe()}"
     return verdict
 
 

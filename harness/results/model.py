@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.names import Named
 from harness.logfacts import KvFacts, Refusal
 from harness.logfacts.timeline import Timeline
+from harness.memory.model import MemoryCurve
 from harness.gpu.records import GpuInfo
 from harness.runtime.records import AppliedPatch, CompileCacheUse, ContainerInfo
 from harness.predict.prediction import PredictionRecord
@@ -79,6 +80,9 @@ class CellResult(_Record):
                                "harness's clock (seconds since the cell started), the durations vLLM logged, and the "
                                "phase the verdict came in (docs/results.md)")
     kv: KvFacts = KvFacts()
+    memory: MemoryCurve | None = Field(None, description="how close the boot came to its memory limit: a curve sampled "
+                                       "from the server's start to the verdict (docs/memory.md); null when "
+                                       "`memory_interval_s: null` or the server never started")
     refusal: Refusal | None = None
     prediction: PredictionRecord | None = Field(
         None, description="the KV sizing predicted from the model's config.json and the cell's flags, and each logged "

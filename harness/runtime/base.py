@@ -16,6 +16,7 @@ from harness.logfacts.timeline import Milestone
 from harness.runtime.pull import PullObserver
 from harness.runtime.records import AppliedPatch, ContainerInfo
 from harness.masking import Masker
+from harness.memory.probe import MemoryProbe
 from harness.shell import Step
 
 #: Called by the runtime's reader thread with each physical log line (no trailing newline), then once with None at EOF.
@@ -70,6 +71,14 @@ class Server(Protocol):
 
     def applied_patches(self) -> list[AppliedPatch]:
         """Patches applied for this cell (container runtimes)."""
+
+    def pids(self) -> set[int]:
+        """The host PIDs of the server's processes now (a container's through its init's PID from the engine); empty
+        when this host cannot see them. NVML's per-process figures are matched against these."""
+
+    def memory_probe(self) -> MemoryProbe:
+        """Where the server's memory is read on this host while it boots (harness.memory): its process tree, or the
+        container engine's stats. A GPU cell's curve reads NVML instead, with `pids`."""
 
 
 class Runtime(Protocol):

@@ -5,10 +5,14 @@ reads the exit code before it removes the container, and the first sign that the
 from __future__ import annotations
 
 import math
+import os
 import threading
 
 from harness.clock import SYSTEM, Clock
+from harness.memory.probe import MemoryProbe
+from harness.memory.process_tree import descendants
 from harness.runtime.connection import EngineConnection
+from harness.runtime.container_stats import ContainerStatsProbe
 from harness.runtime.leftovers import Leftovers
 from harness.runtime.ports import HOST
 from harness.runtime.records import AppliedPatch, ContainerInfo
@@ -31,6 +35,7 @@ class ContainerServer:
         self.argv = argv
         self.image, self.image_id, self.repo_digest = image, image_id, repo_digest
         self._patches = patches
+        self._init_pid = 0
         self._state: dict | None = None
         self._stopped = False
         self._lock = threading.Lock()
@@ -130,3 +135,24 @@ class ContainerServer:
 
     def applied_patches(self) -> list[AppliedPatch]:
         return list(self._patches)
+
+    def init_pid(self) -> int:
+        """The container's init as the engine's inspect names it (a host PID); 0 until it runs, or when this host's
+        /proc does not show it (the harness in a PID namespace of its own)."""
+        if not self._init_pid:
+            try:
+                self.container.reload()
+                self._init_pid = int((self.container.attrs.get("State") or {}).get("Pid") or 0)
+            except Exception:  # noqa: BLE001 - the engine's trouble is noted by the watch's own calls
+                return 0
+        return self._init_pid if self._init_pid and os.path.exists(f"/proc/{self._init_pid}") else 0
+
+    def pids(self) -> set[int]:
+        """The container's init and its tree on this host; empty when this host cannot see them."""
+        pid = self.init_pid()
+        return descendants([pid]) if pid else set()
+
+    def memory_probe(self) -> MemoryProbe:
+        import psutil
+
+        return ContainerStatsProbe(self.container, self.conn.engine, psutil.virtual_memory().total, self.init_pid)

@@ -26,6 +26,8 @@ from harness.matrix.cells import Cell
 from harness.clock import SYSTEM, Clock
 from harness.errors import CellStartError
 from harness.logfacts.timeline import Milestone
+from harness.memory.model import LimitKind, MemorySource
+from harness.memory.probe import Limit, MemoryProbe, ProbeFailed, Reading
 from harness.runtime.records import AppliedPatch, ContainerInfo
 from harness.runtime.base import CellContext, LineSink, read_host_file
 from harness.runtime.ports import HOST
@@ -60,6 +62,10 @@ class Script:
     exit_code: int = 1
     line_delay_s: float = 0.0
     start_error: str | None = None
+    #: The server's memory: (lines logged so far, bytes from then on) steps; () holds 0 bytes throughout.
+    memory: tuple[tuple[int, int], ...] = ()
+    #: After this many lines the memory probe fails (a container gone, NVML erring); None: it never does.
+    memory_fails_after: int | None = None
 
     @classmethod
     def booted(cls, kv_tokens: int = 10720) -> Script:
@@ -157,6 +163,8 @@ class FakeServer:
         self._exited = threading.Event()
         self._stopped = threading.Event()
         self._lock = threading.Lock()
+        #: How many of its lines the script has logged (its memory steps with them).
+        self.logged = 0
         # a short poll: `stop` waits for serve_forever to notice its shutdown, 0.5 s by default, on every teardown
         threading.Thread(target=self._listener.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True,
                          name=f"fake-http-{cell.id}").start()
@@ -167,6 +175,7 @@ class FakeServer:
             if self.clock.wait(self._stopped, self.script.line_delay_s):
                 break
             self.on_line(line)
+            self.logged += 1
         if not self._stopped.is_set():
             if self.script.then == "serve":
                 self._listener.serving.set()
@@ -202,6 +211,30 @@ class FakeServer:
 
     def applied_patches(self) -> list[AppliedPatch]:
         return []
+
+    def pids(self) -> set[int]:
+        return set()
+
+    def memory_probe(self) -> MemoryProbe:
+        return _ScriptedMemory(self)
+
+
+class _ScriptedMemory:
+    """The fake server's memory as its script steps it, on a host of 64 GiB."""
+
+    source = MemorySource.process
+
+    def __init__(self, server: FakeServer):
+        self.server = server
+
+    def limit(self) -> Limit:
+        return Limit(64 << 30, LimitKind.host_total)
+
+    def read(self) -> Reading:
+        script, logged = self.server.script, self.server.logged
+        if script.memory_fails_after is not None and logged >= script.memory_fails_after:
+            raise ProbeFailed("the fake server's memory is no longer readable")
+        return Reading(max((b for at, b in script.memory if at <= logged), default=0))
 
 
 class FakeRuntime:

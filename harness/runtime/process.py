@@ -29,6 +29,8 @@ from harness.logfacts.timeline import Milestone
 from harness.names import Named
 from harness.runtime.records import AppliedPatch, ContainerInfo
 from harness.runtime import scratch
+from harness.memory.probe import MemoryProbe
+from harness.memory.process_tree import ProcessesProbe, descendants
 from harness.runtime.base import CellContext, LineSink, read_host_file
 from harness.runtime.ports import HOST, free_port, listener_pids, pid_in_group, port_answers
 from harness.runtime.server_env import SERVER_ID_VAR, build_env
@@ -286,6 +288,15 @@ class ProcessServer:
 
     def applied_patches(self) -> list[AppliedPatch]:
         return []
+
+    def pids(self) -> set[int]:
+        """The leader's tree; once the leader is gone, what is left of its group (a slower scan of /proc)."""
+        if self.proc.poll() is None:
+            return descendants([self.proc.pid])
+        return live_group_members(self.pgid) or set()
+
+    def memory_probe(self) -> MemoryProbe:
+        return ProcessesProbe(self.pids, f"the server (process group {self.pgid})")
 
 
 class ProcessRuntime:

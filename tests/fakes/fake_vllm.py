@@ -9,6 +9,8 @@ and for the reliability suite (tests/reliability):
   flood              writes FAKE_VLLM_FLOOD_MB megabytes of log (ordinary lines, 100 KiB lines, binary junk,
                      a 1 MiB line) before it boots, or, with FAKE_VLLM_FLOOD_WHEN=ready, right after it is ready;
                      FAKE_VLLM_FLOOD_LINE_KB=N makes every line N KiB
+  eat                logs its KV size, then allocates (and touches) 16 MiB every 0.1 s until it is killed: a server
+                     OOM-killed by its container's memory limit
   partial            a refusal written in pieces (split mid-line, `\\r` redraws, junk bytes), the last line without
                      its newline, then exit 1
 FAKE_VLLM_DELAY (seconds, default 0.3) is how long "loading" takes. Knobs that combine with any scenario:
@@ -206,6 +208,15 @@ def main() -> None:
         sys.exit(3)
     if scenario == "exit0":
         sys.exit(0)
+    if scenario == "eat":
+        log("INFO 11-29 10:00:01 [cpu_worker.py:260] Explicitly set (4.0/15.09) GiB for KV cache on node 0.")
+        held = []
+        while True:
+            block = bytearray(16 << 20)
+            for i in range(0, len(block), 4096):
+                block[i] = 1
+            held.append(block)
+            time.sleep(0.1)
     if scenario in ("hang", "ignore_term", "never_bind"):
         while True:
             time.sleep(3600)

@@ -154,3 +154,44 @@ def test_the_boot_timeline_draws_a_bar_per_cell_on_one_scale_in_the_browser(tmp_
     for m in (Milestone.weights_loaded, Milestone.compiled, Milestone.graphs_captured):
         hex_ = PHASE_COLOURS[m].lstrip("#")
         assert near(colours, tuple(int(hex_[i:i + 2], 16) for i in (0, 2, 4))), f"{m.value}'s colour is painted"
+
+
+def test_a_memory_curve_draws_in_the_browser_with_its_phases_limit_and_peak(tmp_path):
+    """A run whose cells carry memory curves (a GPU boot with its phases, a CPU refusal whose limit is far above its
+    peak, an older record without one): the report's SVG curves are in the DOM with their hooks, and the screenshot
+    paints the curve, the peak, the limit and the phase bands in their colours."""
+    require("Pillow (with matplotlib)", _has_pil(), "pip install -e '.[analysis]'")
+    from PIL import Image
+
+    from harness.logfacts.timeline import Milestone
+    from harness.report import memory
+    from harness.report.timeline import PHASE_COLOURS
+    from tests.synthetic import make_cell, make_run
+    from tests.unit.test_memory_report import cpu_refused_cell, gpu_cell
+
+    run = make_run("memory", [gpu_cell(), cpu_refused_cell(),
+                              make_cell("mml8192-old", {"max_model_len": "8192", "gpu": "h100"}, "booted")])
+    run_dir = write_run(run, tmp_path / "results")
+    page = tmp_path / "memory.html"
+    assert harness_cli_report(run_dir, page).returncode == 0
+    exe = chromium()
+    dom = browse(exe, page, tmp_path, "--dump-dom").stdout
+    for cid in ("mml2048-gpu", "mml4096-cpu"):
+        assert f'id="memory-curve-{cid}"' in dom, f"{cid}'s curve is in the DOM"
+    assert dom.count("<polyline") == 2 and dom.count('class="peak"') == 2
+    assert 'data-phase="CUDA-graph capture"' in dom and 'data-phase="torch.compile (unfinished at the verdict)"' in dom
+    assert 'class="limit off-scale"' in dom, "the host's memory, far above the CPU cell's peak"
+    assert 'id="memory-cell-mml8192-old"' in dom and "no memory curve" in dom
+    shot = tmp_path / "memory.png"
+    browse(exe, page, tmp_path, f"--screenshot={shot}", "--window-size=1400,2600")
+    colours = {c for _, c in Image.open(shot).convert("RGB").getcolors(maxcolors=1 << 24)}
+
+    def rgb(hex_: str) -> tuple[int, int, int]:
+        hex_ = hex_.lstrip("#")
+        return tuple(int(hex_[i:i + 2], 16) for i in (0, 2, 4))  # type: ignore[return-value]
+
+    for what, colour, tol in (("the curve", memory.CURVE_COLOUR, 30), ("the peak", memory.PEAK_COLOUR, 30),
+                              ("the limit", memory.LIMIT_COLOUR, 40),
+                              ("the weight-loading band", PHASE_COLOURS[Milestone.weights_loaded], 10),
+                              ("the graph-capture band", PHASE_COLOURS[Milestone.graphs_captured], 10)):
+        assert near(colours, rgb(colour), tol), f"{what} is painted"

@@ -24,6 +24,8 @@ import pytest
 from tests.conftest import STANDIN_NVML, require
 STUB_HOOK = Path("/usr/local/lib/boot-harness/gpu-stubs/bin/nvidia-container-runtime-hook")
 STUB_HOOK_LOG = Path("/var/log/boot-harness-stub-nvidia-hook.log")
+#: The stand-in GPU's scripted memory curve for a server (tests/standins/nvml/pynvml.py): weights, KV, graphs.
+STANDIN_CURVE = "0:1,2:40,4:90,6:118"
 _HOW = "run scripts/test.sh, or `. \"$(bash scripts/setup-rehearsal.sh | tail -1)\"` first"
 
 
@@ -47,6 +49,8 @@ def standin() -> dict[str, str]:
         "GLM_MODEL_DIR": values["REHEARSAL_GLM_MODEL_DIR"],
         **STANDIN_NVML,
         "STANDIN_NVML_HOLD_S": "3",
+        # the server's GPU memory as it boots (GiB at seconds since it appeared), and someone else's process beside it
+        "STANDIN_NVML_CURVE": STANDIN_CURVE, "STANDIN_NVML_NEIGHBOUR_GIB": "2",
         "CONTAINER_RUNTIME": "docker",
     }
 

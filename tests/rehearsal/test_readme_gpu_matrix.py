@@ -128,6 +128,22 @@ def test_the_run_tells_the_seeds_story_on_the_stand_in(readme, standin):
         assert c["container"]["engine"] == "docker" and c["container"]["image"] == standin["FORK_IMAGE"]
 
 
+def test_every_cell_records_its_gpu_memory_curve_through_nvml_with_the_neighbour_told_apart(readme):
+    """The code a GPU runner runs: NVML (the stand-in, scripted) per GPU of the cell, the server's own processes
+    matched by host PID through the engine's State.Pid, a neighbour's process not counted as the server's."""
+    gib = 1 << 30
+    for cell in the_run(readme)["cells"]:
+        mem = cell["memory"]
+        assert mem["source"] == "nvml" and mem["stopped"] is None, (cell["cell_id"], mem["stopped"])
+        (gpu,) = mem["devices"]
+        assert gpu["total_bytes"] == int(139.8 * gib) == mem["limit_bytes"]
+        if cell["timeline"]["milestones"]["decided"] >= 8:  # the scripted curve has reached its top (6 s)
+            assert mem["peak_bytes"] == gpu["peak_server_bytes"] == 118 * gib, cell["cell_id"]
+        assert gpu["peak_others_bytes"] >= 2 * gib, "the neighbour (and idle) are not the server's"
+        assert mem["headroom_bytes"] == int(gpu["total_bytes"] * 0.9) - gpu["peak_server_bytes"]
+        assert mem["samples"] and all(0 <= t <= cell["timings"]["total_s"] for t, _ in mem["samples"])
+
+
 def test_every_cell_of_the_gpu_matrix_carries_its_timeline(readme):
     """The README's run on the stand-in: each cell's milestones from the image present to the verdict, and the
     durations its log printed; the run's report shows them per cell and which phase dominated."""

@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.logfacts",),
     ("harness.verdict.policy",),
     ("harness.gpu", "harness.matrix.model", "harness.matrix.expand_env", "harness.matrix"),
+    ("harness.memory",),
     ("harness.matrix.cells",),
     ("harness.matrix.load",),
     ("harness.runtime",),

@@ -29,6 +29,7 @@ EXPECTED = {
     "v0.22-autofit-ok.log": ("0.22.0", None, dict(device="gpu", model_load_gib=14.99, available_gib=3.5, kv_tokens=28672,
                                                   max_concurrency=1.0, concurrency_tokens=28672,
                                                   autofit_max_model_len=28672, cuda_graph_gib=0.58,
+                                                  cuda_graph_estimated_gib=0.61,
                                                   engine_init_s=33.1), True),
     "v0.30-weights-dont-fit.log": ("0.30.0", "weights_dont_fit", {}, False),
     "v0.33-color-logo-kv-insufficient.log": ("0.33.0", "kv_insufficient", dict(device="gpu", model_load_gib=0.0, reserved_gib=0.0),

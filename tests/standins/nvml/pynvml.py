@@ -12,6 +12,10 @@ Environment (all optional):
   STANDIN_NVML_TOTAL_GIB total memory per GPU (default 139.8, an H200)
   STANDIN_NVML_IDLE_GIB  used when idle (default 0.5)
   STANDIN_NVML_BUSY_GIB  used while a server runs (default 120)
+  STANDIN_NVML_CURVE     the server's memory as it boots, "SECONDS:GIB,..." since the server was first seen (steps;
+                         default "0:BUSY_GIB-IDLE_GIB": the device then shows BUSY_GIB): what the server's own process holds (nvmlDeviceGetComputeRunningProcesses
+                         names its lowest host PID, a container's through the engine's State.Pid), held after it exits
+  STANDIN_NVML_NEIGHBOUR_GIB  a process that is not the harness's (PID 1 here) holding this much on every GPU (default 0)
   STANDIN_NVML_HOLD_S    how long memory stays used after the last server went (default 4)
   STANDIN_NVML_LOG       a file that gets one line per memory read: "<unix time> <used bytes>"
   STANDIN_NVML_NODE      a number in the GPUs' UUIDs (default 0): runs that share it share the GPUs (the harness
@@ -41,11 +45,22 @@ def _env(name: str, default: float) -> float:
     return float(os.environ.get(name, default))
 
 
+def _curve() -> list[tuple[float, float]]:
+    raw = os.environ.get("STANDIN_NVML_CURVE", "")
+    if not raw.strip():
+        return [(0.0, _env("STANDIN_NVML_BUSY_GIB", 120) - _env("STANDIN_NVML_IDLE_GIB", 0.5))]
+    return sorted((float(t), float(g)) for t, g in (step.split(":") for step in raw.split(",") if step.strip()))
+
+
 class _Device:
     def __init__(self) -> None:
         self.busy_until = 0.0
         self.lock = threading.Lock()
         self.started = False
+        #: The server's host PIDs at the last poll, when it was first seen, and what it held last.
+        self.pids: set[int] = set()
+        self.since: float | None = None
+        self.held_gib = 0.0
 
     def start(self) -> None:
         with self.lock:
@@ -57,15 +72,31 @@ class _Device:
     def _watch(self) -> None:
         hold = _env("STANDIN_NVML_HOLD_S", 4)
         while True:
-            if _servers_running():
-                with self.lock:
+            pids = _server_pids()
+            with self.lock:
+                self.pids = pids
+                if pids:
                     self.busy_until = time.time() + hold
+                    self.since = self.since if self.since is not None else time.time()
+                else:
+                    self.since = None
             time.sleep(POLL_S)
 
-    def used(self) -> int:
+    def server_gib(self) -> float:
+        """What the server holds now by the scripted curve; after it exited, what it held last (for HOLD_S)."""
         with self.lock:
-            busy = time.time() < self.busy_until
-        used = int((_env("STANDIN_NVML_BUSY_GIB", 120) if busy else _env("STANDIN_NVML_IDLE_GIB", 0.5)) * GIB)
+            if self.since is not None:
+                at = time.time() - self.since
+                self.held_gib = max((g for t, g in _curve() if t <= at), default=0.0)
+            return self.held_gib if time.time() < self.busy_until else 0.0
+
+    def server_pids(self) -> set[int]:
+        with self.lock:
+            return set(self.pids)
+
+    def used(self) -> int:
+        gib = self.server_gib()
+        used = int((_env("STANDIN_NVML_IDLE_GIB", 0.5) + gib + _env("STANDIN_NVML_NEIGHBOUR_GIB", 0)) * GIB)
         log = os.environ.get("STANDIN_NVML_LOG")
         if log:
             with open(log, "a") as f:
@@ -77,7 +108,8 @@ _DEVICE = _Device()
 _client = None
 
 
-def _containers_running() -> bool:
+def _container_pids() -> set[int]:
+    """The host PIDs of this harness's cell containers (their init, as the engine names it, and its tree)."""
     global _client
     try:
         import docker
@@ -86,9 +118,20 @@ def _containers_running() -> bool:
             _client = docker.from_env()
         found = _client.containers.list(filters={"label": [f"boot-harness.owner-pid={os.getpid()}",
                                                           "boot-harness.cell"]})
-        return bool(found)
+        inits = [int((c.attrs.get("State") or {}).get("Pid") or 0) for c in found]
     except Exception:  # noqa: BLE001 - no engine here: no containers
-        return False
+        return set()
+    return _tree([p for p in inits if p > 0])
+
+
+def _tree(roots: list[int]) -> set[int]:
+    todo, seen = list(roots), set()
+    while todo:
+        pid = todo.pop()
+        if pid not in seen:
+            seen.add(pid)
+            todo += _children(pid)
+    return seen
 
 
 def _children(pid: int) -> list[int]:
@@ -101,8 +144,9 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _processes_running() -> bool:
-    todo, seen = _children(os.getpid()), set()
+def _process_pids() -> set[int]:
+    """This harness's local servers: a child (at any depth) whose command line names vllm, and its tree."""
+    todo, seen, found = _children(os.getpid()), set(), []
     while todo:
         pid = todo.pop()
         if pid in seen:
@@ -110,15 +154,16 @@ def _processes_running() -> bool:
         seen.add(pid)
         try:
             if b"vllm" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                return True
+                found.append(pid)
+                continue
         except OSError:
             continue
         todo += _children(pid)
-    return False
+    return _tree(found)
 
 
-def _servers_running() -> bool:
-    return _processes_running() or _containers_running()
+def _server_pids() -> set[int]:
+    return _process_pids() | _container_pids()
 
 
 # ---- the part of the NVML API the harness calls
@@ -151,6 +196,24 @@ def nvmlDeviceGetName(handle: int) -> str:
 def nvmlDeviceGetUUID(handle: int) -> str:
     node = int(_env("STANDIN_NVML_NODE", 0))
     return f"GPU-5ea1d1e0-0000-4000-8000-{node % 2**32:08x}{handle:04x}"
+
+
+Process = namedtuple("Process", "pid usedGpuMemory gpuInstanceId computeInstanceId")
+
+
+def nvmlDeviceGetComputeRunningProcesses(handle: int) -> list[Process]:
+    """The server's memory on its lowest host PID, and the neighbour's on PID 1, as NVML lists compute processes."""
+    lost = os.environ.get("STANDIN_NVML_LOST_FILE")
+    if lost and os.path.exists(lost):
+        raise NVMLError("GPU is lost")
+    out = []
+    pids = _DEVICE.server_pids()
+    if pids:
+        out.append(Process(min(pids), int(_DEVICE.server_gib() * GIB), None, None))
+    neighbour = _env("STANDIN_NVML_NEIGHBOUR_GIB", 0)
+    if neighbour > 0:
+        out.append(Process(1, int(neighbour * GIB), None, None))
+    return out
 
 
 def nvmlDeviceGetMemoryInfo(handle: int) -> Memory:
