@@ -41,13 +41,38 @@ def descendants(roots: Iterable[int]) -> set[int]:
     return seen
 
 
+class CachedPids:
+    """A server's PIDs, walked again every `every` asks (or when told a process it holds is gone): a vLLM server's
+    tree of many threads costs ~20 µs a thread to walk, and its processes change a few times per boot, not per sample."""
+
+    def __init__(self, pids: Callable[[], set[int]], every: int = 5):
+        self._walk, self.every = pids, every
+        self._cached: set[int] = set()
+        self._asked = 0
+
+    def __call__(self) -> set[int]:
+        if not self._cached or self._asked % self.every == 0:
+            self._cached = set(self._walk())
+        self._asked += 1
+        return set(self._cached)
+
+    def stale(self) -> None:
+        """Walk again at the next ask (a process gone, or one appeared that may be the server's)."""
+        self._asked = 0
+
+
+def visible(pid: int) -> bool:
+    """Whether this host's /proc shows `pid` (NVML reports host PIDs; a harness in its own PID namespace sees none)."""
+    return Path(f"/proc/{pid}").exists()
+
+
 class ProcessesProbe:
     """The summed RSS of the processes `pids()` names at each sample; its limit is the host's memory."""
 
     source = MemorySource.process
 
     def __init__(self, pids: Callable[[], set[int]], what: str):
-        self._pids = pids
+        self._pids = CachedPids(pids)
         self._what = what
         self._procs: dict[int, psutil.Process] = {}
 
@@ -55,18 +80,27 @@ class ProcessesProbe:
         return Limit(psutil.virtual_memory().total, LimitKind.host_total)
 
     def read(self) -> Reading:
-        pids = self._pids()
-        if not pids:
+        total = self._sum(self._pids())
+        if total is None:  # every process it knew is gone: walk again now
+            self._pids.stale()
+            total = self._sum(self._pids())
+        if total is None:
             raise ProbeFailed(f"{self._what} has no process left")
-        total = 0
+        return Reading(total)
+
+    def _sum(self, pids: set[int]) -> int | None:
+        """The summed RSS of `pids`; None when none of them is left."""
+        total, found = 0, False
         for pid in pids:
             try:
                 proc = self._procs.get(pid) or self._procs.setdefault(pid, psutil.Process(pid))
                 total += proc.memory_info().rss
+                found = True
             except (psutil.NoSuchProcess, psutil.ZombieProcess):
-                self._procs.pop(pid, None)  # gone between the walk and the read: it holds nothing now
+                self._procs.pop(pid, None)  # gone since the walk: it holds nothing now
+                self._pids.stale()
             except psutil.AccessDenied:
                 raise ProbeFailed(f"no permission to read the memory of process {pid}") from None
         for gone in set(self._procs) - pids:
             del self._procs[gone]
-        return Reading(total)
+        return total if found else None

@@ -132,9 +132,29 @@ def test_a_gpu_curve_tells_the_servers_processes_from_a_neighbours():
 
 def test_a_gpu_curve_that_cannot_see_the_servers_pids_counts_the_whole_device():
     gpus = FakeInventory(1, total_gib=80.0, idle_used_gib=0.5)
-    gpus.run_process(0, 999, 20.0)
+    gpus.run_process(0, 1 << 23, 20.0)  # above any pid_max: a PID of another namespace, never in this /proc
     reading = GpuProbe(gpus, [0], pids=set).read()
     assert reading.bytes == int(20.5 * GIB)
+
+
+def test_a_gpu_curve_ends_with_the_servers_processes_not_with_what_the_driver_still_holds():
+    gpus = FakeInventory(1, total_gib=80.0)
+    server = {4242}
+    probe = GpuProbe(gpus, [0], pids=lambda: set(server))
+    assert probe.read().bytes == 0  # started, nothing on the GPU yet
+    gpus.run_process(0, 4242, 30.0)
+    assert probe.read().bytes == 30 * GIB
+    server.clear()
+    gpus.run_process(0, 4242, 0)
+    gpus.hold(0, 30.0)  # the driver gives a dead process's memory back a while later
+    for _ in range(5):  # the PIDs are walked again at the latest every fifth sample
+        try:
+            probe.read()
+        except ProbeFailed as exc:
+            assert "gone" in str(exc)
+            break
+    else:
+        pytest.fail("the curve went on after the server's processes were gone")
 
 
 def boot(tmp_path, script: Script, **top):
