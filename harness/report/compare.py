@@ -88,28 +88,28 @@ def render_diff(d: RunDiff):
         if cells:
             out.append(Text(""))
             out.append(Text(f"{title}: " + ", ".join(f"{c.cell_id} ({c.outcome})" for c in cells)))
+    def table(title: str, style: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+        """A titled table whose number columns (A, B, change) are right-aligned; nothing when it has no rows."""
+        if rows:
+            t = PlainTable(title=title, title_justify="left", title_style=style, box=None, pad_edge=False)
+            for col in columns:
+                t.add_column(col, justify="right" if col in ("A", "B", "change") else "left", overflow="fold")
+            for row in rows:
+                t.add_row(*row)
+            out.extend([Text(""), t])
+
     for title, items, style in ((f"TIME REGRESSIONS beyond {d.time_tolerance.describe()}", d.slower, "bold red"),
                                 (f"faster beyond {d.time_tolerance.describe()}", d.faster, "bold green")):
-        if items:
-            t = PlainTable(title=title, title_justify="left", title_style=style, box=None, pad_edge=False)
-            for col in ("cell", "what", "A", "B", "change"):
-                t.add_column(col, justify="right" if col in ("A", "B", "change") else "left", overflow="fold")
-            for x in items:
-                t.add_row(x.cell_id, x.what, fmt_seconds(x.a_s), fmt_seconds(x.b_s),
-                          f"{x.rel:+.0%}" if x.rel is not None else "from 0")
-            out.extend([Text(""), t])
+        table(title, style, ("cell", "what", "A", "B", "change"),
+              [(x.cell_id, x.what, fmt_seconds(x.a_s), fmt_seconds(x.b_s),
+                f"{x.rel:+.0%}" if x.rel is not None else "from 0") for x in items])
     for title, mems, style in ((f"MEMORY REGRESSIONS: peaks grown beyond {d.memory_tolerance.describe()}", d.bigger,
                                 "bold red"),
                                (f"smaller peaks beyond {d.memory_tolerance.describe()}", d.smaller, "bold green")):
-        if mems:
-            t = PlainTable(title=title, title_justify="left", title_style=style, box=None, pad_edge=False)
-            for col in ("cell", "A", "B", "change", "phase (B)"):
-                t.add_column(col, justify="right" if col in ("A", "B", "change") else "left", overflow="fold")
-            for m in mems:
-                change = fmt_bytes(m.b_bytes - m.a_bytes, signed=True) + (f" ({m.rel:+.0%})" if m.rel is not None
-                                                                          else "")
-                t.add_row(m.cell_id, fmt_bytes(m.a_bytes), fmt_bytes(m.b_bytes), change, m.b_phase or "—")
-            out.extend([Text(""), t])
+        table(title, style, ("cell", "A", "B", "change", "phase (B)"),
+              [(m.cell_id, fmt_bytes(m.a_bytes), fmt_bytes(m.b_bytes),
+                fmt_bytes(m.b_bytes - m.a_bytes, signed=True) + (f" ({m.rel:+.0%})" if m.rel is not None else ""),
+                m.b_phase or "—") for m in mems])
     if d.drift:
         t = PlainTable(title=f"KV drift beyond {d.tolerance:.1%}", title_justify="left", title_style="bold", box=None,
                   pad_edge=False)
