@@ -13,13 +13,14 @@ the link kept); a device, FIFO, socket or directory is refused, never replaced. 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import math
 import os
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -111,6 +112,63 @@ def read_bytes(path: str | os.PathLike[str], limit: int = JSON_LIMIT, *, follow:
             raise FileRefused(str(path), "", f"cannot read: {exc.strerror or exc}") from None
     if len(data) > limit:
         raise FileRefused(str(path), "", f"is more than the {limit:,} bytes this file may be")
+    return data
+
+
+@contextlib.contextmanager
+def open_dir(path: str | os.PathLike[str], *, at: int | None = None) -> Iterator[int]:
+    """A directory's descriptor for `read_bytes_at`, closed on leaving: `path` itself, or its entry `path` of the
+    directory `at` never through a link (the one way into a run's `cells/` from the run folder's descriptor)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (os.O_NOFOLLOW if at is not None else 0)
+    fd = os.open(path, flags, dir_fd=at)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def read_bytes_at(dir_fd: int, name: str | os.DirEntry, limit: int = JSON_LIMIT, *,
+                  where: str | None = None) -> bytes:
+    """`read_bytes(<dir>/name, follow=False)` for a file of a directory already open (`dir_fd`): the same checks (a
+    regular file, never through a link, stat before the open and fstat after, at most `limit` bytes), with no path
+    resolved again — a year of nights is 23,000 cell records. `name` may be the directory listing's entry
+    (`os.scandir(dir_fd)`): what it says the file is stands for the stat before the open. `where` names the file in
+    a refusal (default its name)."""
+    entry, name = (name, name.name) if isinstance(name, os.DirEntry) else (None, name)
+    shown = where or name
+    try:
+        if entry is not None:
+            st = entry.stat(follow_symlinks=False) if not entry.is_file(follow_symlinks=False) else None
+        else:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        raise FileRefused(shown, "", "no such file") from None
+    except OSError as exc:
+        raise FileRefused(shown, "", f"cannot read: {exc.strerror or exc}") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise _not_regular(shown, kind_of(st.st_mode))
+    try:  # O_NONBLOCK: a FIFO swapped in since cannot block the open (a regular file reads the same with it)
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError as exc:
+        raise FileRefused(shown, "", f"cannot read: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_regular(shown, kind_of(st.st_mode))
+        if st.st_size > limit:
+            raise FileRefused(shown, "", f"is {st.st_size:,} bytes, more than the {limit:,} this file may be")
+        data = os.read(fd, st.st_size + 1)
+        while st.st_size < len(data) <= limit:  # it grew since the fstat: read on, never past the bound
+            more = os.read(fd, limit + 1 - len(data))
+            if not more:
+                break
+            data += more
+    except OSError as exc:
+        raise FileRefused(shown, "", f"cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise FileRefused(shown, "", f"is more than the {limit:,} bytes this file may be")
     return data
 
 

@@ -208,15 +208,30 @@ def changes_between(a: Entry, b: Entry) -> tuple[Change, ...]:
 
 
 def _time_changes(runs: Sequence[Night], points: list[tuple[int, Entry]]) -> tuple[tuple[TimeChange, ...],
-                                                                                   TooFew | None]:
-    phases: list[str] = []
-    for _, e in points:
-        phases += [p for p in e.times if p not in phases]
+                                                                                   TooFew | None,
+                                                                                   tuple[tuple[int, float], ...]]:
+    """The steps found per phase, TooFew when the total's series was too short, and that series (run index, s)."""
+    # every phase's series in one pass over the runs: the total first, then the phases in the order first seen
+    runs_of: dict[str, list[int]] = {TOTAL: []}
+    values_of: dict[str, list[float]] = {TOTAL: []}
+    layout = tuple(points[0][1].times) if points else None
+    if layout is not None and all(tuple(e.times) == layout for _, e in points):
+        # the usual case — every run timed the same phases, in the same order: columns, not lookups
+        indices = [i for i, _ in points]
+        for phase, column in zip(layout, zip(*(e.times.values() for _, e in points))):
+            runs_of[phase], values_of[phase] = indices, list(column)
+    else:
+        for i, e in points:
+            for phase, v in e.times.items():
+                values = values_of.get(phase)
+                if values is None:
+                    runs_of[phase], values_of[phase] = [], []
+                    values = values_of[phase]
+                runs_of[phase].append(i)
+                values.append(v)
     found: list[TimeChange] = []
     too_few = None
-    for phase in [TOTAL, *(p for p in phases if p != TOTAL)]:
-        series = [(i, e.times[phase]) for i, e in points if phase in e.times]
-        values = [v for _, v in series]
+    for phase, values in values_of.items():
         if phase != TOTAL and len(values) >= MIN_POINTS and max(values) - min(values) < MIN_ABSOLUTE_S:
             continue  # no two medians of it can be MIN_ABSOLUTE_S apart: a step is impossible, not just unseen
         result = find_change_points(values, min_relative=MIN_RELATIVE, min_absolute=MIN_ABSOLUTE_S)
@@ -224,8 +239,8 @@ def _time_changes(runs: Sequence[Night], points: list[tuple[int, Entry]]) -> tup
             if phase == TOTAL:
                 too_few = result
             continue
-        found += [TimeChange(runs[series[cp.index][0]].run_id, phase, cp.before, cp.after) for cp in result]
-    return tuple(found), too_few
+        found += [TimeChange(runs[runs_of[phase][cp.index]].run_id, phase, cp.before, cp.after) for cp in result]
+    return tuple(found), too_few, tuple(zip(runs_of[TOTAL], values_of[TOTAL]))
 
 
 def cell_history(runs: Sequence[Night], cell_id: str) -> CellHistory:
@@ -241,8 +256,7 @@ def cell_history(runs: Sequence[Night], cell_id: str) -> CellHistory:
     before = counted[k - 1][0] if k > 0 else None
     changes = changes_between(entries[before], entries[since]) if before is not None else ()
     same = [(i, e) for i, e in counted if e.outcome == latest.outcome]
-    time_changes, too_few = _time_changes(runs, same)
-    series = tuple((i, e.times[TOTAL]) for i, e in same if TOTAL in e.times)
+    time_changes, too_few, series = _time_changes(runs, same)
     return CellHistory(cell_id, entries, since, before, changes, time_changes, too_few, series)
 
 
@@ -271,7 +285,11 @@ def select_ids(runs: Sequence[Night], exprs: list[str] | None) -> list[str]:
     values: dict[str, list[str]] = {}
     for n in runs:
         for cid, e in n.cells.items():
-            recorded.setdefault(cid, _Recorded(cid, e.axes))
+            first = recorded.get(cid)
+            if first is None:
+                recorded[cid] = _Recorded(cid, e.axes)
+            elif e.axes == first.axes:
+                continue  # its values are in already, in the order first seen
             for axis, v in e.axes.items():
                 seen = values.setdefault(axis, [])
                 if v not in seen:

@@ -1,25 +1,30 @@
 """The runs a history is made of: run directories found under the paths given (artifacts download as folders of
-folders), each read by the one run loader (`load_run`), ordered by when it started, and kept only as the few facts a
-history needs per cell, so a year of nights fits in memory.
+folders), each read as the one run loader (`load_run`) reads it — by harness.analysis.history_read's faster road
+where it can take the run, else by `load_run` itself, which names what is wrong — ordered by when it started, and
+kept only as the few facts a history needs per cell, so a year of nights fits in memory.
 
 Bad input is decided per case (docs/history.md, "Bad input"): a run that cannot be read (a results.json cut short,
-a newer schema, a damaged cell file, a negative boot time) or a second run with an id already read is *skipped with a warning* naming its
-path — one broken night neither hides the others nor goes unsaid; a shard run that a merged run in the history
-already holds is skipped with a note; a run still `running` or `interrupted` is *kept and marked* (shown, never read
-as a verdict). A path that does not exist, paths holding no run at all, or runs of different matrices are *refused*
-(exit 2): no history can be told from them.
+a newer schema, a damaged cell file, a negative boot time) or a second run with an id already read is *skipped with
+a warning* naming its path — one broken night neither hides the others nor goes unsaid; a shard run that a merged
+run in the history already holds is skipped with a note; a run still `running` or `interrupted` is *kept and
+marked* (shown, never read as a verdict). A path that does not exist, paths holding no run at all, or runs of
+different matrices are *refused* (exit 2): no history can be told from them. One leniency, deliberate: a memory
+curve's samples are not read (harness.analysis.history_read), so what is wrong inside them is `check`'s to say.
 """
 
 from __future__ import annotations
 
+import gc
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.analysis.timing import BOOT, _times
+from harness.analysis.history_read import read_run
 from harness.errors import ConfigError, FileRefused, UsageError
+from harness.logfacts.timeline import ORDER, PHASES, Milestone
 from harness.results.model import SCHEMA_VERSION, CellResult, RunResult, RunStatus
 from harness.results.store import load_run
 from harness.verdict import Reason
@@ -62,6 +67,8 @@ class Night:
     path: Path
     matrix: str
     cells: dict[str, Entry] = field(repr=False)
+    merged_from: tuple[str, ...] = ()
+    """The ids of the runs `merge` made this one of."""
 
     @property
     def counts(self) -> bool:
@@ -113,8 +120,28 @@ def kv_figures(c: CellResult) -> dict[str, float]:
     return {k: float(v) for k, v in figures.items() if v is not None}
 
 
+_SPANS = [(m.value, PHASES[m]) for m in ORDER[:ORDER.index(Milestone.decided)]]
+
+
+def phase_times(c: CellResult) -> dict[str, float]:
+    """Seconds by phase, `total` for the verdict time: harness.analysis.timing's times of a cell (the timeline's
+    spans), without a model per span — 23,000 records × 12 spans."""
+    out: dict[str, float] = {}
+    if c.timings.verdict_s is not None:
+        out[TOTAL] = c.timings.verdict_s
+    ms, last = c.timeline.milestones.__dict__, 0.0
+    for key, name in _SPANS:  # the order a boot passes them; `decided` (the harness's) and after are no server's
+        t = ms[key]
+        if t is not None:
+            d = t - last
+            out[name] = round(d, 3) if d > 0.0 else 0.0  # round(max(0.0, d), 3)
+            if t > last:
+                last = t
+    return out
+
+
 def entry(run_dir: Path, run: RunResult, c: CellResult) -> Entry:
-    times = {TOTAL if k == BOOT else k: v for k, v in _times(c).items()}
+    times = phase_times(c)
     for phase, v in times.items():
         if v < 0:  # a duration the harness never writes: the record was edited, and no step is read from it
             raise FileRefused(str(run_dir / "cells" / f"{c.cell_id}.json"), "timings.verdict_s" if phase == TOTAL
@@ -162,6 +189,19 @@ def _why(exc: ConfigError) -> str:
     return f"{first}{more}"
 
 
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Records make no reference cycles (refcounting frees them), but the collector's passes over the thousands of
+    entries already kept cost about a fifth of a year's read: paused while reading, as it was before afterwards."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def read_nights(paths: Iterable[Path], warn: Warn) -> list[Night]:
     """The runs under `paths` in the order they started (never argument order); see the module's doc for what is
     skipped, kept or refused."""
@@ -169,26 +209,8 @@ def read_nights(paths: Iterable[Path], warn: Warn) -> list[Night]:
     dirs = run_dirs(given)
     if not dirs:
         raise UsageError(f"{' '.join(map(str, given))}: no run directory (a folder holding results.json) found")
-    nights: dict[str, Night] = {}
-    merged_into: dict[str, str] = {}
-    for d in dirs:
-        try:
-            run, run_dir = load_run(d)
-            cells = {c.cell_id: entry(run_dir, run, c) for c in run.cells}
-        except ConfigError as exc:
-            warn(f"{d}: skipped, cannot be read: {_why(exc)}")
-            continue
-        if run.run_id in nights:
-            warn(f"{d}: skipped: run id {run.run_id} was already read from {nights[run.run_id].path}")
-            continue
-        for src in run.merged_from:
-            merged_into[src.run_id] = run.run_id
-        if run.status != RunStatus.complete:
-            warn(f"{d}: run {run.run_id} is {run.status}: shown, not read as a verdict")
-        nights[run.run_id] = Night(run.run_id, run.started_at, str(run.status), run_dir, run.matrix.name, cells)
-    for rid in [r for r in nights if r in merged_into and merged_into[r] in nights]:
-        warn(f"{nights[rid].path}: skipped: shard run {rid} is part of merged run {merged_into[rid]}")
-        del nights[rid]
+    with _no_cycle_collection():
+        nights = _read(dirs, warn)
     if not nights:
         raise UsageError(f"{' '.join(map(str, given))}: no run could be read (each is named above)")
     matrices: dict[str, Night] = {}
@@ -199,6 +221,41 @@ def read_nights(paths: Iterable[Path], warn: Warn) -> list[Night]:
         raise UsageError(f"{b.path}: a run of matrix {b.matrix!r}, but {a.path} is of {a.matrix!r}: a history is of "
                          "one matrix (give the runs of one)")
     return sorted(nights.values(), key=lambda n: (_utc(n.started_at), n.run_id))
+
+
+def night_of(d: Path) -> Night | str:
+    """The run in `d`, or the line that says why it cannot be read."""
+    try:
+        fast = read_run(d)
+        run, records = fast if fast is not None else (load_run(d)[0], None)
+        cells = {c.cell_id: entry(d, run, c) for c in (run.cells if records is None else records)}
+    except ConfigError as exc:
+        return f"{d}: skipped, cannot be read: {_why(exc)}"
+    return Night(run.run_id, run.started_at, str(run.status), d, run.matrix.name, cells,
+                 tuple(src.run_id for src in run.merged_from))
+
+
+def _read(dirs: list[Path], warn: Warn) -> dict[str, Night]:
+    """Each run directory read, by run id: those that cannot be, repeated ids and merged shards left out, said."""
+    nights: dict[str, Night] = {}
+    merged_into: dict[str, str] = {}
+    for d in dirs:
+        n = night_of(d)
+        if isinstance(n, str):
+            warn(n)
+            continue
+        if n.run_id in nights:
+            warn(f"{d}: skipped: run id {n.run_id} was already read from {nights[n.run_id].path}")
+            continue
+        for src in n.merged_from:
+            merged_into[src] = n.run_id
+        if not n.counts:
+            warn(f"{d}: run {n.run_id} is {n.status}: shown, not read as a verdict")
+        nights[n.run_id] = n
+    for rid in [r for r in nights if r in merged_into and merged_into[r] in nights]:
+        warn(f"{nights[rid].path}: skipped: shard run {rid} is part of merged run {merged_into[rid]}")
+        del nights[rid]
+    return nights
 
 
 def _utc(t: datetime) -> datetime:

@@ -11,6 +11,7 @@ point of the total boot time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from html import escape
 
 from rich.console import Group
@@ -39,15 +40,22 @@ def _expectation(e: Entry) -> str:
 
 def _strip(h: History, c: CellHistory) -> Text:
     """One symbol per night in the outcome's colour; a missed expectation bold and underlined, a night that is not
-    complete dim."""
+    complete dim. Nights in a row with one style are one span (a year is 365 symbols a row; rich's cost is per span)."""
     t = Text()
+    run, style = "", None
     for n, e in zip(h.runs, c.entries):
-        style = "" if e is None else STYLE.get(e.outcome, "")
+        now = "" if e is None else STYLE.get(e.outcome, "")
         if e is not None and e.matched is False:
-            style += " bold underline"
+            now += " bold underline"
         if not n.counts:
-            style += " dim"
-        t.append(_symbol(e), style=style.strip())
+            now += " dim"
+        now = now.strip()
+        if now != style and run:
+            t.append(run, style=style)
+            run = ""
+        run, style = run + _symbol(e), now
+    if run:
+        t.append(run, style=style)
     return t
 
 
@@ -137,14 +145,15 @@ td.changes{max-width:520px}
 """
 
 
-def _spark(h: History, c: CellHistory) -> str:
+def _spark(h: History, c: CellHistory, at: dict[str, int] | None = None) -> str:
+    """`at`: each run's index by id (made here when not given; a page's rows share one)."""
     if not c.series:
         return ""
     xs = {i: _PAD + (_W - 2 * _PAD) * (i / max(1, len(h.runs) - 1)) for i, _ in c.series}
     lo, hi = min(v for _, v in c.series), max(v for _, v in c.series)
     y = lambda v: _H - _PAD - (_H - 2 * _PAD) * ((v - lo) / (hi - lo) if hi > lo else 0.5)  # noqa: E731
     points = " ".join(f"{xs[i]:.1f},{y(v):.1f}" for i, v in c.series)
-    at = {n.run_id: i for i, n in enumerate(h.runs)}
+    at = at if at is not None else {n.run_id: i for i, n in enumerate(h.runs)}
     value = dict(c.series)
     marks = "".join(
         f'<circle class="cp" data-run="{escape(t.run)}" cx="{xs[at[t.run]]:.1f}" cy="{y(value[at[t.run]]):.1f}" r="3">'
@@ -153,6 +162,19 @@ def _spark(h: History, c: CellHistory) -> str:
     title = f"total boot time, {fmt_seconds(lo)} to {fmt_seconds(hi)}"
     return (f'<svg class="spark" width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" role="img" '
             f'aria-label="{escape(title)}"><title>{escape(title)}</title><polyline points="{points}"/>{marks}</svg>')
+
+
+def _night_tds(n: Night) -> Callable[[Entry | None], str]:
+    """`_night_td` for the nights of one run: a run's cells share a few verdicts, each cell written once per kind."""
+    made: dict[tuple, str] = {}
+
+    def td(e: Entry | None) -> str:
+        key = None if e is None else (e.outcome, e.reason, e.matched, e.expected)
+        got = made.get(key)
+        if got is None:
+            got = made[key] = _night_td(n, e)
+        return got
+    return td
 
 
 def _night_td(n: Night, e: Entry | None) -> str:
@@ -171,14 +193,16 @@ def render_html(h: History) -> str:
     head = "".join(f'<th class="run" title="{escape(n.run_id)} ({escape(n.status)})">'
                    f"{n.started_at:%Y-%m-%d %H:%M}</th>" for n in h.runs)
     rows = []
+    tds = [_night_tds(n) for n in h.runs]
+    at = {n.run_id: i for i, n in enumerate(h.runs)}
     for c in h.cells:
         latest = c.latest
         since = "" if c.since is None else escape(h.runs[c.since].run_id)
         rows.append(f'<tr class="cell-history" id="history-{escape(c.cell_id)}" data-cell-id="{escape(c.cell_id)}" '
                     f'data-since="{since}"><th><code>{escape(c.cell_id)}</code></th>'
-                    + "".join(_night_td(n, e) for n, e in zip(h.runs, c.entries))
+                    + "".join([td(e) for td, e in zip(tds, c.entries)])
                     + f"<td>{escape(latest.verdict if latest else '—')}</td><td><code>{since or '—'}</code></td>"
-                    f'<td class="changes">{escape(_changes(c))}</td><td>{_spark(h, c)}</td>'
+                    f'<td class="changes">{escape(_changes(c))}</td><td>{_spark(h, c, at)}</td>'
                     f"<td>{escape(_boot(c))}</td></tr>")
     legend = "".join(f'<span class="{o}">{SYMBOL[o]} {o}</span>' for o in Outcome)
     body = [f"<h1>boot-harness history: {len(h.runs)} runs</h1>",

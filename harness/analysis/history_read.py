@@ -1,0 +1,191 @@
+"""The road `history` reads a run by: the same run `load_run` reads, in a fraction of its time, taken only when the one
+loader would take it too. Anything else — a file that is not a bounded regular file, bytes that are not strict JSON or
+not a record, a cell missing or under another's name, a results.json not laid out as the harness writes it — makes
+`read_run` answer None, and the caller reads that run through `load_run`, which names what is wrong exactly as it
+always did. A year of nights is 23,000 cell records; this is what lets `history` read them in about a second.
+
+- Each file is one pass of pydantic-core over its bytes, into a *strict copy* of the record's model (`strict_copy`):
+  the fields and types of harness.results.model, with every float refusing NaN, Infinity and overflow and every
+  integer more than MAX_INT_DIGITS digits — what `parse_json` refuses, so no parse into Python objects and no walk
+  over them. Every field is validated, not only those history uses, so a NaN in any of them is still refused.
+- A memory curve's samples (up to 500 [t, bytes] pairs a cell) are cut from the bytes unparsed (`cut_samples`):
+  history never reads them, and parsing them would cost ten times the rest of the record.
+- results.json's copy of each cell is rebuilt from cells/ on every read (cells/ is the truth), so it is not parsed
+  but compared, byte for byte, with the cell files just validated: the same bytes are the same strict JSON, and give
+  the ids results.json lists, in its order. Only its run-level fields are parsed.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, Field, create_model
+
+from harness.errors import ConfigError
+from harness.files import MAX_INT_DIGITS, open_dir, read_bytes_at
+from harness.results.model import CellResult, RunResult
+
+#: parse_json's bounds (harness.files): an integer of more than MAX_INT_DIGITS digits is refused, and so is a float
+#: that is not finite. A float field takes a 21-digit integer as a float past 10**20, so floats that far out are
+#: refused here too, and the loader decides them (it takes 1e25, not 21 digits), as it always did.
+_BIG = 10 ** MAX_INT_DIGITS
+_FLOAT = Annotated[float, Field(allow_inf_nan=False, gt=-float(_BIG), lt=float(_BIG))]
+_INT = Annotated[int, Field(gt=-_BIG, lt=_BIG)]
+
+
+def _strict(annotation: Any) -> Any:
+    """`annotation` with every float and int bounded as parse_json bounds them, and every model a strict copy."""
+    if annotation is float:
+        return _FLOAT
+    if annotation is int:
+        return _INT
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return strict_copy(annotation)
+    origin = typing.get_origin(annotation)
+    if (origin is None and annotation not in (Any, object)) or origin is Literal:
+        return annotation  # str, bool, None, datetime, an enum, a literal: no number in them to bound
+    args = typing.get_args(annotation)
+    if origin is Annotated:
+        return Annotated[(_strict(args[0]), *annotation.__metadata__)]
+    inner = tuple(a if a is Ellipsis else _strict(a) for a in args)
+    if origin in (Union, types.UnionType):
+        return Union[inner]
+    if origin in (list, set, frozenset):
+        return origin[inner[0]]
+    if origin in (dict, tuple):
+        return origin[inner]
+    # Any, or a type this does not know: read less strictly than the loader reads it, so said at import (the unit
+    # tests import this), and a new kind of field in harness.results.model is taught here before history reads it
+    raise TypeError(f"{annotation!r}: a type history's strict read does not know; teach harness.analysis.history_read")
+
+
+@functools.cache
+def strict_copy(model: type[BaseModel]) -> type[BaseModel]:
+    """A subclass of `model` (its methods kept) whose fields validate as `model`'s do and whose numbers are bounded
+    as parse_json bounds them: what `model_validate_json` takes from bytes is what parse_json + `model_validate`
+    would take, but NaN and overflow refused by type instead of by a walk."""
+    fields = {name: (_strict(f.annotation), f) for name, f in model.model_fields.items()}
+    return create_model(f"Strict{model.__name__}", __base__=model, __module__=__name__, **fields)  # type: ignore
+
+
+StrictCell = strict_copy(CellResult)
+StrictRun = strict_copy(RunResult)
+
+_SAMPLES = b'"samples":'
+
+
+def cut_samples(data: bytes) -> bytes:
+    """`data` with the array of each `"samples":` key emptied, unparsed. A samples array holds numbers only, so it
+    ends at the last `]` before the next string; were that not the array's end (bytes not a record), what is left
+    is not JSON, or not a record, and the strict loader reads the file instead."""
+    i = data.find(_SAMPLES)
+    if i < 0:
+        return data
+    out: list[bytes] = []
+    start = 0
+    while i >= 0:
+        j = i + len(_SAMPLES)
+        while data[j:j + 1] in (b" ", b"\n", b"\r", b"\t"):
+            j += 1
+        if data[j:j + 1] != b"[":
+            i = data.find(_SAMPLES, j)
+            continue
+        q = data.find(b'"', j)
+        k = data.rfind(b"]", j, q if q >= 0 else len(data))
+        if k < 0:
+            return data  # no end: not JSON, said by the loader
+        out += [data[start:j + 1], b"]"]
+        start = k + 1
+        i = data.find(_SAMPLES, start)
+    out.append(data[start:])
+    return b"".join(out)
+
+
+def _utf8(data: bytes) -> None:
+    """What parse_json decodes first (pydantic-core refuses a string that is not UTF-8 too; this says it for all)."""
+    if not data.isascii():
+        data.decode("utf-8")  # a UnicodeDecodeError (a ValueError): the loader says it
+
+
+_CELLS = b'\n  "cells": ['
+_ELEMENT = b'\n    {\n      "cell_id": "'
+
+
+def _listed(raw: bytes, cells: dict[str, bytes]) -> tuple[list[str], bytes] | None:
+    """The ids results.json lists, in its order, and results.json without them (`"cells": []`), when each listed
+    copy is, line for line, the cell file of its id (indented two levels deeper, as `model_dump_json(indent=2)` of
+    the run writes it); None otherwise."""
+    i = raw.find(_CELLS)
+    if i < 0:
+        return None
+    pos = i + len(_CELLS)
+    listed: list[str] = []
+    if raw.startswith(b"]", pos):
+        end = pos
+    else:
+        while True:
+            if not raw.startswith(_ELEMENT, pos):
+                return None
+            s = pos + len(_ELEMENT)
+            e = raw.find(b'"', s)
+            cid = raw[s:e]
+            body = cells.get(cid.decode("utf-8")) if e > 0 and b"\\" not in cid else None
+            if body is None:
+                return None
+            copy = b"\n    " + body.replace(b"\n", b"\n    ")
+            if not raw.startswith(copy, pos):
+                return None
+            listed.append(cid.decode("utf-8"))
+            pos += len(copy)
+            if raw.startswith(b",", pos):
+                pos += 1
+            elif raw.startswith(b"\n  ]", pos):
+                end = pos + 3
+                break
+            else:
+                return None
+    return listed, raw[:i + len(_CELLS)] + raw[end:]
+
+
+def read_run(run_dir: Path) -> tuple[Any, list[Any]] | None:
+    """(the run, its cells in the run's order) as `load_run(run_dir)` gives them — strict copies of RunResult and
+    CellResult, the memory samples left empty — or None: read it with `load_run`."""
+    try:
+        with open_dir(run_dir) as dfd:
+            return _read(dfd)
+    except (ConfigError, ValueError, OSError):  # ValueError: pydantic's ValidationError, a UnicodeDecodeError
+        return None
+
+
+def _read(dfd: int) -> tuple[Any, list[Any]] | None:
+    raw = read_bytes_at(dfd, "results.json")
+    with open_dir("cells", at=dfd) as cfd:
+        cells: dict[str, Any] = {}
+        bodies: dict[str, bytes] = {}
+        with os.scandir(cfd) as listing:
+            files = sorted((e for e in listing if e.name.endswith(".json") and not e.name.startswith(".")),
+                           key=lambda e: e.name)  # .<id>.json.*.tmp: a write a kill cut short, not a record
+        for f in files:
+            data = cut_samples(read_bytes_at(cfd, f))
+            _utf8(data)
+            cell = StrictCell.model_validate_json(data)
+            if cell.cell_id != f.name[:-len(".json")]:
+                return None
+            cells[cell.cell_id] = cell
+            bodies[cell.cell_id] = data
+    got = _listed(cut_samples(raw), bodies)  # the copies are compared with the cells, the rest parsed: UTF-8 both
+    if got is None:
+        return None
+    listed, head = got
+    run = StrictRun.model_validate_json(head)
+    # every "cells" of what was parsed is accounted for — the run's own (emptied above), one per merged run, the
+    # summary's count — so no second list of cells is there for the loader to read instead of the one compared
+    if run.cells or head.count(b'"cells"') != 1 + len(run.merged_from) + ("cells" in run.summary):
+        return None
+    rank = {cid: i for i, cid in enumerate(listed)}
+    return run, sorted(cells.values(), key=lambda c: (rank.get(c.cell_id, len(rank)), c.cell_id))
