@@ -46,8 +46,15 @@ _URL_PASSWORD = re.compile(r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]*://[^/\
 _HINT = re.compile(r"(?i)token|key|secret|passw|passphrase|credential|auth|://")
 
 
+#: Names whose words say secret but whose values are labels a scheduler sets on every job (Buildkite's step and group
+#: keys: `boot` would be masked out of `booted` in every record and log).
+_NOT_SECRET = frozenset({"BUILDKITE_STEP_KEY", "BUILDKITE_GROUP_KEY"})
+
+
 def is_secret_key(name: str) -> bool:
     """A name (env key, JSON key, flag without dashes) whose value is a secret: one of its words says so."""
+    if name in _NOT_SECRET:
+        return False
     words = [w.lower() for w in _WORD.findall(name)]
     return any(w in _SECRET_WORDS or w.endswith(_SECRET_ENDINGS) for w in words)
 
@@ -186,10 +193,39 @@ class Masker:
         return value
 
     def record(self, model: M) -> M:
-        """A whole record masked, every field: what a field quotes (an error, a prediction's note) is masked too."""
-        return type(model).model_validate(self.tree(model.model_dump(mode="json")))
+        """A whole record masked, every field: what a field quotes (an error, a prediction's note) is masked too. A
+        value the schema constrains (an outcome, a reason, a phase) is the harness's own word, never a secret's
+        carrier: where masking it would break the record (a short secret inside `booted`), it is kept as it was."""
+        from pydantic import ValidationError
+
+        original = model.model_dump(mode="json")
+        masked = self.tree(original)
+        for _ in range(3):  # each pass restores every field the last validation refused
+            try:
+                return type(model).model_validate(masked)
+            except ValidationError as exc:
+                for err in exc.errors():
+                    _restore(masked, original, err["loc"])
+        return type(model).model_validate(masked)
 
     def env(self, env: Mapping[str, str]) -> dict[str, str]:
         """Secret-looking keys masked whole, and known secrets masked inside every other value."""
         self.learn(secret_values(env, ()))
         return {k: self(v) for k, v in mask_env(env).items()}
+
+
+def _restore(masked: Any, original: Any, loc: tuple) -> None:
+    """Put back the value the record had before masking at `loc` (a pydantic error location), or at the deepest part
+    of it that is a field of the record (a location may end in a union member's name)."""
+    parent: Any = None
+    key: Any = None
+    for part in loc:
+        inside = (isinstance(original, dict) and isinstance(masked, dict) and part in original and part in masked) or (
+            isinstance(original, list) and isinstance(masked, list) and isinstance(part, int)
+            and part < min(len(original), len(masked)))
+        if not inside:
+            break
+        parent, key = masked, part
+        masked, original = masked[part], original[part]
+    if parent is not None:
+        parent[key] = original

@@ -2,7 +2,7 @@
 the run owner (`harness.RunSession`), which opens, runs and finishes the run. The library it uses: docs/api.md.
 
     pytest tests/test_boot_matrix.py --boot-matrix examples/cpu-tiny.yaml [--boot-results-dir D] [--boot-select EXPR]
-        [--boot-shard I/N] [--boot-timeout S]          (--matrix, --results-dir, --select, --shard: the old spellings)
+        [--boot-shard I/N|auto] [--boot-timeout S]     (--matrix, --results-dir, --select, --shard: the old spellings)
 
 A test that asks for `boot_result` is parametrized over the matrix's cells (ids are the cell ids, so `-k` works); the
 fixture boots that cell and hands back its CellResult; `explain(result)` is the mismatch message. Each test carries
@@ -41,8 +41,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--boot-select", "--select", dest="boot_select", action="append", default=None, metavar="EXPR",
                     help="cells to take (as the CLI's --select)")
     add_timeout(group.addoption, "--boot-timeout", dest="boot_timeout")
-    group.addoption("--boot-shard", "--shard", dest="boot_shard", default=None, metavar="I/N",
-                    help="only shard I of N of the cells (as the CLI's --shard)")
+    group.addoption("--boot-shard", "--shard", dest="boot_shard", default=None, metavar="I/N|auto",
+                    help="only shard I of N of the cells (as the CLI's --shard; auto: from the scheduler's variables)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -62,10 +62,11 @@ class _Selection:
 
     def __init__(self, config: pytest.Config):
         from harness.matrix.selection import selected
+        from harness.matrix.shard import resolve_shard
 
         try:
-            sel = selected(Path(config.getoption("boot_matrix")), config.getoption("boot_select"),
-                           config.getoption("boot_shard"))
+            shard, self.scheduler = resolve_shard(config.getoption("boot_shard"))
+            sel = selected(Path(config.getoption("boot_matrix")), config.getoption("boot_select"), shard)
         except UsageError as exc:
             raise pytest.UsageError(str(exc)) from None
         self.loaded, self.cells, self.shard = sel.loaded, sel.cells, sel.shard
@@ -82,7 +83,7 @@ def _options(config: pytest.Config):
 
     sel = _selection(config)
     return RunOptions(results_dir=Path(config.getoption("boot_results_dir")), selection=config.getoption("boot_select"),
-                      shard=sel.shard, timeout_s=config.getoption("boot_timeout"))
+                      shard=sel.shard, scheduler=sel.scheduler, timeout_s=config.getoption("boot_timeout"))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

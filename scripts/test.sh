@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up everything the tests need (harness venv, real vLLM for the CPU, tiny models, Docker engine, local vLLM CPU
-# image, podman's API, stub GPU hooks and the stand-in fork image for the GPU rehearsal) and runs the whole suite.
-# This is what CI runs. Extra arguments go to pytest.
+# image, podman's API, stub GPU hooks and the stand-in fork image for the GPU rehearsal, Slurm's packages) and runs
+# the whole suite. This is what CI runs. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
@@ -11,6 +11,7 @@ bash scripts/setup-gpu-stubs.sh >&2     # before dockerd starts: it looks for th
 . "$(bash scripts/setup-container-example.sh | tail -1)"
 . "$(bash scripts/setup-podman.sh | tail -1)"
 . "$(bash scripts/setup-rehearsal.sh | tail -1)"
+. "$(bash scripts/setup-slurm.sh | tail -1)"     # installed only: the Slurm tests start the cluster and stop it
 bash scripts/setup-browser.sh
 echo "setup took $(( $(date +%s) - t0 )) s" >&2
 # Paths among the arguments (`bash scripts/test.sh tests/reliability`) replace the default `tests`.

@@ -22,6 +22,7 @@ from harness.errors import UsageError
 from harness.exitcodes import ExitCode
 from harness.gpu.inventory import Inventory
 from harness.matrix.load import LoadedMatrix
+from harness.matrix.scheduler import SchedulerRef
 from harness.results.model import CellResult, RunResult, RunStatus
 from harness.verdict import Outcome
 from harness.results.store import RunLock, RunStore, new_run_id
@@ -47,6 +48,9 @@ class RunOptions:
     selection: list[str] | None = None
     #: "I/N" when this run is a shard (recorded; a resume must name the same shard).
     shard: str | None = None
+    #: The scheduler job this shard runs as (`--shard auto`), recorded with the run; a resume records the job that
+    #: resumed it.
+    scheduler: SchedulerRef | None = None
     #: Override of the matrix's per-cell deadline.
     timeout_s: float | None = None
     keep_work: bool = False
@@ -131,9 +135,11 @@ class RunSession:
                 raise UsageError(f"{options.resume}: this run is shard {recorded or 'none (the whole selection)'}; "
                                  f"resume it with {'--shard ' + recorded if recorded else 'no --shard'}")
             store.run.status = RunStatus.running
+            if options.scheduler is not None:
+                store.run.scheduler = options.scheduler
             return store
         return RunStore.create(options.results_dir, loaded, runtime, order, selection=options.selection,
-                               shard=options.shard, run_id=options.run_id)
+                               shard=options.shard, run_id=options.run_id, scheduler=options.scheduler)
 
     @property
     def run_dir(self) -> Path:
@@ -214,3 +220,4 @@ def planned_commands(loaded: LoadedMatrix, cells: list[Cell], options: RunOption
 
 def frontier_run_id(loaded: LoadedMatrix) -> str:
     return new_run_id(f"{loaded.matrix.name}-frontier")
+

@@ -23,8 +23,10 @@ def add_selection(p: argparse.ArgumentParser) -> None:
 
 
 def add_shard(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--shard", metavar="I/N",
-                   help="only shard I of N (1-based): a stable split by cell id, for CI shard matrices")
+    p.add_argument("--shard", metavar="I/N|auto",
+                   help="only shard I of N (1-based): a stable split by cell id, for CI shard matrices; auto: I and N "
+                        "from the scheduler that started it (Buildkite parallelism, a Kubernetes Indexed Job, a Slurm "
+                        "array; docs/scale.md)")
 
 
 def add_parallel(p: argparse.ArgumentParser) -> None:

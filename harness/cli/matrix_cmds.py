@@ -51,9 +51,13 @@ def _unset_note(sel) -> None:
 
 def cmd_cells(args: argparse.Namespace, out: Console) -> int:
     from harness.matrix.selection import selected
+    from harness.matrix.shard import resolve_shard
     from harness.masking import Masker, secret_values
 
-    sel = selected(args.matrix, args.select, args.shard, placeholders=True)
+    shard, scheduler = resolve_shard(args.shard)
+    sel = selected(args.matrix, args.select, shard, placeholders=True)
+    if scheduler is not None:
+        say_to(stderr())(f"--shard auto: {scheduler.said()}")
     _unset_note(sel)
     if not sel.cells:
         say_to(stderr())(f"shard {sel.shard}: none of the {sel.total} selected cells hashes into this shard")

@@ -61,16 +61,20 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
     from harness.boot.session import RunOptions, RunSession, planned_commands
     from harness.boot.signals import Interrupted
     from harness.matrix.selection import selected
+    from harness.matrix.shard import resolve_shard
     from harness.report.progress import LiveProgress
     from harness.runtime.pull import PullDisplay
     from harness.shell import format_shell
 
-    sel = selected(args.matrix, args.select, args.shard)
+    shard, scheduler = resolve_shard(args.shard)
+    sel = selected(args.matrix, args.select, shard)
     options = RunOptions(results_dir=args.results_dir, resume=args.resume, selection=args.select, shard=sel.shard,
-                         timeout_s=args.timeout_s, keep_work=args.keep_work, parallel=args.parallel,
-                         gpu_idle_timeout_s=args.gpu_idle_timeout_s)
+                         scheduler=scheduler, timeout_s=args.timeout_s, keep_work=args.keep_work,
+                         parallel=args.parallel, gpu_idle_timeout_s=args.gpu_idle_timeout_s)
     err = stderr()
     say = say_to(err)
+    if scheduler is not None:
+        say(f"--shard auto: {scheduler.said()}")
     if not sel.cells:
         say(f"shard {sel.shard}: none of the {sel.total} selected cells hashes into this shard — nothing to boot; "
             "writing an empty complete run")

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.names import Named
 from harness.logfacts import KvFacts, Refusal
 from harness.logfacts.timeline import Timeline
+from harness.matrix.scheduler import SchedulerRef
 from harness.memory.model import MemoryCurve
 from harness.gpu.records import GpuInfo
 from harness.runtime.records import AppliedPatch, CompileCacheUse, ContainerInfo
@@ -140,6 +141,7 @@ class MergeSource(_Record):
 
     run_id: str
     shard: str | None = None
+    scheduler: SchedulerRef | None = Field(None, description="the scheduler job that ran it (`--shard auto`)")
     status: RunStatusName
     host: HostInfo
     started_at: datetime
@@ -160,6 +162,8 @@ class RunResult(_Record):
     harness_version: str
     selection: list[str] = []
     shard: str | None = None
+    scheduler: SchedulerRef | None = Field(
+        None, description="the scheduler job that ran this shard (`--shard auto`): Buildkite, Kubernetes or Slurm")
     merged_from: list[MergeSource] = Field(
         [], description="the runs `boot-harness merge` combined into this one; empty for a run that booted its cells")
     cells: list[CellResult] = []

@@ -25,6 +25,7 @@ from harness import __version__
 from harness.errors import ConfigError, FileRefused, RecordWriteError, RunDamaged, UsageError
 from harness.files import kind_of, parse_json, read_bytes, write_atomic
 from harness.matrix.load import LoadedMatrix
+from harness.matrix.scheduler import SchedulerRef
 from harness.results.model import CellResult, HostInfo, MatrixRef, RunResult, RunStatus
 from harness.verdict import Outcome
 
@@ -96,7 +97,8 @@ class RunStore:
     # ---- lifecycle
     @classmethod
     def create(cls, results_dir: Path, loaded: LoadedMatrix, runtime: str, order: list[str],
-               selection: list[str] | None = None, shard: str | None = None, run_id: str | None = None) -> RunStore:
+               selection: list[str] | None = None, shard: str | None = None, run_id: str | None = None,
+               scheduler: SchedulerRef | None = None) -> RunStore:
         run_id = run_id or new_run_id(loaded.matrix.name)
         run_dir = Path(results_dir) / run_id
         if (run_dir / "results.json").exists():
@@ -106,7 +108,7 @@ class RunStore:
         run = RunResult(
             run_id=run_id, matrix=MatrixRef(path=str(loaded.path), sha256=loaded.sha256, name=loaded.matrix.name),
             runtime=runtime, started_at=now(), host=host_info(), harness_version=__version__,
-            selection=list(selection or []), shard=shard,
+            selection=list(selection or []), shard=shard, scheduler=scheduler,
         )
         store = cls(run_dir, run, order)
         store._write_run()

@@ -11,8 +11,9 @@ in the matrix's cell order when the matrix file is at hand, else by cell id. The
 
 Its status is `complete` only if every input was complete and, for shards, every shard 1..N is there; otherwise
 `interrupted` (resumable: `run --resume` boots the cells the missing shard would have). Where each cell came from —
-each input's run id, shard, host, status and cell ids — is `merged_from` in results.json and, for readers of older
-schemas, `merge.json` beside it.
+each input's run id, shard, scheduler job, host, status and cell ids — is `merged_from` in results.json and, for
+readers of older schemas, `merge.json` beside it. A missing shard is named by the job that should have run it when the
+shards ran under a scheduler (`--shard auto`): "missing shard(s) 3/4 (Slurm job 4242_2)".
 """
 
 from __future__ import annotations
@@ -49,7 +50,9 @@ def _load(run_dir: Path) -> RunResult:
 
 
 def _source(run_dir: Path, run: RunResult) -> dict:
-    return {"run_id": run.run_id, "shard": run.shard, "status": run.status, "host": run.host.model_dump(),
+    return {"run_id": run.run_id, "shard": run.shard,
+            "scheduler": run.scheduler.model_dump(mode="json") if run.scheduler else None,
+            "status": run.status, "host": run.host.model_dump(),
             "started_at": run.started_at.isoformat(), "finished_at": run.finished_at.isoformat()
             if run.finished_at else None, "harness_version": run.harness_version,
             "cells": [c.cell_id for c in run.cells], "path": str(run_dir)}
@@ -91,7 +94,7 @@ def check_compatible(runs: list[tuple[Path, RunResult]]) -> tuple[bool, list[str
             raise UsageError(f"shards of different splits ({', '.join(sorted({s for _, s in shards}))}): "
                              "every shard must be I/N with the same N")
         (n, have), = parsed.items()
-        missing = [f"{i}/{n}" for i in range(1, n + 1) if i not in have]
+        missing = [_missing(i, n, runs) for i in range(1, n + 1) if i not in have]
         if missing:
             warnings.append(f"missing shard(s) {', '.join(missing)}: the merged run is marked interrupted")
     owner: dict[str, Path] = {}
@@ -104,6 +107,17 @@ def check_compatible(runs: list[tuple[Path, RunResult]]) -> tuple[bool, list[str
         if r.status != RunStatus.complete:
             warnings.append(f"{d} is {r.status}: the merged run is marked interrupted")
     return not warnings, warnings
+
+
+def _missing(i: int, n: int, runs: list[tuple[Path, RunResult]]) -> str:
+    """Shard `i/n`, and the scheduler job that should have run it when the shards that came agree on their split
+    (one build, Job or array)."""
+    splits = {(r.scheduler.kind, r.scheduler.group_id, r.scheduler.first, r.scheduler.count)
+              for _, r in runs if r.scheduler is not None}
+    ref = next((r.scheduler for _, r in runs if r.scheduler is not None), None)
+    if ref is None or len(splits) != 1 or ref.count != n:
+        return f"{i}/{n}"
+    return f"{i}/{n} ({ref.job_of(i)})"
 
 
 def _matrix_order(runs: list[tuple[Path, RunResult]], matrix_path: Path | None) -> tuple[list[str] | None, str]:

@@ -13,6 +13,7 @@ from harness.matrix.load import load_matrix
 from harness.results.model import CellResult, Expected, RunResult
 from harness.results.store import RunStore, load_run
 from harness.scale.merge import MERGE_FILE, merge_runs
+from harness.matrix.scheduler import SchedulerRef, detect
 from harness.matrix.shard import shard_cells
 from tests.builders import FAKE_VLLM, write_matrix
 
@@ -34,11 +35,12 @@ def cell_result(cell) -> CellResult:
                       log_path=f"logs/{cell.id}.log")
 
 
-def shard_run(tmp_path: Path, matrix: Path, i: int, n: int, status: str = "complete", cells=None) -> Path:
+def shard_run(tmp_path: Path, matrix: Path, i: int, n: int, status: str = "complete", cells=None,
+              scheduler: SchedulerRef | None = None) -> Path:
     loaded = load_matrix(matrix)
     all_cells = list(loaded.cells)
     store = RunStore.create(tmp_path / "shards" / f"s{i}", loaded, "process", [c.id for c in all_cells],
-                            shard=f"{i}/{n}" if n else None)
+                            shard=f"{i}/{n}" if n else None, scheduler=scheduler)
     for c in cells if cells is not None else shard_cells(all_cells, i, n):
         store.log_path(c.id).write_text(f"log of {c.id}\n")
         store.record(cell_result(c))
@@ -109,6 +111,38 @@ def test_a_missing_shard_or_an_interrupted_one_makes_the_merge_interrupted(tmp_p
     runs = [shard_run(tmp_path / "b", m, 1, 2), shard_run(tmp_path / "b", m, 2, 2, status="interrupted")]
     out = merge_runs(runs, tmp_path / "m2", matrix_path=m)
     assert out.run.status == "interrupted"
+
+
+def slurm_task(task: int, array: str = "4242", low: int = 1, count: int = 4) -> SchedulerRef:
+    """What `--shard auto` records in task `task` of `sbatch --array=LOW-(LOW+COUNT-1)`."""
+    return detect({"SLURM_ARRAY_JOB_ID": array, "SLURM_ARRAY_TASK_ID": str(task), "SLURM_ARRAY_TASK_MIN": str(low),
+                   "SLURM_ARRAY_TASK_MAX": str(low + count - 1), "SLURM_ARRAY_TASK_COUNT": str(count)})
+
+
+def test_a_missing_shard_is_named_by_the_scheduler_job_that_should_have_run_it(tmp_path):
+    m = grid_matrix(tmp_path)
+    runs = [shard_run(tmp_path, m, i, 4, scheduler=slurm_task(i)) for i in (1, 2)]  # --array=1-4; 3 and 4 cancelled
+    out = merge_runs(runs, tmp_path / "merged", matrix_path=m)
+    assert out.run.status == "interrupted" and out.run.scheduler is None
+    assert "missing shard(s) 3/4 (Slurm job 4242_3), 4/4 (Slurm job 4242_4): the merged run is marked " \
+           "interrupted" in out.warnings
+    assert [s.scheduler.job_id for s in out.run.merged_from] == ["4242_1", "4242_2"]
+    sources = json.loads((tmp_path / "merged" / MERGE_FILE).read_text())["merged_from"]
+    assert sources[0]["scheduler"] == {"kind": "slurm", "job_id": "4242_1", "group_id": "4242", "index": 1,
+                                       "count": 4, "first": 1}
+    buildkite = detect({"BUILDKITE_PARALLEL_JOB": "0", "BUILDKITE_PARALLEL_JOB_COUNT": "2", "BUILDKITE_JOB_ID": "j0",
+                        "BUILDKITE_BUILD_ID": "b-17"})
+    only = merge_runs([shard_run(tmp_path / "bk", m, 1, 2, scheduler=buildkite)], tmp_path / "m-bk", matrix_path=m)
+    assert any("2/2 (Buildkite build b-17 parallel job 1)" in w for w in only.warnings)
+
+
+def test_a_missing_shard_is_named_by_number_alone_when_its_job_cannot_be_told(tmp_path):
+    m = grid_matrix(tmp_path)
+    mixed = [shard_run(tmp_path, m, 1, 3, scheduler=slurm_task(1, low=1, count=3)),  # two arrays: whose is 3?
+             shard_run(tmp_path, m, 2, 3, scheduler=slurm_task(2, array="5000", low=1, count=3))]
+    assert "missing shard(s) 3/3: the merged run is marked interrupted" in merge_runs(mixed, tmp_path / "x").warnings
+    plain = [shard_run(tmp_path / "p", m, 1, 3)]  # `--shard 1/3` by hand: no scheduler
+    assert "missing shard(s) 2/3, 3/3: the merged run is marked interrupted" in merge_runs(plain, tmp_path / "y").warnings
 
 
 def test_the_output_must_be_new_or_empty(tmp_path):

@@ -1,0 +1,272 @@
+"""The files under deploy/ that a user copies into a cluster engine, held against what each engine accepts, offline:
+
+- Buildkite: deploy/buildkite/pipeline.yml against Buildkite's published pipeline schema (vendored with its commit:
+  tests/data/schemas/README.md), and the shape the night needs (a `parallelism` boot step on GPU agents running
+  `--shard auto`, a `wait` that lets red shards through, a merge step), every `$` escaped from upload-time
+  interpolation;
+- Kubernetes: deploy/kubernetes/*.yaml read into the API's own models by the `kubernetes` client (unknown or
+  misspelt fields, missing required ones and wrong types are errors; the document round-trips unchanged), and the
+  Indexed Job's settings agreeing with each other and with the merge Job;
+- Slurm: the `#SBATCH` lines of deploy/slurm/ and what submit.sh passes to sbatch.
+
+tests/integration/test_deploy_files.py runs the files' commands the way the agent, the pod or the batch job would."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+DEPLOY = ROOT / "deploy"
+BUILDKITE_SCHEMA = ROOT / "tests" / "data" / "schemas" / "buildkite-pipeline.schema.json"
+K8S = DEPLOY / "kubernetes"
+SLURM = DEPLOY / "slurm"
+
+
+# ---------------------------------------------------------------------------------------------------------- Buildkite
+
+def pipeline() -> dict:
+    return yaml.safe_load((DEPLOY / "buildkite" / "pipeline.yml").read_text())
+
+
+def schema_errors(doc: dict) -> list[str]:
+    """The schema's complaints about `doc`, each with where it is (a step's own definition first, for a readable
+    message: the pipeline's `anyOf` over step kinds otherwise says only that no kind fits)."""
+    schema = json.loads(BUILDKITE_SCHEMA.read_text())
+    validator = jsonschema.Draft7Validator(schema)
+    errors = [f"{'/'.join(map(str, e.path))}: {e.message}" for e in validator.iter_errors(doc)]
+    for i, step in enumerate(doc.get("steps", [])):
+        kind = "waitStep" if "wait" in step else "commandStep"
+        sub = jsonschema.Draft7Validator({**schema, "$ref": f"#/definitions/{kind}"})
+        errors += [f"steps/{i} ({kind}) {'/'.join(map(str, e.path))}: {e.message}" for e in sub.iter_errors(step)]
+    return errors
+
+
+def steps() -> tuple[dict, dict, dict]:
+    boot, wait, merge = pipeline()["steps"]
+    return boot, wait, merge
+
+
+def commands(step: dict) -> list[str]:
+    return step.get("commands") or [step["command"]]
+
+
+def test_the_buildkite_pipeline_is_valid_against_buildkites_published_schema():
+    assert schema_errors(pipeline()) == []
+
+
+def test_the_schema_check_is_live_it_rejects_a_misspelt_key_and_a_string_count():
+    for bad_step in ({"parallelsim": 2}, {"parallelism": "2"}, {"artifact_path": "x"}):
+        doc = pipeline()
+        doc["steps"][0].update(bad_step)
+        assert schema_errors(doc), bad_step
+
+
+def test_the_boot_step_runs_every_shard_on_gpu_agents_with_shard_auto():
+    boot, _, _ = steps()
+    assert isinstance(boot["parallelism"], int) and boot["parallelism"] >= 2
+    assert boot["agents"] == {"queue": "gpu"}
+    script = "\n".join(commands(boot))
+    assert "--shard auto" in script and "--shard \"" not in script
+    assert re.search(r"run --matrix \"\$\$MATRIX\" --shard auto .*--results-dir \"boot-results/", script)
+    # the agent uploads the shard's run dir whatever the command's exit, and the merge downloads the same paths
+    assert boot["artifact_paths"] == "boot-results/**/*"
+    _, _, merge = steps()
+    assert 'artifact download "boot-results/**/*" . --step boot' in "\n".join(commands(merge))
+
+
+def test_a_red_shard_still_lets_the_merge_step_run():
+    _, wait, merge = steps()
+    assert "wait" in wait and wait["continue_on_failure"] is True
+    script = "\n".join(commands(merge))
+    for sub in ("merge", "check", "report"):
+        assert f"boot-harness {sub} " in script
+    assert "buildkite-agent annotate" in script and "--markdown report.md" in script
+    assert "gpu" not in json.dumps(merge.get("agents", {}))
+
+
+def test_every_dollar_in_a_command_is_escaped_from_upload_time_interpolation():
+    """`buildkite-agent pipeline upload` replaces `$VAR` when the pipeline is uploaded; `$$` is a literal `$`."""
+    for step in steps():
+        for command in step.get("commands", []):
+            assert "$" not in command.replace("$$", ""), command
+
+
+# --------------------------------------------------------------------------------------------------------- Kubernetes
+
+def manifest(name: str) -> dict:
+    (doc,) = list(yaml.safe_load_all((K8S / name).read_text()))
+    return doc
+
+
+def as_model(doc: dict, kind: str):
+    """`doc` read by the kubernetes client into its model `kind` (V1Job, ...): strictly (an unknown or misspelt field,
+    a missing required one, a wrong type is an error), through ApiClient as a response from the API server is read,
+    and back to the same document (so no field was dropped or coerced on the way)."""
+    pytest.importorskip("kubernetes", reason="the `test` extra pins the kubernetes client")
+    from kubernetes import client as k8s
+    from kubernetes.client import ApiClient
+
+    getattr(k8s, kind).model_validate(doc)  # extra="forbid", strict types
+    api = ApiClient()
+    obj = api.deserialize(json.dumps(doc), kind, None)
+    assert api.sanitize_for_serialization(obj) == doc, f"{kind} does not round-trip"
+    return obj
+
+
+def env_of(container) -> dict[str, str]:
+    return {e.name: e.value for e in container.env or []}
+
+
+def kube_expand(text: str, env: dict[str, str]) -> str:
+    """What the kubelet makes of a container's command and args: `$(VAR)` of the container's env replaced, `$$` made
+    `$`, anything else left as written (k8s.io/kubernetes third_party/forked/golang/expansion)."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "$" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "$":
+                out.append("$")
+                i += 2
+                continue
+            if nxt == "(":
+                end = text.find(")", i + 2)
+                if end != -1:
+                    name = text[i + 2:end]
+                    out.append(env[name] if name in env else f"$({name})")
+                    i = end + 1
+                    continue
+                out.append("$(")
+                i += 2
+                continue
+            out.append("$" + nxt)
+            i += 2
+            continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+@pytest.fixture(scope="module")
+def jobs():
+    return as_model(manifest("boot-job.yaml"), "V1Job"), as_model(manifest("merge-job.yaml"), "V1Job")
+
+
+def test_each_kubernetes_manifest_is_a_valid_api_object():
+    as_model(manifest("boot-job.yaml"), "V1Job")
+    as_model(manifest("merge-job.yaml"), "V1Job")
+    as_model(manifest("pvc.yaml"), "V1PersistentVolumeClaim")
+
+
+def test_the_model_check_is_live_it_rejects_a_misspelt_field_a_missing_name_and_a_string_count():
+    def broken(change) -> dict:
+        doc = manifest("boot-job.yaml")
+        change(doc)
+        return doc
+
+    for doc in (broken(lambda d: d["spec"].update(completionsMode="Indexed")),
+                broken(lambda d: d["spec"]["template"]["spec"]["containers"][0].pop("name")),
+                broken(lambda d: d["spec"].update(completions="2"))):
+        with pytest.raises(Exception):  # noqa: B017,PT011 - pydantic's ValidationError, or the round trip's assert
+            as_model(doc, "V1Job")
+
+
+def test_the_boot_job_is_indexed_one_shard_a_pod_and_passes_its_count(jobs):
+    boot, _ = jobs
+    spec = boot.spec
+    (container,) = spec.template.spec.containers
+    env = env_of(container)
+    assert spec.completion_mode == "Indexed"
+    assert spec.completions == spec.parallelism == int(env["BOOT_HARNESS_SHARD_COUNT"]) >= 2
+    assert spec.backoff_limit_per_index >= 1 and 1 <= spec.max_failed_indexes <= spec.completions
+    assert spec.template.spec.restart_policy == "Never"  # what podFailurePolicy requires
+    fail_index = [r for r in spec.pod_failure_policy.rules if r.action == "FailIndex"]
+    assert fail_index and fail_index[0].on_exit_codes.container_name == container.name
+    assert fail_index[0].on_exit_codes.values == [2]  # bad input is not retried
+    assert int(container.resources.limits["nvidia.com/gpu"]) >= 1
+    script = " ".join(container.command + container.args)
+    assert "--shard auto" in script and "JOB_COMPLETION_INDEX" in script
+
+
+def test_the_scripts_mean_the_same_after_the_kubelets_variable_expansion(jobs):
+    """The kubelet expands `$(VAR)` and `$$` in command and args before bash sees them: the scripts use neither."""
+    for job in jobs:
+        (container,) = job.spec.template.spec.containers
+        for arg in container.command + container.args:
+            assert kube_expand(arg, env_of(container)) == arg
+
+
+def test_kube_expand_does_what_the_kubelet_does():
+    env = {"A": "x"}
+    assert kube_expand("$(A)-$(B)-$$(A)-$$-$((1 + 1))-$x-$", env) == "x-$(B)-$(A)-$-$((1 + 1))-$x-$"
+
+
+def test_both_jobs_share_the_claim_the_night_and_the_matrix(jobs):
+    boot, merge = jobs
+    claim = manifest("pvc.yaml")
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]  # shard pods on several nodes write at once
+    for job in jobs:
+        pod = job.spec.template.spec
+        (container,) = pod.containers
+        env = env_of(container)
+        volumes = {v.name: v for v in pod.volumes}
+        mounts = {m.name: m for m in container.volume_mounts}
+        assert set(mounts) <= set(volumes)
+        results = [n for n, v in volumes.items()
+                   if v.persistent_volume_claim and v.persistent_volume_claim.claim_name == claim["metadata"]["name"]]
+        assert len(results) == 1, "the results claim is mounted once"
+        assert mounts[results[0]].mount_path == env["BOOT_HARNESS_RESULTS"] and not mounts[results[0]].read_only
+    a, b = (env_of(j.spec.template.spec.containers[0]) for j in jobs)
+    assert {k: a[k] for k in ("RUN_NAME", "BOOT_HARNESS_RESULTS", "MATRIX")} == \
+           {k: b[k] for k in ("RUN_NAME", "BOOT_HARNESS_RESULTS", "MATRIX")}
+    assert boot.spec.template.spec.containers[0].image == merge.spec.template.spec.containers[0].image
+    assert merge.spec.completion_mode is None and merge.spec.template.spec.containers[0].resources.limits is None
+    # submit.sh names the Jobs and the night by replacing the shipped name everywhere
+    assert boot.metadata.name.startswith(a["RUN_NAME"]) and merge.metadata.name.startswith(a["RUN_NAME"])
+
+
+# ------------------------------------------------------------------------------------------------------------- Slurm
+
+def sbatch_options(path: Path) -> dict[str, str]:
+    """The `#SBATCH --key=value` lines before the first command, as sbatch reads them."""
+    out = {}
+    for line in path.read_text().splitlines():
+        if line.startswith("#SBATCH"):
+            key, _, value = line.split(None, 1)[1].partition("=")
+            out[key] = value
+        elif line.strip() and not line.startswith("#"):
+            break
+    return out
+
+
+def test_the_array_script_asks_for_a_consecutive_array_and_gpus():
+    opts = sbatch_options(SLURM / "boot-array.sbatch")
+    low, high = map(int, re.fullmatch(r"(\d+)-(\d+)", opts["--array"]).groups())
+    assert low == 0 and high >= 1  # --shard auto needs consecutive ids: N tasks 0..N-1
+    assert re.fullmatch(r"gpu(:[A-Za-z0-9_]+)?:\d+", opts["--gres"])
+    assert "--shard auto" in (SLURM / "boot-array.sbatch").read_text()
+
+
+def test_every_sbatch_line_comes_before_the_first_command():
+    """sbatch stops reading #SBATCH at the first command: a directive after it would be silently ignored."""
+    for script in (SLURM / "boot-array.sbatch", SLURM / "merge.sbatch"):
+        text = script.read_text()
+        assert text.count("#SBATCH") == len(sbatch_options(script)), script.name
+
+
+def test_submit_chains_the_merge_after_every_task_whatever_it_ended_as():
+    """The two `$("$SBATCH" ...)` calls as written (tests/integration/test_deploy_files.py records them made)."""
+    text = (SLURM / "submit.sh").read_text()
+    calls = [shlex.split(c.replace("\\\n", " "))
+             for c in re.findall(r'\$\("\$SBATCH" (.*?)\)\n', text, re.S)]
+    array, merge = calls
+    assert "--parsable" in array and any(a.startswith("--array=0-") for a in array)
+    assert array[-1].endswith("boot-array.sbatch") and merge[-1].endswith("merge.sbatch")
+    assert "--dependency=afterany:$array" in merge and "--parsable" in merge
