@@ -150,6 +150,8 @@ class CellRunner:
             with signals_held():  # a second Ctrl-C must not cut the teardown short
                 if sampler is not None:  # the verdict (and a booted cell's probe) is in: the curve ends here
                     samples = sampler.end()
+                    if seen is not None and seen.exit_code is not None:  # it exited on its own: a probe that
+                        samples.stopped = None  # failed meanwhile met the server's end, not a fault of its own
                 if server is not None:
                     exit_code = server.stop()
                     if watch is not None:
@@ -186,7 +188,7 @@ class CellRunner:
             probe = attempt.gpu_memory(server) if attempt.gpu_memory else server.memory_probe()
         except Exception as exc:  # noqa: BLE001 - a sampler never fails the cell
             probe = Unreadable(f"no memory probe: {type(exc).__name__}: {exc}")
-        return MemorySampler(probe, interval, t0, self.clock, alive=lambda: server.wait(0) is None).begin()
+        return MemorySampler(probe, interval, t0, self.clock).begin()
 
     def _result(self, cell: Cell, d: Decision, seen: Observation | None, exit_code: int | None, server: Server | None,
                 argv: list[str], masker: Masker, sink: LogSink, started_at, t0: float, attempt: Attempt,

@@ -1,8 +1,10 @@
 """The sampler: a thread that reads one boot's probe every `interval_s` from the server's start until it is stopped
 (after the verdict, and the probe of a booted cell), on the cell's own clock, so each sample sits on the timeline.
 
-A probe that fails ends the curve with its reason, unless the server had already exited (then the curve simply ends
-with the server); either way the cell goes on. Nothing here raises into the boot.
+A probe that fails ends the curve with its reason (the run owner drops the reason when the server exited on its own:
+then the curve simply ended with the server); either way the cell goes on. Nothing here raises into the boot, and
+nothing here asks the container engine whether the server still runs: an engine call from this thread at the moment a
+container exits changes what the watch's own calls see of an engine going away.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ class Samples:
     stopped: str | None = None
 
 
+#: How long `end()` waits for a sample in progress (the stats API's answer takes up to a second).
+JOIN_S = 2.0
+
+
 class MemorySampler:
     def __init__(self, probe: MemoryProbe, interval_s: float, start: float, clock: Clock = SYSTEM,
                  alive: Callable[[], bool] = lambda: True, pace: Clock = SYSTEM):
@@ -40,18 +46,23 @@ class MemorySampler:
         self.samples = Samples(Limit(None, None))
 
     def begin(self) -> MemorySampler:
-        """Ask the limit, then sample in a daemon thread until `end()`."""
+        """Start sampling in a daemon thread until `end()`; returns at once. The thread asks the limit first: that is
+        an engine call for a container (its stats), which must never hold up the watch (a line not yet written to
+        the log when the harness is killed is a line lost)."""
+        self._thread = threading.Thread(target=self._run, daemon=True, name="memory-sampler")
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
         try:
             self.samples.limit = self.probe.limit()
         except ProbeFailed as exc:
             self.samples.stopped = str(exc)
-            return self
+            return
         except Exception as exc:  # noqa: BLE001 - a sampler never fails the cell
             self.samples.stopped = f"the memory probe failed: {type(exc).__name__}: {exc}"
-            return self
-        self._thread = threading.Thread(target=self._loop, daemon=True, name="memory-sampler")
-        self._thread.start()
-        return self
+            return
+        self._loop()
 
     def sample_once(self) -> bool:
         """One sample; False once the probe can no longer answer (the reason kept, unless the server had exited)."""
@@ -82,16 +93,21 @@ class MemorySampler:
                 return
 
     def end(self, final: bool = True) -> Samples:
-        """Stop sampling (one last sample first when `final`, so the curve reaches the verdict) and hand over."""
+        """Stop sampling (one last sample first when `final`, so the curve reaches the verdict) and hand over what
+        was sampled. Never waits long: a probe stuck in an engine call (a hung engine) is left to its daemon thread,
+        and the curve says so — the teardown must not wait for it."""
         thread, self._thread = self._thread, None
         if thread is not None:
             self._stop.set()
-            thread.join(timeout=30)
-            if final and self.samples.stopped is None:
+            thread.join(timeout=JOIN_S)
+            if thread.is_alive():
+                self.samples.stopped = self.samples.stopped or "the memory probe did not answer when the boot ended"
+            elif final and self.samples.stopped is None and self.samples.limit.kind is not None:
                 self._stop.clear()
                 self.sample_once()
                 self._stop.set()
-        return self.samples
+        s = self.samples  # a copy: a thread left behind may still append to its own
+        return Samples(s.limit, list(s.points), list(s.devices), s.stopped)
 
 
 class Unreadable:

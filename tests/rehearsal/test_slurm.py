@@ -3,10 +3,12 @@ script (scripts/slurm-cluster.sh, installed by scripts/setup-slurm.sh) with two 
 after. The shipped deploy/slurm/submit.sh submits deploy/slurm/boot-array.sbatch over the GPU rehearsal's matrix
 (matrix.yaml as shipped, the stand-in fork image, stub GPU hooks, the stand-in NVML: as tests/rehearsal/ does), two
 array tasks, each `run --shard auto` on the GPU Slurm gave it; the dependent merge job (afterany) merges, checks and
-reports. One array task is cancelled with `scancel`: the merged run names the missing shard by its Slurm job id, its
-check is red, and `run --resume` on the merged run boots what that shard would have, after which check is green.
+reports: a green night. The next night an array task is cancelled with `scancel`: the merged run names the missing
+shard by its Slurm job id, the night is red, and `run --resume` on the merged run boots what that shard would have,
+after which check is green.
 
-Two cells (one per shard), so the whole story costs two boots and the resume's one."""
+The first night holds two cells (one per shard, booted at once), the second one (in the cancelled task's shard): the
+whole story costs two boots and the resume's one."""
 
 from __future__ import annotations
 
@@ -61,40 +63,59 @@ def wait_idle(env: dict, limit_s: float = 900) -> None:
     pytest.fail("the Slurm jobs did not end in time")
 
 
-def test_a_night_on_slurm_with_a_cancelled_task_merges_names_the_shard_and_resumes_green(slurm, standin, tmp_path):
-    results = tmp_path / "results"
-    env = {**os.environ, **standin, **slurm,
-           "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}",
-           "STANDIN_NVML_GPUS": "2",  # the GPUs Slurm hands out: CUDA_VISIBLE_DEVICES=0 or 1
-           "BOOT_HARNESS_RESULTS": str(results), "SHARDS": "2", "SELECT": SELECT,
-           # logs beside the results, not in the checkout; one CPU a task (the file asks 8 of a real GPU node)
-           "SBATCH_ARGS": f"--output={tmp_path}/%x-%A_%a.out --cpus-per-task=1"}
-    submitted = subprocess.run(["bash", "deploy/slurm/submit.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
-                               timeout=60)
-    assert submitted.returncode == 0, submitted.stderr
-    array = submitted.stdout.split("array job ")[1].split()[0]
-    # shard 2/2 is array task 1: cancelled before it boots anything
-    subprocess.run(["scancel", f"{array}_1"], env=env, check=True, timeout=30)
+def submit(env: dict, select: str) -> str:
+    """deploy/slurm/submit.sh as a user runs it, from the folder that holds the matrix; the array's job id."""
+    done = subprocess.run(["bash", "deploy/slurm/submit.sh"], cwd=ROOT, env={**env, "SELECT": select},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split("array job ")[1].split()[0]
+
+
+def merge_log(tmp_path: Path, array: str) -> str:
+    (log,) = [p for p in tmp_path.glob("boot-harness-merge-*.out") if f"array-{array}" in p.read_text()]
+    return log.read_text()
+
+
+@pytest.fixture
+def night_env(slurm, standin, tmp_path) -> dict:
+    return {**os.environ, **standin, **slurm,
+            "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}",
+            "STANDIN_NVML_GPUS": "2",  # the GPUs Slurm hands out: CUDA_VISIBLE_DEVICES=0 or 1
+            "BOOT_HARNESS_RESULTS": str(tmp_path / "results"), "SHARDS": "2",
+            # logs beside the results, not in the checkout; one CPU a task (the file asks 8 of a real GPU node)
+            "SBATCH_ARGS": f"--output={tmp_path}/%x-%A_%a.out --cpus-per-task=1"}
+
+
+def test_two_nights_on_slurm_green_then_a_cancelled_task_named_and_resumed(night_env, tmp_path):
+    env, results = night_env, Path(night_env["BOOT_HARNESS_RESULTS"])
+    # night 1: both array tasks boot their shard on the GPU Slurm gave them; the merge job merges, checks: green
+    first = submit(env, SELECT)
     wait_idle(env)
-    night = results / f"array-{array}"
-    merged = night / "merged"
+    merged = results / f"array-{first}" / "merged"
     run = json.loads((merged / "results.json").read_text())
-    assert run["status"] == "interrupted" and [c["cell_id"] for c in run["cells"]] == [
-        "mml131072-mtp_off-floor_none-image_unpatched"]
-    (shard,) = run["merged_from"]
-    assert shard["shard"] == "1/2" and shard["scheduler"]["kind"] == "slurm", shard
-    merge_log = next(tmp_path.glob("boot-harness-merge-*.out")).read_text()
-    assert f"missing shard(s) 2/2 (Slurm job {array}_1)" in merge_log, merge_log[-3000:]
-    assert "night array-" in merge_log and ": red;" in merge_log
-    assert not (night / "green").exists()
+    assert run["status"] == "complete", merge_log(tmp_path, first)[-3000:]
+    assert {c["cell_id"]: (c["outcome"], c["reason"]) for c in run["cells"]} == CELLS
+    assert sorted((m["shard"], m["scheduler"]["kind"], m["scheduler"]["job_id"]) for m in run["merged_from"]) == [
+        ("1/2", "slurm", f"{first}_0"), ("2/2", "slurm", f"{first}_1")]
+    assert (results / f"array-{first}" / "green").exists(), merge_log(tmp_path, first)[-3000:]
+    # night 2, one cell (shard 2/2, array task 1): that task is cancelled before it boots anything
+    only = "mml131072-mtp4-floor_none-image_unpatched"
+    second = submit(env, SELECT + ",mtp=mtp4")
+    subprocess.run(["scancel", f"{second}_1"], env=env, check=True, timeout=30)
+    wait_idle(env)
+    merged = results / f"array-{second}" / "merged"
+    run = json.loads((merged / "results.json").read_text())
+    assert run["status"] == "interrupted" and run["cells"] == []
+    log = merge_log(tmp_path, second)
+    assert f"missing shard(s) 2/2 (Slurm job {second}_1)" in log, log[-3000:]
+    assert f"night array-{second}: red" in log and not (results / f"array-{second}" / "green").exists()
     # the engineer's next step: finish the night where the cancelled task left it
-    resumed = subprocess.run([str(ROOT / ".venv" / "bin" / "boot-harness"), "run", "--matrix", "matrix.yaml",
-                              "--select", SELECT, "--resume", str(merged)], cwd=ROOT, env={k: v for k, v in env.items()
-                                                                       if not k.startswith("SLURM_")},
-                             capture_output=True, text=True, timeout=900)
+    bh = str(ROOT / ".venv" / "bin" / "boot-harness")
+    by_hand = {k: v for k, v in env.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
+    resumed = subprocess.run([bh, "run", "--matrix", "matrix.yaml", "--select", SELECT + ",mtp=mtp4", "--resume",
+                              str(merged)], cwd=ROOT, env=by_hand, capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    check = subprocess.run([str(ROOT / ".venv" / "bin" / "boot-harness"), "check", str(merged)], env=env,
-                           capture_output=True, text=True, timeout=120)
+    check = subprocess.run([bh, "check", str(merged)], env=by_hand, capture_output=True, text=True, timeout=120)
     assert check.returncode == 0, check.stdout + check.stderr
-    cells = {c["cell_id"]: (c["outcome"], c["reason"]) for c in json.loads((merged / "results.json").read_text())["cells"]}
-    assert cells == CELLS, "the resume booted the missing shard's cell, and no other"
+    run = json.loads((merged / "results.json").read_text())
+    assert [(c["cell_id"], c["outcome"]) for c in run["cells"]] == [(only, "refused")]
