@@ -102,17 +102,7 @@ def open_regular(path: str | os.PathLike[str], *, follow: bool = True) -> Binary
 def read_bytes(path: str | os.PathLike[str], limit: int = JSON_LIMIT, *, follow: bool = True) -> bytes:
     """The whole of a regular file of at most `limit` bytes. The bound holds for files whose size lies (a /proc file
     says 0, a log still growing): never more than `limit` + 1 bytes are read."""
-    with open_regular(path, follow=follow) as f:
-        size = os.fstat(f.fileno()).st_size
-        if size > limit:
-            raise FileRefused(str(path), "", f"is {size:,} bytes, more than the {limit:,} this file may be")
-        try:
-            data = f.read(limit + 1)
-        except OSError as exc:
-            raise FileRefused(str(path), "", f"cannot read: {exc.strerror or exc}") from None
-    if len(data) > limit:
-        raise FileRefused(str(path), "", f"is more than the {limit:,} bytes this file may be")
-    return data
+    return read_bytes_at(None, path, limit, follow=follow, where=str(path))
 
 
 @contextlib.contextmanager
@@ -127,20 +117,21 @@ def open_dir(path: str | os.PathLike[str], *, at: int | None = None) -> Iterator
         os.close(fd)
 
 
-def read_bytes_at(dir_fd: int, name: str | os.DirEntry, limit: int = JSON_LIMIT, *,
-                  where: str | None = None) -> bytes:
-    """`read_bytes(<dir>/name, follow=False)` for a file of a directory already open (`dir_fd`): the same checks (a
-    regular file, never through a link, stat before the open and fstat after, at most `limit` bytes), with no path
-    resolved again — a year of nights is 23,000 cell records. `name` may be the directory listing's entry
+def read_bytes_at(dir_fd: int | None, name: str | os.PathLike[str] | os.DirEntry, limit: int = JSON_LIMIT, *,
+                  follow: bool = False, where: str | None = None) -> bytes:
+    """`read_bytes`, for a file of a directory already open (`dir_fd`; None: `name` is a path): a regular file (stat
+    before the open, so a device is never even opened; O_NONBLOCK on the open, so a FIFO swapped in meanwhile cannot
+    block; fstat after, on what was opened), never through a link unless `follow`, at most `limit` bytes — with no path
+    resolved again: a year of nights is 23,000 cell records. `name` may be the directory listing's entry
     (`os.scandir(dir_fd)`): what it says the file is stands for the stat before the open. `where` names the file in
     a refusal (default its name)."""
     entry, name = (name, name.name) if isinstance(name, os.DirEntry) else (None, name)
-    shown = where or name
+    shown = where or str(name)
     try:
         if entry is not None:
-            st = entry.stat(follow_symlinks=False) if not entry.is_file(follow_symlinks=False) else None
+            st = entry.stat(follow_symlinks=follow) if not entry.is_file(follow_symlinks=follow) else None
         else:
-            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=follow)
     except FileNotFoundError:
         raise FileRefused(shown, "", "no such file") from None
     except OSError as exc:
@@ -148,7 +139,7 @@ def read_bytes_at(dir_fd: int, name: str | os.DirEntry, limit: int = JSON_LIMIT,
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise _not_regular(shown, kind_of(st.st_mode))
     try:  # O_NONBLOCK: a FIFO swapped in since cannot block the open (a regular file reads the same with it)
-        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=dir_fd)
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW), dir_fd=dir_fd)
     except OSError as exc:
         raise FileRefused(shown, "", f"cannot read: {exc.strerror or exc}") from None
     try:
@@ -158,8 +149,8 @@ def read_bytes_at(dir_fd: int, name: str | os.DirEntry, limit: int = JSON_LIMIT,
         if st.st_size > limit:
             raise FileRefused(shown, "", f"is {st.st_size:,} bytes, more than the {limit:,} this file may be")
         data = os.read(fd, st.st_size + 1)
-        while st.st_size < len(data) <= limit:  # it grew since the fstat: read on, never past the bound
-            more = os.read(fd, limit + 1 - len(data))
+        while len(data) <= limit:  # to the end — a short read, a size that lies (/proc), a file still growing — and
+            more = os.read(fd, min(limit + 1 - len(data), 1 << 20))  # never past the bound
             if not more:
                 break
             data += more
