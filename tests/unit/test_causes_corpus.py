@@ -21,7 +21,7 @@ REQUIRED = FIELDS - {"note"}
 CAUSE_ID = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
 FILE_NAME = re.compile(r"(\d{3})-([a-z0-9_]+)\.log")
 SOURCE = re.compile(r"https://github\.com/([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)/(?:issues|pull|discussions)/\d+(?:#\S+)?")
-VERSION = re.compile(r"\d+\.\d+(?:\.\d+)*(?:\.?(?:post|rc|dev)\d+)?(?:\+\S+)?")
+VERSION = re.compile(r"\d+\.\d+(?:\.\d+)*(?:\.?(?:post|rc|dev)\d+)*(?:\+\S+)?")
 #: A Hugging Face or similar token that escaped the `hf_***` redaction.
 SECRET = re.compile(r"\bhf_[A-Za-z0-9]{20,}|\bsk-[A-Za-z0-9]{20,}")
 
