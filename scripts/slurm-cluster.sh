@@ -44,6 +44,8 @@ for i in $(seq 0 $((gpus - 1))); do
   [ -c "$dir/nvidia$i" ] || { rm -f "$dir/nvidia$i"; mknod "$dir/nvidia$i" c 195 "$i"; }
 done
 cpus=$(nproc)
+# the node's memory in MiB (what a task's --mem is held to), less 1 GiB for the machine itself
+mem=$(( $(awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo) - 1024 ))
 cat > "$dir/slurm.conf" <<CONF
 ClusterName=boot-harness
 SlurmctldHost=localhost
@@ -69,7 +71,7 @@ JobCompLoc=$dir/log/jobcomp.txt
 MinJobAge=300
 DependencyParameters=kill_invalid_depend
 ReturnToService=2
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus Gres=gpu:$gpus State=UNKNOWN
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem Gres=gpu:$gpus State=UNKNOWN
 PartitionName=gpu Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 CONF
 {

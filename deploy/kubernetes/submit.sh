@@ -10,22 +10,34 @@
 #   NAMESPACE   the namespace of the Jobs and the claim                           (default: kubectl's current one)
 #   KUBECTL     the kubectl to run                                                (default kubectl)
 #   POLL_S      seconds between looks at a running Job                            (default 30)
-# The shard count, GPUs per shard, image and claim are in the manifests (their headers say where).
+#   SHARDS      how many pods share the matrix: the boot Job's completions, parallelism, maxFailedIndexes and the
+#               BOOT_HARNESS_SHARD_COUNT its pods read, all four set from this one number  (default: as shipped, 2)
+# GPUs per shard, the image and the claims are in the manifests (their headers say where). Kubernetes >= 1.29.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 RUN_NAME=${RUN_NAME:-boot-$(date -u +%Y%m%d-%H%M%S)}
 KUBECTL=${KUBECTL:-kubectl}
 POLL_S=${POLL_S:-30}
+SHARDS=${SHARDS:-$(sed -nE 's/^  completions: ([0-9]+) +# shards$/\1/p' "$here/boot-job.yaml")}
 if ! [[ "$RUN_NAME" =~ ^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$ ]]; then
   echo "RUN_NAME=$RUN_NAME: use lowercase letters, digits and '-', at most 40 characters (a Job name)" >&2
+  exit 2
+fi
+if ! [[ "$SHARDS" =~ ^[1-9][0-9]{0,3}$ ]]; then
+  echo "SHARDS=$SHARDS: the shard count must be a whole number from 1 to 9999" >&2
   exit 2
 fi
 kube=("$KUBECTL")
 if [ -n "${NAMESPACE:-}" ]; then kube+=(--namespace "$NAMESPACE"); fi
 
-# the manifests with the night's name in place of the shipped one (Job names and RUN_NAME)
-manifest() { sed "s/boot-harness-nightly/$RUN_NAME/g" "$here/$1"; }
+# the manifests with the night's name in place of the shipped one (Job names and RUN_NAME), and the shard count on
+# every line marked `# shards` (a number, or the quoted string an env value must be)
+manifest() {
+  sed -E -e "s/boot-harness-nightly/$RUN_NAME/g" \
+    -e "s/^( +[A-Za-z]+: )[0-9]+( +# shards)$/\1$SHARDS\2/" \
+    -e "s/^( +value: )\"[0-9]+\"( +# shards)$/\1\"$SHARDS\"\2/" "$here/$1"
+}
 
 # waits until Job $1 has a Complete or Failed condition; prints which
 finished() {

@@ -7,6 +7,7 @@
 # Settings (environment variables):
 #   SHARDS                how many array tasks share the matrix: --array=0-(SHARDS-1)        (default 2)
 #   GPUS_PER_TASK         GPUs each task gets: --gres=gpu:GPUS_PER_TASK (or gpu:TYPE:N)    (default 1)
+#   MEM_PER_TASK          host memory each task gets: --mem (boot-array.sbatch says why)  (default 64G)
 #   BOOT_HARNESS_RESULTS  the shared folder the tasks and the merge write                (default ./boot-results)
 #   RUN_NAME              the night's folder in it                                       (default array-<array job id>)
 #   MATRIX, PARALLEL, SELECT, NIGHTS   passed on to the jobs (see their headers)
@@ -17,18 +18,20 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 SHARDS=${SHARDS:-2}
 GPUS_PER_TASK=${GPUS_PER_TASK:-1}
+MEM_PER_TASK=${MEM_PER_TASK:-64G}
 SBATCH=${SBATCH:-sbatch}
 case "$SHARDS" in '' | *[!0-9]* | 0) echo "SHARDS must be a positive integer, got '$SHARDS'" >&2; exit 2 ;; esac
 export BOOT_HARNESS_RESULTS=${BOOT_HARNESS_RESULTS:-$PWD/boot-results}
 mkdir -p "$BOOT_HARNESS_RESULTS"
+case "$MEM_PER_TASK" in '' | *[!0-9KMGT]* | [!0-9]*) echo "MEM_PER_TASK must be a size such as 64G, got '$MEM_PER_TASK'" >&2; exit 2 ;; esac
 read -r -a extra <<< "${SBATCH_ARGS:-}"
-
-array=$("$SBATCH" --parsable "${extra[@]}" --array="0-$((SHARDS - 1))" --gres="gpu:$GPUS_PER_TASK" \
-  "$here/boot-array.sbatch")
+# "${extra[@]}" of an empty array is an unbound variable under `set -u` in bash before 4.4: expand it guarded
+array=$("$SBATCH" --parsable ${extra[@]+"${extra[@]}"} --array="0-$((SHARDS - 1))" --gres="gpu:$GPUS_PER_TASK" \
+  --mem="$MEM_PER_TASK" "$here/boot-array.sbatch")
 array=${array%%;*}  # --parsable prints "id" or "id;cluster"
 export RUN_NAME=${RUN_NAME:-array-$array}
-merge=$("$SBATCH" --parsable "${extra[@]}" --dependency="afterany:$array" --export="ALL,RUN_NAME=$RUN_NAME" \
+merge=$("$SBATCH" --parsable ${extra[@]+"${extra[@]}"} --dependency="afterany:$array" --export="ALL,RUN_NAME=$RUN_NAME" \
   "$here/merge.sbatch")
 merge=${merge%%;*}
-echo "array job $array ($SHARDS tasks, gpu:$GPUS_PER_TASK each), merge job $merge (after all of them)"
+echo "array job $array ($SHARDS tasks, gpu:$GPUS_PER_TASK and $MEM_PER_TASK each), merge job $merge (after all of them)"
 echo "results: $BOOT_HARNESS_RESULTS/$RUN_NAME/"

@@ -375,24 +375,43 @@ def test_a_buildkite_shard_that_stops_fails_its_job_annotated_and_the_merge_name
     note = agent.annotation("boot-harness")
     assert note["style"] == "error"
     assert re.search(r"missing shard\(s\) 1/2 \(Buildkite build \S+ parallel job 0\)", out), out
+    # a merge that refuses its input (here: a matrix it cannot read) fails the step, and says why in the annotation
+    shutil.rmtree(site.base / "agent-merge")  # the retried merge job's fresh checkout
+    agent = Agent(site, pipeline, MATRIX="missing.yaml")
+    rc, out, _ = agent.finish(merge, agent.start(merge))
+    assert rc == 2, out
+    note = agent.annotation("boot-harness")
+    assert note["style"] == "error" and "merge failed (exit 2)" in note["body"] and "missing.yaml" in note["body"]
 
 
 # --------------------------------------------------------------------------------------------------------- Kubernetes
 
 def test_the_kubernetes_jobs_boot_each_index_resume_an_evicted_one_and_merge(site):
     state = site.base / "kube"
-    env = {**site.env, "STUB_KUBE": str(state), "STUB_KUBE_WORKDIR": str(site.repo), "STUB_KUBE_STOP_INDEX": "1",
-           "RUN_NAME": "night-1", "POLL_S": "0"}
+    # the pod boots the matrix its manifest names (deploy/kubernetes/matrix.yaml, a process-runtime matrix): here the
+    # fake servers' matrix stands at that path, as the GPU matrix does in the pod's image
+    shipped = yaml.safe_load((DEPLOY / "kubernetes" / "boot-job.yaml").read_text())
+    (container,) = shipped["spec"]["template"]["spec"]["containers"]
+    named = {e["name"]: e["value"] for e in container["env"]}["MATRIX"]
+    (site.repo / named).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(site.repo / "matrix.yaml", site.repo / named)
+    # the shard count set in one place, submit.sh's SHARDS: three pods here, where the manifest ships two
+    env = {**site.env, "STUB_KUBE": str(state), "STUB_KUBE_WORKDIR": str(site.repo), "STUB_KUBE_STOP_INDEX": "2",
+           "RUN_NAME": "night-1", "POLL_S": "0", "SHARDS": "3"}
     p = run_file(DEPLOY / "kubernetes" / "submit.sh", site.base, env)
     assert p.returncode == 0, both(p)
     assert "boot Job night-1-boot: Complete" in p.stdout and "merge Job night-1-merge: Complete" in p.stdout
     boot = yaml.safe_load((state / "jobs" / "night-1-boot" / "manifest.yaml").read_text())
-    n = boot["spec"]["completions"]
+    spec = boot["spec"]
+    (pod,) = spec["template"]["spec"]["containers"]
+    count = {e["name"]: e["value"] for e in pod["env"]}["BOOT_HARNESS_SHARD_COUNT"]
+    assert spec["completions"] == spec["parallelism"] == spec["maxFailedIndexes"] == int(count) == 3
+    n = spec["completions"]
     log = (state / "jobs" / "night-1-boot" / "log").read_text()
-    # index 1's first pod was stopped by SIGTERM to its shell: the harness was told, stopped (130), and the retried
-    # pod resumed the same run instead of booting every cell again
-    assert re.search(r"pod night-1-boot-1 attempt 1: exit 130", log), log
-    assert re.search(r"pod night-1-boot-1 attempt 2: exit 0", log) and "--resume" in log.split("attempt 2")[1], log
+    # index 2's first pod (two cells in its shard) was stopped by SIGTERM to its shell: the harness was told, stopped
+    # (130), and the retried pod resumed the same run instead of booting every cell again
+    assert re.search(r"pod night-1-boot-2 attempt 1: exit 130", log), log
+    assert re.search(r"pod night-1-boot-2 attempt 2: exit 0", log) and "--resume" in log.split("attempt 2")[1], log
     claim = state / "claims" / "boot-harness-results"
     assert [len(list((claim / "night-1" / "shards" / f"shard-{i}").iterdir())) for i in range(n)] == [1] * n
     merged = claim / "night-1" / "merged"
@@ -494,17 +513,51 @@ def test_the_slurm_array_and_its_merge_make_green_nights_and_a_lost_task_a_red_o
     assert read_run(results / "night-3" / "merged")["status"] == "interrupted"
 
 
+def test_the_slurm_time_limits_warning_stops_the_harness_and_its_server_and_a_requeue_resumes(site):
+    """`--signal=B:USR1@300`: Slurm signals the batch script alone before the time limit; the script passes it on as
+    SIGTERM, the harness stops the booting server and exits 130 (FAILED 130:0), and the requeued task resumes."""
+    fake_matrix(site.repo / "matrix.yaml", {"slow": {"FAKE_VLLM_SCENARIO": "hang"}}, timeout_s=120, linger_s=0.2)
+    cluster = Cluster(site)
+    _, array, _ = cluster.submit(SHARDS="1")
+    assert "--signal=B:USR1@300" in (DEPLOY / "slurm" / "boot-array.sbatch").read_text()
+    shard = cluster.submit_dir / "boot-results" / f"array-{array['id']}" / "shards" / "shard-0"
+    task = subprocess.Popen(["bash", array["argv"][-1]], cwd=cluster.submit_dir, env=cluster.task_env(array, 0),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    record = None
+    for _ in range(600):  # the server's start is recorded within a few seconds; a bound, not a clock
+        record = next(shard.glob("*/active/*.json"), None)
+        if record is not None or task.poll() is not None:
+            break
+        time.sleep(0.1)
+    assert record is not None, task.communicate(timeout=60)[0]
+    pgid = json.loads(record.read_text())["pgid"]
+    task.send_signal(signal.SIGUSR1)  # to the batch shell only, as `B:` does
+    out, _ = task.communicate(timeout=120)
+    assert task.returncode == 130 and "the time limit is near" in out, out
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pgid, 0)  # the booting server's group is gone
+    (run,) = shard.glob("*/results.json")
+    assert read_run(run.parent)["status"] == "interrupted"
+
+
 def test_the_shipped_scripts_parse_and_the_submit_scripts_pass_on_their_settings(site):
     for script in [*(DEPLOY / "slurm").iterdir(), DEPLOY / "kubernetes" / "submit.sh"]:
         p = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
         assert p.returncode == 0, f"{script.name}: {p.stderr}"
     cluster = Cluster(site)
-    _, array, merge = cluster.submit(SHARDS="4", GPUS_PER_TASK="2", SBATCH_ARGS="--partition=gpu --account=ml")
-    assert {"--array=0-3", "--gres=gpu:2", "--partition=gpu", "--account=ml"} <= set(array["argv"])
+    _, array, merge = cluster.submit(SHARDS="4", GPUS_PER_TASK="2", SBATCH_ARGS="--partition=gpu --account=ml",
+                                     MEM_PER_TASK="200G")
+    assert {"--array=0-3", "--gres=gpu:2", "--partition=gpu", "--account=ml", "--mem=200G"} <= set(array["argv"])
     assert "--partition=gpu" in merge["argv"] and "--gres" not in " ".join(merge["argv"])
     assert cluster.task_env(array, 3)["CUDA_VISIBLE_DEVICES"] == "6,7"
+    _, array, _ = cluster.submit()  # no SBATCH_ARGS: the empty array expands to nothing (guarded for bash < 4.4)
+    assert "--mem=64G" in array["argv"] and "" not in array["argv"]
     bad = run_file(DEPLOY / "slurm" / "submit.sh", cluster.submit_dir, {**cluster.env, "SHARDS": "0"})
     assert bad.returncode == 2 and "SHARDS" in bad.stderr
+    bad = run_file(DEPLOY / "slurm" / "submit.sh", cluster.submit_dir, {**cluster.env, "MEM_PER_TASK": "lots"})
+    assert bad.returncode == 2 and "MEM_PER_TASK" in bad.stderr
+    bad = run_file(DEPLOY / "kubernetes" / "submit.sh", site.base, {**site.env, "SHARDS": "two"})
+    assert bad.returncode == 2 and "SHARDS=two" in bad.stderr
     bad = run_file(DEPLOY / "kubernetes" / "submit.sh", site.base, {**site.env, "RUN_NAME": "Night_1"})
     assert bad.returncode == 2 and "RUN_NAME=Night_1" in bad.stderr
 

@@ -270,3 +270,61 @@ def test_submit_chains_the_merge_after_every_task_whatever_it_ended_as():
     assert "--parsable" in array and any(a.startswith("--array=0-") for a in array)
     assert array[-1].endswith("boot-array.sbatch") and merge[-1].endswith("merge.sbatch")
     assert "--dependency=afterany:$array" in merge and "--parsable" in merge
+
+
+# ------------------------------------------------------------------------------------------- Kubernetes, as shipped
+
+#: The Job fields the boot Job may use that older API servers drop or refuse, and the release from which each is on by
+#: default: KEP-3850 (backoffLimitPerIndex, maxFailedIndexes, the FailIndex action) beta in 1.29, GA in 1.33; KEP-3329
+#: (podFailurePolicy, the DisruptionTarget pod condition) beta in 1.26, GA in 1.31; the Indexed completion mode GA in
+#: 1.24; ttlSecondsAfterFinished GA in 1.23.
+FIELD_SINCE = {"backoffLimitPerIndex": (1, 29), "maxFailedIndexes": (1, 29), "FailIndex": (1, 29),
+               "podFailurePolicy": (1, 26), "DisruptionTarget": (1, 26), "completionMode": (1, 24),
+               "ttlSecondsAfterFinished": (1, 23)}
+
+
+def stated_version(text: str) -> tuple[int, int]:
+    found = re.findall(r"Kubernetes >= (\d+)\.(\d+)", text)
+    assert found, "no minimum Kubernetes version stated"
+    return tuple(map(int, found[0]))
+
+
+def test_the_stated_kubernetes_version_is_the_newest_any_field_of_the_jobs_needs():
+    used = set()
+    for name in ("boot-job.yaml", "merge-job.yaml"):
+        body = "\n".join(line for line in (K8S / name).read_text().splitlines() if not line.lstrip().startswith("#"))
+        used |= {field for field in FIELD_SINCE if re.search(rf"\b{field}\b", body)}
+    assert {"backoffLimitPerIndex", "FailIndex"} <= used  # the check reads the manifests' fields
+    needed = max(FIELD_SINCE[f] for f in used)
+    assert stated_version((K8S / "boot-job.yaml").read_text()) == needed
+    assert stated_version((K8S / "submit.sh").read_text()) == needed
+
+
+def test_the_shard_count_is_one_number_on_the_lines_submit_sh_rewrites():
+    marked = [line for line in (K8S / "boot-job.yaml").read_text().splitlines() if line.endswith("# shards")
+              and not line.lstrip().startswith("#")]
+    keys = sorted(line.split(":")[0].strip() for line in marked)
+    assert keys == ["completions", "maxFailedIndexes", "parallelism", "value"]
+    assert len({re.search(r"(\d+)", line.split(":", 1)[1]).group(1) for line in marked}) == 1
+    env = env_of(as_model(manifest("boot-job.yaml"), "V1Job").spec.template.spec.containers[0])
+    assert f'value: "{env["BOOT_HARNESS_SHARD_COUNT"]}"  # shards' in "\n".join(marked)
+
+
+def test_the_pods_matrix_is_matrix_yaml_for_the_process_runtime_with_the_same_cells_and_expectations(monkeypatch):
+    """The Job names deploy/kubernetes/matrix.yaml: `runtime: process` (a pod has no container engine), the seed's
+    cells of matrix.yaml on the image the pod runs (unpatched), expecting what matrix.yaml expects of them."""
+    from harness.matrix.load import load_matrix
+
+    boot = manifest("boot-job.yaml")
+    named = {e["name"]: e.get("value") for e in boot["spec"]["template"]["spec"]["containers"][0]["env"]}["MATRIX"]
+    for var in ("CONTAINER_RUNTIME", "FORK_IMAGE", "GLM_MODEL_DIR", "VLLM_SERVE"):
+        monkeypatch.delenv(var, raising=False)
+    pod, gpu = load_matrix(ROOT / named), load_matrix(ROOT / "matrix.yaml")
+    assert pod.matrix.runtime == "process" and gpu.matrix.runtime == "docker"
+    unpatched = {c.id.removesuffix("-image_unpatched"): c for c in gpu.cells if c.axes["image"] == "unpatched"}
+    assert {c.id for c in pod.cells} == set(unpatched)
+    for c in pod.cells:
+        mine, theirs = c.expected, unpatched[c.id].expected
+        assert (mine and (mine.outcome, mine.reason)) == (theirs and (theirs.outcome, theirs.reason)), c.id
+        assert [a for a in c.server_args if a != "/models/GLM-5.3-Flash"] == \
+               [a for a in unpatched[c.id].server_args if a != "/models/glm"]
