@@ -76,8 +76,12 @@ _BACKTICKS = re.compile("`+")
 def md_code(text: object, *, in_table: bool = False) -> str:
     """`text` as one code span no value can close: fenced by one backtick more than its longest run, padded with a
     space where it starts or ends with one (markdown strips that pad). In a table cell a `|` would still end the
-    cell: `in_table` escapes it (GFM reads `\\|` as `|` there, code spans included)."""
+    cell: `in_table` escapes it (GFM reads `\\|` as `|` there, code spans included). A value holding `<` or `&` is a
+    `<code>` element of escaped text instead: a code span shows an entity as written, so its tag would stay in the
+    file as is, for whatever reads the file without rendering it."""
     text = terminal_line(str(text))
+    if "<" in text or "&" in text:
+        return f"<code>{md_text(text)}</code>"
     if in_table:
         text = text.replace("|", "\\|")
     if not text:
@@ -94,10 +98,9 @@ _ANSI_C = {"\\": "\\\\", "'": "\\'", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
 
 def _ansi_c_char(match: re.Match[str]) -> str:
+    """A character as `$'…'` writes it: its UTF-8 bytes as `\\xHH` (what `\\u` would give, in any locale)."""
     ch = match.group()
-    if ch in _ANSI_C:
-        return _ANSI_C[ch]
-    return f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
+    return _ANSI_C.get(ch) or "".join(f"\\x{b:02x}" for b in ch.encode("utf-8"))
 
 
 _ANSI_C_SPECIAL = re.compile(f"[\\\\'\t\n{_OTHER}]")
