@@ -7,9 +7,9 @@ Records keep them exact; only what is shown is escaped, here, once per kind:
 - terminal: every C0/C1 control character, DEL and the bidi controls that reorder a line become visible escapes
   (`\\x1b`, `\\r`, `\\u202e`); `terminal` keeps \\n and \\t for the layout, `terminal_line` shows them too (a value, a
   `# comment` line). Its output holds no control character, so escaping it again changes nothing.
-- markdown: `md_text` for prose and table cells (HTML-escaped, markdown's link, emphasis and table punctuation
-  backslash-escaped, a newline a `<br>`), `md_code` for a code span no value can close (a fence longer than any
-  backtick run inside).
+- markdown: `md_text` for prose and table cells (`<` and `&` as entities, markdown's link, emphasis, code and table
+  punctuation backslash-escaped, a newline a `<br>`), `md_code` for a code span no value can close (a fence longer
+  than any backtick run inside; a `<code>` element of escaped text for a value holding `<` or `&`).
 - shell: `shell_quote`, shlex.quote for a printable word, else `$'…'` with the controls as `\\xHH` (bash, zsh and
   POSIX 2024 sh read it back exactly), so a printed command is terminal-safe and still pastes.
 - HTML: html.escape, as the HTML reports already do.
