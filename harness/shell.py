@@ -4,16 +4,18 @@ No printed command holds a secret (harness.masking says what one is): a secret b
 the user's environment that holds it (`--api-key "$VLLM_API_KEY"`, `HF_ENDPOINT="https://u:${HF_TOKEN}@hub"`), or
 `***` where none does. `secret_safe_command` renders a whole `ENV… argv…` line; the container renderer
 (harness.runtime.container_spec) uses `SecretRenderer` for its `-e` and argument tokens. `format_script` joins the
-commands `repro` prints: the steps that make what the server needs, then the server."""
+commands `repro` prints: the steps that make what the server needs, then the server. Every word is terminal-safe as
+printed: one holding a control character is written `$'…\\x1b…'` (harness.report.escape), the same word to a
+shell."""
 
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from harness.masking import MASK, Masker, is_secret_key, secret_values
+from harness.report.escape import dq_controls, shell_quote
 
 
 class Raw(str):
@@ -21,7 +23,7 @@ class Raw(str):
 
 
 def format_shell(tokens: Iterable[str]) -> str:
-    return " ".join(t if isinstance(t, Raw) else shlex.quote(t) for t in tokens)
+    return " ".join(t if isinstance(t, Raw) else shell_quote(t) for t in tokens)
 
 
 #: Shell operators inside a step's command, printed as they are.
@@ -47,8 +49,8 @@ class Step:
 
 
 def _dq(text: str) -> str:
-    """`text` safe inside double quotes."""
-    return re.sub(r'([\\"$`])', r"\\\1", text)
+    """`text` safe inside double quotes, its control characters spliced out as `$'…'` words."""
+    return dq_controls(re.sub(r'([\\"$`])', r"\\\1", text))
 
 
 class SecretRenderer:
@@ -77,7 +79,7 @@ class SecretRenderer:
         if is_secret_key(name):
             return Raw(f'{name}="${name}"')
         rendered = self.text(value)
-        return Raw(f"{name}={rendered if isinstance(rendered, Raw) else shlex.quote(rendered)}")
+        return Raw(f"{name}={rendered if isinstance(rendered, Raw) else shell_quote(rendered)}")
 
     def argv(self, argv: Iterable[str] | None = None) -> list[str]:
         """Server args to print: a credential flag's value a reference to the variable that holds it (`--api-key
@@ -86,7 +88,7 @@ class SecretRenderer:
         def ref(prefix: str, value: str) -> str:
             if value not in self.holder:
                 return prefix + MASK
-            return Raw((shlex.quote(prefix) if prefix else "") + f'"${self.holder[value]}"')
+            return Raw((shell_quote(prefix) if prefix else "") + f'"${self.holder[value]}"')
 
         args = self.argv_in if argv is None else list(argv)
         return self.masker.argv(args, hide=ref, other=self.text)

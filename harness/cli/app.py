@@ -117,6 +117,19 @@ def _masked(error: str, argv: list[str] | None) -> str:
     return Masker(secret_values(None, sys.argv[1:] if argv is None else argv) | embedded_secrets(error))(error)
 
 
+def _first_line(error: str) -> str:
+    """An error's one line: up to its first newline (what follows is detail, e.g. an engine's own output)."""
+    return error.split("\n", 1)[0]
+
+
+def _say_error(error: str, argv: list[str] | None) -> None:
+    """One line on stderr: masked, then its control characters shown as escapes (a path or a value it quotes may hold
+    a CR that would hide the line, an OSC that retitles the terminal)."""
+    from harness.report.escape import terminal_line
+
+    print(terminal_line(_masked(error, argv)), file=sys.stderr)
+
+
 def main(argv: list[str] | None = None, runtimes: RuntimeFactory | None = None) -> int:
     """`boot-harness ARGV`; `runtimes` builds each matrix's runtime (a test or the docs check passes a fake one)."""
     _stacks_on_sigusr2()
@@ -141,15 +154,16 @@ def main(argv: list[str] | None = None, runtimes: RuntimeFactory | None = None) 
         args.runtimes = runtimes or _matrix_runtime
         return int(handlers[args.command](args, out))
     except ConfigErrors as exc:  # every mistake of a matrix file, one line each
-        print(_masked(str(exc), given), file=sys.stderr)
+        for problem in exc.problems:
+            _say_error(str(problem), given)
         return exc.exit_code
     except UsageError as exc:
-        print(_masked(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, given), file=sys.stderr)
+        _say_error(_first_line(str(exc)) if str(exc) else type(exc).__name__, given)
         return exc.exit_code
     except Interrupted as exc:  # a command that boots has recorded what finished; --resume goes on
         return exc.exit_code
     except HarnessError as exc:  # a record that could not be written, ...: one line, never a traceback
-        print(_masked(str(exc).splitlines()[0], given), file=sys.stderr)
+        _say_error(_first_line(str(exc)), given)
         return exc.exit_code
     except BrokenPipeError:  # `boot-harness cells ... | head`
         sys.stderr.close()
@@ -157,7 +171,7 @@ def main(argv: list[str] | None = None, runtimes: RuntimeFactory | None = None) 
     except OSError as exc:  # a path the user gave that is a directory, a file, missing, not ours to write
         if getattr(exc, "filename", None) is None:
             raise
-        print(_masked(f"{exc.filename}: {exc.strerror or exc}", given), file=sys.stderr)
+        _say_error(f"{exc.filename}: {exc.strerror or exc}", given)
         return ExitCode.USAGE
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED

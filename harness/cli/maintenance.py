@@ -83,6 +83,7 @@ def cmd_facts(args: argparse.Namespace, out: Console) -> int:
     from rich.text import Text
 
     from harness.logfacts import parse_file
+    from harness.report.escape import terminal, terminal_line
 
     facts = parse_file(args.logfile)  # a missing, non-regular or unreadable file: one line naming it
     reason = facts.refusal.kind if facts.refusal else (Reason.ready if facts.ready_lines else None)
@@ -93,13 +94,14 @@ def cmd_facts(args: argparse.Namespace, out: Console) -> int:
         print(json.dumps(record, indent=2))
         return ExitCode.OK
     say = say_to(out)
-    say(Text.assemble((str(args.logfile), "bold"), f"  vLLM {facts.vllm_version or '?'}  ({facts.lines} lines)"))
+    say(Text.assemble((terminal_line(str(args.logfile)), "bold"),
+                      terminal(f"  vLLM {facts.vllm_version or '?'}  ({facts.lines} lines)")))
     for key, value in record["kv"].items():
         if value is not None:
             say(f"  {key}: {value}")
     if facts.refusal:
         r = facts.refusal
-        say(Text.assemble("  refusal: ", (str(r.kind), "yellow")))
+        say(Text.assemble("  refusal: ", (terminal(str(r.kind)), "yellow")))
         for key in ("max_seq_len", "needed_gib", "available_gib", "estimated_max_model_len", "derived_max_model_len"):
             if getattr(r, key) is not None:
                 say(f"    {key}: {getattr(r, key)}")

@@ -7,7 +7,7 @@ import json
 
 from rich.console import Console
 
-from harness.cli.common import USAGE_EXIT, add_command, add_matrix, add_selection, add_shard, say_to, stderr
+from harness.cli.common import USAGE_EXIT, add_command, add_matrix, add_selection, add_shard, echo, say_to, stderr
 from harness.exitcodes import ExitCode
 
 
@@ -63,7 +63,7 @@ def cmd_cells(args: argparse.Namespace, out: Console) -> int:
         say_to(stderr())(f"shard {sel.shard}: none of the {sel.total} selected cells hashes into this shard")
     if not args.json:
         for c in sel.cells:
-            print(c.id)
+            echo(c.id, line=True)
         return ExitCode.OK
     cells = []
     for c in sel.cells:

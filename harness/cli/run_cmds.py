@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from harness.cli import values
 from harness.cli.common import (USAGE_EXIT, add_command, add_matrix, add_parallel, add_selection, add_shard,
-                                add_timeout, say_to, stderr)
+                                add_timeout, echo, say_to, stderr)
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
 
@@ -81,10 +81,12 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
     if args.dry_run:
         planned = planned_commands(sel.loaded, sel.cells, options, args.runtimes(sel.loaded))
         if args.resume:
-            print(f"# resume of {args.resume}: {len(sel.cells) - len(planned)} of {len(sel.cells)} cells already "
-                  f"recorded, {len(planned)} to boot")
-        for cell, tokens, steps in planned:
-            print("\n".join([f"# {cell.id}", *(f"#   {step.said}" for step in steps), format_shell(tokens)]))
+            echo(f"# resume of {args.resume}: {len(sel.cells) - len(planned)} of {len(sel.cells)} cells already "
+                 f"recorded, {len(planned)} to boot", line=True)
+        for cell, tokens, steps in planned:  # a comment is one line whatever it quotes: a newline would run the rest
+            for comment in [f"# {cell.id}", *(f"#   {step.said}" for step in steps)]:
+                echo(comment, line=True)
+            echo(format_shell(tokens))
         return ExitCode.OK
     session = RunSession.open(sel.loaded, sel.cells, options, runtime=args.runtimes(sel.loaded), say=say,
                               pull_observer=PullDisplay(err))
@@ -108,6 +110,7 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
 def cmd_repro(args: argparse.Namespace, out: Console) -> int:
     from harness.boot.session import RunOptions, RunSession, repro_command
     from harness.boot.signals import Interrupted
+    from harness.logfacts.text import strip_ansi
     from harness.matrix.selection import selected
     from harness.runtime.pull import PullDisplay
     from harness.shell import format_script
@@ -123,10 +126,10 @@ def cmd_repro(args: argparse.Namespace, out: Console) -> int:
     err = stderr()
     # made (and so checked) before either branch: a bad --timeout-s is exit 2 with or without --exec
     options = RunOptions(results_dir=args.results_dir, selection=[cell.id], timeout_s=args.timeout_s,
-                         echo=lambda line: print(line, flush=True))
+                         echo=lambda line: echo(strip_ansi(line), flush=True))
     if not args.exec:
-        print(format_script(repro_command(sel.loaded, cell, args.results_dir, args.port,
-                                          runtime=args.runtimes(sel.loaded))))
+        echo(format_script(repro_command(sel.loaded, cell, args.results_dir, args.port,
+                                         runtime=args.runtimes(sel.loaded))))
         return ExitCode.OK
     session = RunSession.open(sel.loaded, [cell], options, runtime=args.runtimes(sel.loaded), say=say_to(err),
                               pull_observer=PullDisplay(err))

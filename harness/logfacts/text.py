@@ -46,6 +46,12 @@ QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "WARN"})
 """Levels at which no refusal is ever logged: such a line can mention a refusal's words without being one."""
 
 
+def strip_ansi(line: str) -> str:
+    """`line` without its colour codes and Buildkite's timestamp marks, and without any other ESC: the text a log
+    line says (what is left may still hold other control characters: harness.report.escape shows them)."""
+    return _ANSI.sub("", line).replace("\x1b", "") if "\x1b" in line else line
+
+
 def segments(line: str) -> list[str]:
     """A fed "line" split on any embedded CR/LF (tqdm redraws, a caller's unsplit record), trailing ends dropped."""
     if "\r" not in line and "\n" not in line:
@@ -78,8 +84,7 @@ def _source(where: str | None) -> str | None:
 
 
 def split_line(line: str) -> Line:
-    if "\x1b" in line:
-        line = _ANSI.sub("", line).replace("\x1b", "")
+    line = strip_ansi(line)
     process = ""
     if line[:1] == "\ufeff":  # a downloaded CI log's byte-order mark
         line = line[1:]

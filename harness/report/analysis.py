@@ -14,13 +14,13 @@ def render(analysis: Analysis):
     from rich.console import Group
     from rich.text import Text
 
-    from harness.report.text import PlainTable
+    from harness.report.text import PlainTable, literal
 
-    blocks: list = [Text(f"run {analysis.run_id}: {len(analysis.groups)} group(s) over {analysis.length_axis}",
+    blocks: list = [literal(f"run {analysis.run_id}: {len(analysis.groups)} group(s) over {analysis.length_axis}",
                          style="bold")]
     for g in analysis.groups:
         blocks.append(Text(""))
-        blocks.append(Text(f"▸ {g.label}   (block {g.block} tokens: {g.block_source})", style="bold cyan"))
+        blocks.append(literal(f"▸ {g.label}   (block {g.block} tokens: {g.block_source})", style="bold cyan"))
         t = PlainTable(show_header=True, header_style="bold", box=None, pad_edge=False)
         for col in ("line", "fit", "how", "max |residual|"):
             t.add_column(col)
@@ -41,18 +41,18 @@ def render(analysis: Analysis):
                            c.cap.shown() if c.cap else "—", c.need.shown() if c.need else "—",
                            c.need.where if c.need else "", " / ".join(res))
         blocks.append(inputs)
-        blocks.append(Text(f"crossover: {g.cross.text}"))
+        blocks.append(literal(f"crossover: {g.cross.text}"))
         for f in g.floors:
             est = f"vLLM's estimated max length {f.vllm_estimate:,}" if f.vllm_estimate else "no vLLM estimate"
             fit = f", fitted {f.fitted_max_len:,}" if f.fitted_max_len is not None else ""
             if f.floor_bytes is not None:
-                blocks.append(Text(f"floor for {f.cell_id}: {fmt_bytes(f.floor_bytes)} → "
-                                   f"{'  or  '.join(f.paste())}   ({f.basis}; {est}{fit})"))
+                blocks.append(literal(f"floor for {f.cell_id}: {fmt_bytes(f.floor_bytes)} → "
+                                      f"{'  or  '.join(f.paste())}   ({f.basis}; {est}{fit})"))
             else:
-                blocks.append(Text(f"floor for {f.cell_id}: unknown — {f.basis} ({est}{fit})"))
+                blocks.append(literal(f"floor for {f.cell_id}: unknown — {f.basis} ({est}{fit})"))
             for n in f.notes:
-                blocks.append(Text(f"    note: {n}", style="dim"))
+                blocks.append(literal(f"    note: {n}", style="dim"))
         for fd in g.findings:
             style = {Severity.inconsistent: "bold red", Severity.warning: "yellow"}.get(fd.severity, "dim")
-            blocks.append(Text(f"{fd.severity}: {fd.cell_id + ': ' if fd.cell_id else ''}{fd.text}", style=style))
+            blocks.append(literal(f"{fd.severity}: {fd.cell_id + ': ' if fd.cell_id else ''}{fd.text}", style=style))
     return Group(*blocks)

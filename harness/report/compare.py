@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from harness.analysis.compare import Change, Pair, RunDiff
+from harness.report.escape import terminal
 from harness.report.style import outcome_text
 from harness.results.model import CellResult
 from harness.units import fmt_bytes, fmt_seconds
@@ -16,25 +17,26 @@ def _o(c: CellResult | None):
     if c is None:
         return Text("—")
     mark = {True: " ✓", False: " ✗", None: ""}[c.matched]
-    return Text.assemble(outcome_text(c.outcome), (f" ({c.reason})" if c.reason else "") + mark)
+    return Text.assemble(outcome_text(c.outcome), terminal((f" ({c.reason})" if c.reason else "") + mark))
 
 
 def render_pairs(pairs: list[Pair], run_id: str):
     from rich.console import Group
     from rich.text import Text
 
-    from harness.report.text import PlainTable
+    from harness.report.text import PlainTable, literal
 
     if not pairs:
-        return Text(f"run {run_id}: no two cells differ in that axis alone")
+        return literal(f"run {run_id}: no two cells differ in that axis alone")
     axis = pairs[0].axis
     flipped = sum(p.flipped for p in pairs)
-    out: list = [Text(f"run {run_id}: {len(pairs)} pair(s) differing only in {axis}, {flipped} with a flipped outcome",
-                      style="bold")]
+    out: list = [literal(f"run {run_id}: {len(pairs)} pair(s) differing only in {axis}, {flipped} with a flipped "
+                         "outcome", style="bold")]
     for p in pairs:
         shared = ", ".join(f"{k}={v}" for k, v in p.shared.items()) or "(no other axis)"
-        head = Text.assemble(("FLIPPED ", "bold red") if p.flipped else "", (shared, "bold"),
-                             f": {axis}={p.a.axes.get(axis)} ", _o(p.a), f"  vs  {axis}={p.b.axes.get(axis)} ", _o(p.b))
+        head = Text.assemble(("FLIPPED ", "bold red") if p.flipped else "", (terminal(shared), "bold"),
+                             terminal(f": {axis}={p.a.axes.get(axis)} "), _o(p.a),
+                             terminal(f"  vs  {axis}={p.b.axes.get(axis)} "), _o(p.b))
         out.append(Text(""))
         out.append(head)
         t = PlainTable(box=None, pad_edge=False, show_header=True, header_style="dim")
@@ -50,7 +52,7 @@ def render_pairs(pairs: list[Pair], run_id: str):
             out.append(t)
         for c in (p.a, p.b):
             if c.detail and c.outcome != Outcome.booted:
-                out.append(Text(f"  {c.cell_id}: {c.detail[:300]}", style="dim"))
+                out.append(literal(f"  {c.cell_id}: {c.detail[:300]}", style="dim"))
     return Group(*out)
 
 
@@ -58,18 +60,18 @@ def render_diff(d: RunDiff):
     from rich.console import Group
     from rich.text import Text
 
-    from harness.report.text import PlainTable
+    from harness.report.text import PlainTable, literal
 
-    out: list = [Text(f"{d.a_id} → {d.b_id}: {len(d.regressions)} regression(s), {len(d.fixes)} fix(es), "
-                      f"{len(d.changed)} other change(s), {d.unchanged} unchanged, {len(d.only_a)} only in A, "
-                      f"{len(d.only_b)} only in B, {len(d.drift)} KV number(s) drifted beyond {d.tolerance:.1%}, "
-                      f"{len(d.slower)} time regression(s) beyond {d.time_tolerance.describe()}"
-                      # said only where memory was measured in both runs: older records read as they always did
-                      + (f", {len(d.bigger)} memory peak(s) grown beyond {d.memory_tolerance.describe()}"
-                         if d.memory_compared else ""),
-                      style="bold")]
+    out: list = [literal(f"{d.a_id} → {d.b_id}: {len(d.regressions)} regression(s), {len(d.fixes)} fix(es), "
+                         f"{len(d.changed)} other change(s), {d.unchanged} unchanged, {len(d.only_a)} only in A, "
+                         f"{len(d.only_b)} only in B, {len(d.drift)} KV number(s) drifted beyond {d.tolerance:.1%}, "
+                         f"{len(d.slower)} time regression(s) beyond {d.time_tolerance.describe()}"
+                         # said only where memory was measured in both runs: older records read as they always did
+                         + (f", {len(d.bigger)} memory peak(s) grown beyond {d.memory_tolerance.describe()}"
+                            if d.memory_compared else ""),
+                         style="bold")]
     for n in d.notes:
-        out.append(Text(f"note: {n}", style="yellow"))
+        out.append(literal(f"note: {n}", style="yellow"))
 
     def changes(title: str, items: list[Change], style: str) -> None:
         if not items:
@@ -87,7 +89,7 @@ def render_diff(d: RunDiff):
     for title, cells in (("only in A", d.only_a), ("only in B", d.only_b)):
         if cells:
             out.append(Text(""))
-            out.append(Text(f"{title}: " + ", ".join(f"{c.cell_id} ({c.outcome})" for c in cells)))
+            out.append(literal(f"{title}: " + ", ".join(f"{c.cell_id} ({c.outcome})" for c in cells)))
     def table(title: str, style: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
         """A titled table whose number columns (A, B, change) are right-aligned; nothing when it has no rows."""
         if rows:

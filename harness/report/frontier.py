@@ -11,9 +11,8 @@ def render_frontiers(found: list[GroupFrontier], run_dir: Path | None = None):
     """The heading is a line of its own, not the table's title: a title wraps at the table's width, a run
     directory's path is often wider."""
     from rich.console import Group
-    from rich.text import Text
 
-    from harness.report.text import PlainTable
+    from harness.report.text import PlainTable, literal
 
     t = PlainTable()
     for col in ("group", "frontier", "refuses at", "boots", "probes", "status"):
@@ -23,4 +22,4 @@ def render_frontiers(found: list[GroupFrontier], run_dir: Path | None = None):
         t.add_row(g.label, "—" if s.frontier is None else f"{s.frontier:,}",
                   "—" if s.refused_at is None else f"{s.refused_at:,}", str(s.boots),
                   " → ".join(p.short() for p in s.probes), s.text)
-    return Group(Text(f"frontier{f' ({run_dir})' if run_dir else ''}", style="italic"), t)
+    return Group(literal(f"frontier{f' ({run_dir})' if run_dir else ''}", style="italic"), t)

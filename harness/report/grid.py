@@ -149,12 +149,13 @@ def grid_renderable(run: RunResult, split: str | None = None, length_override: s
     from rich.console import Group
     from rich.text import Text
 
-    from harness.report.text import PlainTable
+    from harness.report.escape import terminal, terminal_line
+    from harness.report.text import PlainTable, literal
 
     from harness.analysis.fit import no_cells
 
     if (empty := no_cells(run)) is not None:
-        return Text(empty)
+        return literal(empty)
     tables = []
     for g in build_grids(run, split, length_override):
         title = f"{g.title}  ({run.run_id})" if g.split_axis else g.title
@@ -172,31 +173,31 @@ def grid_renderable(run: RunResult, split: str | None = None, length_override: s
                 c = k.cell
                 text = outcome_text(c.outcome, f"{SYMBOL.get(c.outcome, '?')} {c.outcome}", bold=True)
                 if c.reason and c.reason != Reason.ready:
-                    text.append(f" ({c.reason})")
+                    text.append(terminal(f" ({c.reason})"))
                 mark = expectation_mark(c)
                 if mark:
-                    text.append(f" {mark}", style="green" if mark == "✓" else "bold red")
+                    text.append(terminal(f" {mark}"), style="green" if mark == "✓" else "bold red")
                 for line in key_numbers(k):
-                    text.append("\n" + line, style="dim")
+                    text.append("\n" + terminal_line(line), style="dim")
                 cells.append(text)
             t.add_row(row, *cells)
         tables.append(t)
     if (mem := memory.renderable(run)) is not None:
         tables.append(mem)
     s = run.summary
-    foot = Text(f"{s.get('cells', len(run.cells))} cells: {outcome_counts(s)}; {s.get('mismatched', 0)} mismatched")
+    foot = literal(f"{s.get('cells', len(run.cells))} cells: {outcome_counts(s)}; {s.get('mismatched', 0)} mismatched")
     return Group(*tables, foot, Text(numbers_legend(run), style="dim"))
 
 
 def grid_text(run: RunResult | Path | str, width: int = 120, color: bool = False, split: str | None = None) -> str:
     """The grid as text (ANSI colours when `color`), from a run or its directory: for terminals, logs and the pytest
     plugin's terminal summary. Never raises for a run without a length axis (rows are then the first axis)."""
-    from rich.console import Console
+    from harness.report.text import plain_console
 
     if not isinstance(run, RunResult):
         run, _ = load_run(Path(run))
     buf = StringIO()
-    console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
-                      no_color=not color, highlight=False, markup=False, emoji=False)
+    console = plain_console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
+                            no_color=not color)
     console.print(grid_renderable(run, split))
     return buf.getvalue()

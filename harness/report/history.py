@@ -19,10 +19,11 @@ from rich.text import Text
 
 from harness.analysis.history import CellHistory, History
 from harness.analysis.history_runs import TOTAL, Entry, Night
+from harness.report.escape import md_code, md_text
 from harness.report.html import COLOURS, _css
 from harness.report.markdown import BADGE
 from harness.report.style import STYLE, SYMBOL
-from harness.report.text import PlainTable
+from harness.report.text import PlainTable, literal
 from harness.units import fmt_seconds
 from harness.verdict import Outcome
 
@@ -89,40 +90,40 @@ def render_table(h: History) -> Group:
                       "—" if c.before is None else h.runs[c.before].run_id, _changes(c), _boot(c))
     parts: list = [table]
     for cid, why in h.missed():
-        parts.append(Text(f"MISSED {cid}: {why}", style="bold red"))
+        parts.append(literal(f"MISSED {cid}: {why}", style="bold red"))
     return Group(*parts)
 
 
 # ---------------------------------------------------------------- markdown
 
 
-def _esc(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def render_markdown(h: History) -> str:
+    """Every value a code span (ids) or escaped text (verdicts, what changed: argv and env as recorded, warnings):
+    harness.report.escape."""
     first, last = h.runs[0], h.runs[-1]
     lines = ["## History", "",
-             f"{len(h.runs)} runs from `{_esc(first.run_id)}` ({first.started_at:%Y-%m-%d}) to "
-             f"`{_esc(last.run_id)}` ({last.started_at:%Y-%m-%d}), oldest first; {GAP} not run, **✗** missed its "
+             f"{len(h.runs)} runs from {md_code(first.run_id)} ({first.started_at:%Y-%m-%d}) to "
+             f"{md_code(last.run_id)} ({last.started_at:%Y-%m-%d}), oldest first; {GAP} not run, **✗** missed its "
              "expectation.", ""]
     lines += ["| cell | nights | verdict | since | changed | boot time |", "|---|---|---|---|---|---|"]
     for c in h.cells:
         strip = "".join(GAP if e is None else BADGE.get(e.outcome, "?") + ("**✗**" if e.matched is False else "")
                         for e in c.entries)
         latest = c.latest
-        lines.append("| " + " | ".join([f"`{_esc(c.cell_id)}`", strip, _esc(latest.verdict if latest else "—"),
-                                         f"`{_esc(_since(h, c))}`", _esc(_changes(c)), _esc(_boot(c))]) + " |")
+        lines.append("| " + " | ".join([md_code(c.cell_id, in_table=True), strip,
+                                         md_text(latest.verdict if latest else "—"),
+                                         md_code(_since(h, c), in_table=True), md_text(_changes(c)),
+                                         md_text(_boot(c))]) + " |")
     lines.append("")
     told = [c for c in h.cells if c.before is not None or c.time_changes]
     if told:
-        lines += ["### What changed", ""] + [f"- {_esc(h.line(c))}" for c in told] + [""]
+        lines += ["### What changed", ""] + [f"- {md_text(h.line(c))}" for c in told] + [""]
     missed = h.missed()
     if missed:
-        lines += ["### Missed in the latest run", ""] + [f"- `{_esc(cid)}`: {_esc(why)}" for cid, why in missed]
+        lines += ["### Missed in the latest run", ""] + [f"- {md_code(cid)}: {md_text(why)}" for cid, why in missed]
         lines.append("")
     if h.warnings:
-        lines += ["### Not read as verdicts", ""] + [f"- {_esc(w)}" for w in h.warnings] + [""]
+        lines += ["### Not read as verdicts", ""] + [f"- {md_text(w)}" for w in h.warnings] + [""]
     return "\n".join(lines)
 
 

@@ -95,7 +95,8 @@ def markdown(run: RunResult) -> list[str]:
     """`### Memory`: the table, then what vLLM logged beside the measured steps; nothing when no cell has a curve."""
     if not has_memory(run):
         return []
-    esc = lambda s: s.replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    from harness.report.escape import md_text as esc
+
     header, rows = table_rows(run)
     lines = ["### Memory", ""]
     lines.append("| " + " | ".join(esc(h) for h in header) + " |")

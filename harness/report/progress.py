@@ -16,7 +16,8 @@ from harness.matrix.cells import Cell
 from harness.logfacts.timeline import Milestone, Milestones, phase_at, skipped
 from harness.predict.serve_flags import eager
 from harness.report.style import outcome_text
-from harness.report.text import PlainTable, plain_console
+from harness.report.escape import terminal
+from harness.report.text import PlainTable, literal, plain_console
 from harness.results.model import CellResult, RunResult
 from harness.units import fmt_seconds, fmt_tokens
 from harness.verdict import Outcome
@@ -100,7 +101,7 @@ class LiveProgress:
         return table
 
     def _say(self, text: str) -> None:
-        self.console.print(text, highlight=False, markup=False, emoji=False, soft_wrap=True)
+        self.console.print(literal(text), highlight=False, markup=False, emoji=False, soft_wrap=True)
 
     def cell_started(self, cell: Cell) -> None:
         self.reached.pop(cell.id, None)  # a retry starts its timeline again
@@ -146,14 +147,14 @@ def summary(run: RunResult, console: Console) -> RenderableType | str:
     for r in run.cells:
         need, cap, tokens = _numbers(r, axis)
         mark = {True: ("✓ ", "green"), False: ("✗ ", "red"), None: ""}[r.matched]
-        table.add_row(r.cell_id, outcome_text(r.outcome, _verdict(r)), Text.assemble(mark, _expected(r)), need, cap,
-                      tokens, fmt_seconds(r.timings.verdict_s), _longest(r))
+        table.add_row(r.cell_id, outcome_text(r.outcome, _verdict(r)), Text.assemble(mark, terminal(_expected(r))),
+                      need, cap, tokens, fmt_seconds(r.timings.verdict_s), _longest(r))
     return table
 
 
 def print_summary(run: RunResult, console: Console) -> None:
     shown = summary(run, console)
     if isinstance(shown, str):
-        console.print(shown, highlight=False, markup=False, emoji=False, soft_wrap=True)
+        console.print(literal(shown), highlight=False, markup=False, emoji=False, soft_wrap=True)
     else:
         console.print(shown)

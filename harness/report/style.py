@@ -9,6 +9,8 @@ from harness.verdict import Outcome
 if TYPE_CHECKING:
     from rich.text import Text
 
+    from harness.report.escape import terminal
+
 #: rich styles, by outcome (the grid shows them bold).
 STYLE: dict[Outcome, str] = {Outcome.booted: "green", Outcome.refused: "yellow", Outcome.crashed: "red",
                              Outcome.timeout: "magenta", Outcome.error: "bold red"}
@@ -17,10 +19,13 @@ SYMBOL: dict[Outcome, str] = {Outcome.booted: "●", Outcome.refused: "◐", Out
 
 
 def outcome_text(outcome: Outcome | str, label: str | None = None, *, bold: bool = False) -> Text:
-    """`label` (default: the outcome) in the outcome's colour, as Text: literal whatever the label holds."""
+    """`label` (default: the outcome) in the outcome's colour, as Text: literal whatever the label holds (its control
+    characters shown as escapes)."""
     from rich.text import Text
+
+    from harness.report.escape import terminal
 
     style = STYLE.get(outcome, "")
     if bold and style and "bold" not in style.split():
         style = f"bold {style}"
-    return Text(str(outcome) if label is None else label, style=style)
+    return Text(terminal(str(outcome) if label is None else label), style=style)

@@ -113,10 +113,11 @@ def markdown(run: RunResult) -> list[str]:
     header, rows = table_rows(run)
     if not rows:
         return []
-    esc = lambda s: s.replace("|", "\\|")  # noqa: E731
+    from harness.report.escape import md_text as esc
+
     lines = ["### Boot timeline", ""]
     if (d := dominant(run)) is not None:
-        lines += [d, ""]
+        lines += [esc(d), ""]
     lines.append("| " + " | ".join(esc(h) for h in header) + " |")
     lines.append("|:---|:---|---:|:---|" + "---:|" * (len(header) - 4))
     lines += ["| " + " | ".join(esc(v) for v in row) + " |" for row in rows]

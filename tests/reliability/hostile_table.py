@@ -42,6 +42,11 @@ CLASSES = [
      "FP8/int8/auto/fp16 checkpoints, `num_hidden_layers: 1e9`, `--available-gib 1e400`, `--block-size 10**30`, "
      "`repro --port 70000`, `compare --tolerance nan`, `--length-axis nope`, `plan --vllm-version x`, `plan --from` "
      "another matrix, `merge --matrix missing.yaml`, records with -1/0/huge lengths"),
+    # issue 39 (4, 5); against 33569ba (the commit before its fix) 8 of its 37 cases held
+    ("test_hostile_output.py", "drives a terminal or a rendered page: output of every command",
+     "`<script>`, `<img onerror>`, `<details open>`, `[l](javascript:…)`, a backtick, `|`, OSC 0 and OSC 8, SGR "
+     "blink, BEL, CR, C1 in axis values, env, argv, paths, log names, run and cell ids, axis keys, matrix name, "
+     "runtime, memory phases, scheduler variables: every command's terminal output, errors, markdown, shell lines"),
 ]
 
 #: The cases held by the harness of main before the fixes (0d5ff7a), of those tried there (2026-12-04): `--before
