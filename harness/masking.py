@@ -10,8 +10,8 @@ shell command string (`sh -c "HF_TOKEN=… vllm …"`).
 Masking is by value: every secret found is replaced wherever it appears, in any string (another env value, argv, the
 server's log and its tail, a record's every field, an error message), so a secret the server echoes is masked too,
 re-encoded as servers and libraries echo one (`Masker` lists the encodings): JSON- or backslash-escaped, URL-encoded,
-`\\uXXXX`-escaped, split by ANSI codes, in any case, base64 (alone or inside a longer base64, `user:secret`), hex, cut to
-a prefix of at least MIN_PREFIX characters, or split across lines of a log (`Masker.lines`).
+`\\uXXXX`-escaped, split by ANSI codes, in any case, base64 (alone or inside a longer base64, `user:secret`), hex,
+cut to a prefix of at least MIN_PREFIX characters, or split across lines of a log (`Masker.lines`).
 """
 
 from __future__ import annotations
@@ -202,10 +202,16 @@ def _b64_pieces(secret: str) -> set[str]:
     return out
 
 
+def _is_path(secret: str) -> bool:
+    """A file's path under a secret's name (`GOOGLE_APPLICATION_CREDENTIALS=/home/me/key.json`) is masked whole only:
+    its prefix is a folder that every other path in the log shares."""
+    return secret.startswith(("/", "./", "../", "~/"))
+
+
 def _secret_pattern(secret: str) -> str:
     """The secret's first MIN_PREFIX characters (all of a shorter one), each in any form, ANSI codes or line breaks
     between them, then as many more of its characters as follow: a prefix, the whole secret, or a little past it."""
-    head = min(len(secret), MIN_PREFIX)
+    head = len(secret) if _is_path(secret) else min(len(secret), MIN_PREFIX)
     out = _FILLER.join(_unit(c) for c in secret[:head])
     if secret[head:]:
         out += f"(?:{_FILLER}{_unit(secret[head:])})*"

@@ -6,8 +6,8 @@ import math
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PrivateAttr, Tag, ValidationInfo,
-                      field_validator, model_validator)
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PrivateAttr, Tag,
+                      ValidationInfo, field_validator, model_validator)
 
 from harness.verdict.catalogue import OutcomeName, ReasonName, check_reason
 

@@ -277,7 +277,7 @@ class FakeRuntime:
         return FakeServer(cell, script, on_line, self.clock)
 
     def command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> list[str]:
-        """Printed as the real runtimes print theirs: a secret is a reference to the variable that holds it, or `***`."""
+        """Printed as the real runtimes print theirs: a secret is a reference to the variable holding it, or `***`."""
         return secret_safe_command({}, ["fake-vllm", *cell.server_args, "--port", str(host_port)], os.environ)
 
     def planned_command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> tuple[list[str], list[str]]:

@@ -207,3 +207,11 @@ def test_an_echo_is_masked_in_the_log_the_record_and_the_output(echo_run, name):
                                  "output": printed}.items()}
     assert {k: v for k, v in found.items() if v} == {}
     assert "***" in log and "***" in tail, log
+
+
+def test_a_secret_that_is_a_path_is_masked_whole_and_its_folder_stays():
+    """A key file's path under a secret's name: the path is masked, other paths in its folder are the log's own."""
+    from harness.masking import Masker
+
+    line = Masker(["/home/user/creds.json"])("loading /home/user/models/m from /home/user/creds.json")
+    assert line == "loading /home/user/models/m from ***"
