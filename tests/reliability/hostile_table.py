@@ -60,7 +60,7 @@ BEFORE: dict[str, tuple[int, int]] = {
     "test_hostile_matrix.py": (8, 71),
     "test_hostile_secrets.py": (0, 33),
     "test_hostile_values.py": (29, 81),
-    "test_hostile_echoes.py": (0, 28),  # round two (issue 39): its harness files as of 33569ba, MIN_PREFIX added
+    "test_hostile_echoes.py": (1, 29),  # round two (issue 39): its harness files as of 33569ba, MIN_PREFIX added
 }
 #: Cases never run against the old harness (it would have damaged this machine): -k expression.
 UNSAFE_BEFORE = "not (markdown-to-dev-full or markdown-to-a-link-to-dev-full or html-to-dev-null)"
