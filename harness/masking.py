@@ -8,16 +8,23 @@ parser reads a flag (`--api_key`, `--api-key=V`, the unique prefix `--api-k`, th
 shell command string (`sh -c "HF_TOKEN=… vllm …"`).
 
 Masking is by value: every secret found is replaced wherever it appears, in any string (another env value, argv, the
-server's log and its tail, a record's every field, an error message), so a secret the server echoes is masked too.
+server's log and its tail, a record's every field, an error message), so a secret the server echoes is masked too,
+re-encoded as servers and libraries echo one (`Masker` lists the encodings): JSON- or backslash-escaped, URL-encoded,
+`\\uXXXX`-escaped, split by ANSI codes, in any case, base64 (alone or inside a longer base64, `user:secret`), hex,
+cut to a prefix of at least MIN_PREFIX characters, or split across lines of a log (`Masker.lines`).
 """
 
 from __future__ import annotations
 
+import base64
+import functools
 import json
 import os
 import re
 import shlex
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -132,13 +139,131 @@ def secret_values(env: Mapping[str, str] | None = None, argv: Iterable[str] = ()
     return {v for v in values if len(v) >= _MIN_LEN}
 
 
+#: A secret cut short is masked from this many characters on (a shorter secret: whole): a server that shows
+#: `sk-live-ab…` shows at most MIN_PREFIX - 1 of its characters. Eight is the length at which a prefix of a random
+#: key starts to narrow it down, and short enough that no key is ever shown whole by its prefix rule (`_MIN_LEN` is 4).
+MIN_PREFIX = 8
+#: What may come between two characters of an echoed secret: an ANSI escape (SGR colours, any CSI, OSC) and a line
+#: break (a record's tail, an error of several lines; a log's lines are joined by `Masker.lines`).
+_FILLER = r"(?:\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\r|\n)*"
+_ENTITIES = {"&": "amp", "<": "lt", ">": "gt", '"': "quot", "'": "(?:apos|#39)"}
+#: An escape that may stand for a character of a secret (`_forms`): a line with one is searched with the full pattern.
+_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}|&#?[0-9A-Za-z]+;")
+
+
+def _escaped(text: str, plus: bool) -> bool:
+    """Whether `text` holds a backslash, an ANSI escape, a line break, a `%XX`, an HTML entity (or a `+`, when a
+    secret has a space): str scans first, the regex only where a `%` or `&` is."""
+    return ("\\" in text or "\x1b" in text or "\n" in text or "\r" in text or (plus and "+" in text)
+            or (("%" in text or "&" in text) and _ESCAPE.search(text) is not None))
+
+
+def _forms(c: str) -> list[str]:
+    """Patterns of one character of a secret as it may be echoed: itself (case is the regex's), `\\uXXXX` (JSON, JS,
+    Python), `\\xXX`, `%XX` per UTF-8 byte (URLs), an HTML entity, and a backslash-escaped punctuation mark (JSON's
+    `\\"`, `\\/`, a shell's `\\$`)."""
+    o = ord(c)
+    forms = [re.escape(c)]
+    if o < 0x10000:
+        forms.append(r"\\u%04x" % o)
+    else:
+        hi, lo = 0xD800 + ((o - 0x10000) >> 10), 0xDC00 + ((o - 0x10000) & 0x3FF)
+        forms.append(r"\\u%04x\\u%04x" % (hi, lo))
+    if o < 0x100:
+        forms.append(r"\\x%02x" % o)
+    forms.append("".join("%%%02x" % b for b in c.encode()))
+    forms.append("&#0*%d;|&#x0*%x;" % (o, o))
+    if c in _ENTITIES:
+        forms.append(f"&{_ENTITIES[c]};")
+    if not c.isalnum():
+        forms.append(r"\\+" + re.escape(c))
+    if c == " ":
+        forms.append(r"\+")
+    return forms
+
+
+def _unit(chars: str) -> str:
+    """One character of `chars`, in any of its forms: the plain ones as one class (fast), the escapes after."""
+    plain = "".join(sorted({re.escape(c) for c in chars}))
+    escapes = sorted({f for c in set(chars) for f in _forms(c)[1:]})
+    return "(?:[" + plain + "]|" + "|".join(escapes) + ")"
+
+
+def _b64_pieces(secret: str) -> set[str]:
+    """The base64 characters that the secret's bytes alone decide, at each of the three alignments it may have inside
+    a longer base64 (`user:secret` in Basic auth) or alone; in both alphabets (standard and URL-safe)."""
+    raw = secret.encode()
+    out = set()
+    for shift in range(3):
+        enc = base64.b64encode(b"\0" * shift + raw).decode()
+        piece = enc[-(-8 * shift // 6): 8 * (shift + len(raw)) // 6]
+        if len(piece) >= _MIN_LEN:
+            out |= {piece, piece.translate(str.maketrans("+/", "-_"))}
+    return out
+
+
+def _is_path(secret: str) -> bool:
+    """A file's path under a secret's name (`GOOGLE_APPLICATION_CREDENTIALS=/home/me/key.json`) is masked whole only:
+    its prefix is a folder that every other path in the log shares."""
+    return secret.startswith(("/", "./", "../", "~/"))
+
+
+def _secret_pattern(secret: str) -> str:
+    """The secret's first MIN_PREFIX characters (all of a shorter one), each in any form, ANSI codes or line breaks
+    between them, then as many more of its characters as follow: a prefix, the whole secret, or a little past it."""
+    head = len(secret) if _is_path(secret) else min(len(secret), MIN_PREFIX)
+    out = _FILLER.join(_unit(c) for c in secret[:head])
+    if secret[head:]:
+        out += f"(?:{_FILLER}{_unit(secret[head:])})*"
+    literal = [re.escape(p) for p in sorted(_b64_pieces(secret), key=len, reverse=True)]
+    return "|".join([out, *(f"(?-i:{p})" for p in literal), re.escape(raw_hex(secret))])
+
+
+def raw_hex(secret: str) -> str:
+    return secret.encode().hex()
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    rx: re.Pattern[str]
+    #: Lower-cased literals one of which a line without escapes holds if it holds a secret: each secret's first
+    #: MIN_PREFIX characters, the start of each base64 piece (both alphabets) and of its hex. Searched one by one:
+    #: `str.__contains__` beats one alternation whose first characters are every letter and digit.
+    anchors: tuple[str, ...]
+    #: An anchor that a line break splits has at most this many characters on either side of it.
+    edge: int
+    #: How far back an escaped echo split across lines may begin: the longest a secret's encoding plausibly is.
+    reach: int
+    plus: bool
+
+    def anchored(self, text: str) -> bool:
+        low = text.lower()
+        for a in self.anchors:
+            if a in low:
+                return True
+        return False
+
+
+@functools.lru_cache(maxsize=64)
+def _compile(values: tuple[str, ...]) -> _Compiled:
+    rx = re.compile("|".join(_secret_pattern(v) for v in values), re.IGNORECASE)
+    anchors = {v[:MIN_PREFIX].lower() for v in values} | {raw_hex(v)[:2 * MIN_PREFIX] for v in values}
+    anchors |= {p[:MIN_PREFIX].lower() for v in values for p in _b64_pieces(v)}
+    longest = max(map(len, values))
+    return _Compiled(rx, tuple(sorted(anchors)), max(map(len, anchors)) - 1, min(12 * longest + 64, 8192),
+                     any(" " in v for v in values))
+
+
 class Masker:
-    """Replaces every known secret value in text. By value only: it runs on every line of a server's log, which may be
-    hundreds of megabytes; the patterns (`embedded_secrets`) find the secrets in what the cell is given."""
+    """Replaces every known secret value in text, in every encoding a server may echo it in (see `_forms`, `_FILLER`,
+    `_b64_pieces`, MIN_PREFIX), with MASK. By value only: it runs on every line of a server's log, which may be
+    hundreds of megabytes; the patterns (`embedded_secrets`) find the secrets in what the cell is given. The hot path
+    is one scan of a literal alternation over the lower-cased line (no secret's first characters, no escape: the line
+    is returned as it is); only a line that has one is searched with the full pattern."""
 
     def __init__(self, values: Iterable[str] = ()):
         self._values: set[str] = set()
-        self._rx: re.Pattern[str] | None = None
+        self._c: _Compiled | None = None
         self.learn(values)
 
     def learn(self, values: Iterable[str]) -> None:
@@ -146,15 +271,31 @@ class Masker:
         new = {v for v in values if len(v) >= _MIN_LEN} - self._values
         if new:
             self._values |= new
-            vals = sorted(self._values, key=len, reverse=True)
-            self._rx = re.compile("|".join(re.escape(v) for v in vals))
+            self._c = _compile(tuple(sorted(self._values, key=lambda v: (-len(v), v))))
+
+    @property
+    def compiled(self) -> _Compiled | None:
+        return self._c
+
+    def _maybe(self, text: str) -> bool:
+        """Whether `text` may hold a secret: it has an escape, or (lower-cased) one of the anchors; else the full
+        pattern cannot match (unescaped, a secret's first MIN_PREFIX characters are in a row)."""
+        c = self._c
+        assert c is not None
+        return not text.isascii() or _escaped(text, c.plus) or c.anchored(text)
 
     def known(self, text: str) -> bool:
         """Whether `text` holds a secret this masker knows of."""
-        return bool(self._rx and self._rx.search(text))
+        return self._c is not None and self._maybe(text) and self._c.rx.search(text) is not None
 
     def __call__(self, text: str) -> str:
-        return self._rx.sub(MASK, text) if self._rx is not None else text
+        if self._c is None or not self._maybe(text):
+            return text
+        return self._c.rx.sub(MASK, text)
+
+    def lines(self) -> LineMasker:
+        """A masker for the lines of one log, in order: an echo split across lines is masked on each of them."""
+        return LineMasker(self)
 
     @property
     def values(self) -> frozenset[str]:
@@ -212,6 +353,48 @@ class Masker:
         """Secret-looking keys masked whole, and known secrets masked inside every other value."""
         self.learn(secret_values(env, ()))
         return {k: self(v) for k, v in mask_env(env).items()}
+
+
+class LineMasker:
+    """Masks a log line by line as if its lines were one text: the part of a secret the server split across lines (a
+    wrapped line, a secret printed in pieces) is masked on the line it continues on; the part on the earlier line was
+    masked there when it was MIN_PREFIX characters or more. It keeps the last lines (raw: never written anywhere) up
+    to `reach` characters, and whether they may start a secret; a line that continues none costs what a line alone
+    does, its first characters looked at with the end of the line before."""
+
+    def __init__(self, masker: Masker):
+        self._masker = masker
+        self._before: deque[str] = deque()
+        self._kept = 0
+        #: Whether the lines kept hold an escape or an anchor: a secret may start in them and go on in the next line.
+        self._suspect = False
+
+    def _tail(self, n: int) -> str:
+        """The last `n` characters of the lines kept, run together (the log's line breaks are not the secret's)."""
+        last = self._before[-1] if self._before else ""
+        if len(last) >= n:
+            return last[-n:]
+        return "".join(self._before)[-n:]
+
+    def __call__(self, line: str) -> str:
+        c = self._masker.compiled
+        if c is None:
+            return line
+        edge = self._tail(c.edge) if self._before else ""
+        escaped = not line.isascii() or _escaped(line, c.plus)
+        anchored = c.anchored(edge + line)
+        out = c.rx.sub(MASK, line) if escaped or anchored else line
+        if self._before and (self._suspect or escaped or anchored):
+            tail = self._tail(c.reach)
+            ends = [m.end() for m in c.rx.finditer(tail + line[: c.reach]) if m.start() < len(tail) < m.end()]
+            if ends:
+                out = MASK + self._masker(line[max(ends) - len(tail):])
+        self._suspect = escaped or anchored or (self._suspect and len(line) < c.reach)
+        self._before.append(line)
+        self._kept += len(line)
+        while self._kept - len(self._before[0]) >= c.reach:
+            self._kept -= len(self._before.popleft())
+        return out
 
 
 def _restore(masked: Any, original: Any, loc: tuple) -> None:

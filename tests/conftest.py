@@ -73,6 +73,7 @@ LANES = {
 #: is the longest lane).
 FREE = ("tests/reliability/test_hostile_files.py", "tests/reliability/test_hostile_matrix.py",
         "tests/reliability/test_hostile_secrets.py", "tests/reliability/test_hostile_values.py",
+        "tests/reliability/test_hostile_echoes.py",
         "tests/reliability/test_hostile_table.py", "tests/reliability/test_flag_spellings_read.py",
         "tests/reliability/test_bad_input.py", "tests/reliability/test_fuzz.py", "tests/reliability/test_secrets.py",
         "tests/reliability/test_teardown.py", "tests/reliability/test_stacks.py",

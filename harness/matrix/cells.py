@@ -1,7 +1,8 @@
 """From a matrix to its cells: the product of the axes less `exclude`, each with a stable id, argv, env and expectation.
 
-Ids are built from axis values, never positions, so adding a value to one axis leaves every other cell's id (and its
-results, and the nightly comparison) untouched. Ids avoid `=`, `,` and spaces so they work in `pytest -k` and `--select`.
+Ids are built from axis value names, never positions, so adding a value to one axis leaves every other cell's id (and
+its results, and the nightly comparison) untouched; a value that is a secret is named for its place on its axis
+(harness.matrix.secret_names), never for itself. Ids avoid `=`, `,` and spaces so they work in `pytest -k` and `--select`.
 """
 
 from __future__ import annotations
@@ -286,6 +287,8 @@ def select_cells(cells: list[Cell], exprs: list[str] | None, matrix: Matrix, sou
                 axis, _, names = term.partition("=")
                 axis = axis.strip()
                 wanted = [v.strip() for v in names.split("|")]
+                if axis.strip() in matrix.axes:  # a secret written out selects its value by its name
+                    wanted = [matrix.axes[axis.strip()].name_of(v) for v in wanted]
                 if not all(wanted):
                     raise SelectionError(source, axis, f"{term!r} has an empty value (values are joined by single "
                                                        "'|')")

@@ -305,8 +305,11 @@ def _parse(raw_text: str, file: str, environ: Mapping[str, str] | None,
                                          "name can") for path in _nul_paths(data)]
     if problems:
         raise ConfigErrors.of(problems)
+    # The run's masker reads this environment: a secret-named variable shown as `<NAME>` is a secret there too, so a
+    # value it fills gets the same name in `cells` as in `run`.
+    masked_env = {**(os.environ if environ is None else environ), **{n: f"<{n}>" for n in names}}
     try:
-        return Matrix.model_validate(data), names
+        return Matrix.model_validate(data, context={"environ": masked_env}), names
     except ValidationError as exc:
         raise ConfigErrors.of([ConfigError(file, loc, msg) for loc, msg in _errors(exc)]) from None
 

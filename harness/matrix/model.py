@@ -6,8 +6,8 @@ import math
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, ValidationInfo,
-                      field_validator, model_validator)
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PrivateAttr, Tag,
+                      ValidationInfo, field_validator, model_validator)
 
 from harness.verdict.catalogue import OutcomeName, ReasonName, check_reason
 
@@ -138,7 +138,39 @@ class Fragment(_Strict):
         return [k for k in ("image", "patches", "mounts") if getattr(self, k)]
 
 
-class FlagAxis(_Strict):
+class _Named(_Strict):
+    """Value names: as written, except a secret's (harness.matrix.secret_names), which the matrix sets once it is
+    whole: ids, `axes` in records and selectors all use the name; only the fragment holds the secret."""
+
+    _renamed: dict[str, str] = PrivateAttr(default_factory=dict)
+    _written: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def _written_values(self) -> list[str]:
+        raise NotImplementedError
+
+    def _fragment_of(self, written: str) -> Fragment:
+        raise NotImplementedError
+
+    def rename(self, renamed: dict[str, str]) -> None:
+        self._renamed = dict(renamed)
+        self._written = {name: written for written, name in renamed.items()}
+
+    def value_names(self) -> list[str]:
+        return [self._renamed.get(v, v) for v in self._written_values()]
+
+    def name_of(self, written: str) -> str:
+        """The name of a value given as written (a secret in a selector): its name; any other text: itself."""
+        return self._renamed.get(written, written)
+
+    def fragment(self, value: str) -> Fragment:
+        return self._fragment_of(self._written.get(value, value))
+
+    def written(self) -> list[tuple[str, list[str], dict[str, str]]]:
+        """(value as written, its args, its env) of each value: what secret_names reads."""
+        return [(v, (f := self._fragment_of(v)).args, f.env) for v in self._written_values()]
+
+
+class FlagAxis(_Named):
     """An axis that passes `flag value` for each value, e.g. `--max-model-len 131072`."""
 
     flag: str
@@ -155,24 +187,24 @@ class FlagAxis(_Strict):
             raise ValueError("must be a command-line flag starting with '-'")
         return v
 
-    def value_names(self) -> list[str]:
+    def _written_values(self) -> list[str]:
         return list(self.values)
 
-    def fragment(self, value: str) -> Fragment:
-        return Fragment(args=[self.flag, value])
+    def _fragment_of(self, written: str) -> Fragment:
+        return Fragment(args=[self.flag, written])
 
 
-class NamedAxis(_Strict):
+class NamedAxis(_Named):
     """An axis whose values are named fragments, e.g. `mtp: {off: {}, mtp4: {args: [...]}}`."""
 
     values: dict[str, Fragment] = Field(min_length=1)
     label: str | None = Field(None, pattern=_LABEL)
 
-    def value_names(self) -> list[str]:
+    def _written_values(self) -> list[str]:
         return list(self.values)
 
-    def fragment(self, value: str) -> Fragment:
-        return self.values[value]
+    def _fragment_of(self, written: str) -> Fragment:
+        return self.values[written]
 
 
 def _axis_kind(raw: Any) -> str:
@@ -362,6 +394,31 @@ class Matrix(_Strict):
                 axes[str(name)] = raw
             data = {**data, "axes": axes}
         return data
+
+    @model_validator(mode="after")
+    def _secret_names(self, info: ValidationInfo) -> Matrix:
+        """Secret values get names (harness.matrix.secret_names); a selector that writes one is read as its name.
+        The environment is the one the run's masker reads: the validation context's `environ`, else os.environ."""
+        import os
+
+        from harness.matrix.secret_names import secret_names
+
+        environ = (info.context or {}).get("environ") if info.context else None
+        args = [*self.command, *(self.entrypoint or []), *(["--model", self.model] if self.model else []), *self.args]
+        names = secret_names(args, self.env, {n: a.written() for n, a in self.axes.items()},
+                             os.environ if environ is None else environ)
+        if names:
+            for axis, renamed in names.items():
+                self.axes[axis].rename(renamed)
+            object.__setattr__(self, "exclude", [self._named(s) for s in self.exclude])
+            object.__setattr__(self, "expect", [r.model_copy(update={"where": self._named(r.where)})
+                                                for r in self.expect])
+        return self
+
+    def _named(self, selector: Selector) -> Selector:
+        def name(axis: str, v: str) -> str:
+            return self.axes[axis].name_of(v) if axis in self.axes else v
+        return {a: [name(a, v) for v in vs] if isinstance(vs, list) else name(a, vs) for a, vs in selector.items()}
 
     def axis_values(self) -> dict[str, list[str]]:
         return {name: axis.value_names() for name, axis in self.axes.items()}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -31,6 +32,7 @@ from harness.memory.probe import Limit, MemoryProbe, ProbeFailed, Reading
 from harness.runtime.records import AppliedPatch, ContainerInfo
 from harness.runtime.base import CellContext, LineSink, read_host_file
 from harness.runtime.ports import HOST
+from harness.shell import secret_safe_command
 
 _HEADER = "(EngineCore pid=1) {level} 12-01 10:00:{sec:02d} [fake.py:1] "
 
@@ -275,7 +277,8 @@ class FakeRuntime:
         return FakeServer(cell, script, on_line, self.clock)
 
     def command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> list[str]:
-        return ["fake-vllm", *cell.server_args, "--port", str(host_port)]
+        """Printed as the real runtimes print theirs: a secret is a reference to the variable holding it, or `***`."""
+        return secret_safe_command({}, ["fake-vllm", *cell.server_args, "--port", str(host_port)], os.environ)
 
     def planned_command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> tuple[list[str], list[str]]:
         return self.command_line(cell, ctx, host_port), []

@@ -23,7 +23,8 @@ class LogSink:
                  echo: Callable[[str], None] | None = None):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._mask = masker
+        #: Masks each line as the log's next: a secret split across lines is masked on both (harness.masking).
+        self._mask = masker.lines()
         self._file = path.open("w", encoding="utf-8", errors="replace")
         self._tail: deque[str] = deque(maxlen=tail_lines)
         self._echo = echo
