@@ -82,7 +82,8 @@ def write_nights(where: Path, nights: int, cells: int, samples: int = 0) -> None
                 "timeline": Timeline(milestones=ms, durations=Durations(weights_load_s=weights, engine_init_s=25.0)),
                 "memory": memory_curve(samples, weights) if samples else None}))
         run = make_run(f"nightly-{n:03d}", records, "nightly")
-        write_run(run.model_copy(update={"started_at": _T0 + timedelta(days=n)}), where)
+        # the last night at _T0, the others before it: a start past this host's clock would be skipped as future
+        write_run(run.model_copy(update={"started_at": _T0 - timedelta(days=nights - 1 - n)}), where)
 
 
 def measure(where: Path) -> None:

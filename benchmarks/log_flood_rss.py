@@ -48,14 +48,15 @@ def main() -> int:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     growth = got["peak_rss_mb"] - base["peak_rss_mb"]
-    rate = got["log_mb"] / got["wall_s"]
+    rate = got["written_mb"] / got["wall_s"]
     print(f"runtime {args.runtime}, flood {args.mb:g} MB{f' of {args.line_kb:g} KiB lines' if args.line_kb else ''} "
           f"while {'booting' if args.when == 'boot' else 'probing'}"
           f"{f' (probe takes {args.probe_delay:g} s)' if args.probe_delay else ''}")
     print(f"baseline (0 MB): peak RSS {base['peak_rss_mb']:.1f} MB, {base['outcome']}")
     print(f"flood:           peak RSS {got['peak_rss_mb']:.1f} MB (+{growth:.1f} MB), {got['outcome']}, "
           f"verdict at {got['verdict_s']:.1f} s")
-    print(f"log written: {got['log_mb']:.0f} MB in {got['wall_s']:.1f} s ({rate:.1f} MB/s recorded)")
+    print(f"log written: {got['written_mb']:.0f} MB in {got['wall_s']:.1f} s ({rate:.1f} MB/s taken), "
+          f"{got['log_mb']:.1f} MB saved (log_max_mb), {got['skimmed_lines']:,} lines only skimmed")
     ok = got["peak_rss_mb"] <= LIMIT_MB and got["outcome"] == "booted/ready"
     print(f"{'PASS' if ok else 'FAIL'}: peak RSS {got['peak_rss_mb']:.1f} MB, limit {LIMIT_MB:g} MB")
     return 0 if ok else 1

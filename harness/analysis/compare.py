@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 from harness.analysis.kv import (
     GIB,
@@ -32,6 +33,7 @@ from harness.analysis.timing import DEFAULT_TIME_TOLERANCE, TimeChange, TimeTole
 from harness.units import KIB, MIB, fmt_bytes
 from harness.errors import UsageError
 from harness.results.model import CellResult, RunResult
+from harness.results.store import now as wall_now
 from harness.verdict import Outcome
 
 DEFAULT_AXIS = "image"
@@ -371,10 +373,28 @@ def _expect(c: CellResult) -> str:
     return f"expected {c.expected.outcome}" + (f" ({c.expected.reason})" if c.expected.reason else "")
 
 
+def order_notes(a: RunResult, b: RunResult, now: datetime) -> list[str]:
+    """What a reader of "A then B" must know about the runs' recorded starts: B is compared as the later night
+    because it was given second, whatever its start says, and a start in the future says nothing of when it ran."""
+    from harness.analysis.history_runs import future
+
+    notes = [f"run {r.run_id} started {r.started_at:%Y-%m-%d %H:%M}, {ahead} after this host's clock: a start in "
+             "the future (a wrong clock or an edited record) says nothing of when it ran"
+             for r in (a, b) if (ahead := future(r.started_at, now)) is not None]
+    if _utc(b.started_at) < _utc(a.started_at):
+        notes.append(f"B ({b.run_id}) started before A ({a.run_id}): compared as given, A then B")
+    return notes
+
+
+def _utc(t: datetime) -> datetime:
+    return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
+
+
 def compare_runs(a: RunResult, b: RunResult, tolerance: float = DEFAULT_TOLERANCE,
                  time_tolerance: TimeTolerance = DEFAULT_TIME_TOLERANCE,
-                 memory_tolerance: MemoryTolerance = DEFAULT_MEMORY_TOLERANCE) -> RunDiff:
+                 memory_tolerance: MemoryTolerance = DEFAULT_MEMORY_TOLERANCE, now: datetime | None = None) -> RunDiff:
     diff = RunDiff(a.run_id, b.run_id, tolerance, time_tolerance=time_tolerance, memory_tolerance=memory_tolerance)
+    diff.notes += order_notes(a, b, wall_now() if now is None else now)
     if a.matrix.sha256 != b.matrix.sha256:
         diff.notes.append(f"the runs used different matrix files ({a.matrix.name} {a.matrix.sha256[:12]}…, "
                           f"{b.matrix.name} {b.matrix.sha256[:12]}…): cells are matched by id")

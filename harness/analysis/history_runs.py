@@ -4,10 +4,11 @@ where it can take the run, else by `load_run` itself, which names what is wrong 
 kept only as the few facts a history needs per cell, so a year of nights fits in memory.
 
 Bad input is decided per case (docs/history.md, "Bad input"): a run that cannot be read (a results.json cut short,
-a newer schema, a damaged cell file, a negative boot time) or a second run with an id already read is *skipped with
-a warning* naming its path — one broken night neither hides the others nor goes unsaid; a shard run that a merged
-run in the history already holds is skipped with a note; a run still `running` or `interrupted` is *kept and
-marked* (shown, never read as a verdict). A path that does not exist, paths holding no run at all, or runs of
+a newer schema, a damaged cell file, a negative boot time), a second run with an id already read, or a run whose
+recorded start is in the future (past this host's clock by more than FUTURE_SKEW: it would pass for the latest
+night) is *skipped with a warning* naming its path — one broken night neither hides the others nor goes unsaid; a
+shard run that a merged run in the history already holds is skipped with a note; a run still `running` or
+`interrupted` is *kept and marked* (shown, never read as a verdict). A path that does not exist, paths holding no run at all, or runs of
 different matrices are *refused* (exit 2): no history can be told from them. One leniency, deliberate: a memory
 curve's samples are not read (harness.analysis.history_read), so what is wrong inside them is `check`'s to say.
 """
@@ -19,20 +20,24 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from harness.analysis.history_read import read_run
 from harness.errors import ConfigError, FileRefused, UsageError
 from harness.logfacts.timeline import ORDER, PHASES, Milestone
 from harness.results.model import SCHEMA_VERSION, CellResult, RunResult, RunStatus
-from harness.results.store import load_run
+from harness.results.store import load_run, now as wall_now
 from harness.verdict import Reason
 
 TOTAL = "total"
 """The phase name of a whole boot (the verdict time), beside the timeline's phases."""
 
 Warn = Callable[[str], None]
+
+#: How far past this host's clock a run's recorded start may be and still take its place among the nights: two
+#: hosts' clocks differ by seconds to minutes, never by hours.
+FUTURE_SKEW = timedelta(minutes=10)
 
 
 @dataclass(frozen=True)
@@ -202,15 +207,15 @@ def _no_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
-def read_nights(paths: Iterable[Path], warn: Warn) -> list[Night]:
-    """The runs under `paths` in the order they started (never argument order); see the module's doc for what is
-    skipped, kept or refused."""
+def read_nights(paths: Iterable[Path], warn: Warn, now: Callable[[], datetime] = wall_now) -> list[Night]:
+    """The runs under `paths` in the order they started as recorded (never argument order, a folder's name or its
+    time); see the module's doc for what is skipped, kept or refused. `now`: this host's clock (aware UTC)."""
     given = list(paths)
     dirs = run_dirs(given)
     if not dirs:
         raise UsageError(f"{' '.join(map(str, given))}: no run directory (a folder holding results.json) found")
     with _no_cycle_collection():
-        nights = _read(dirs, warn)
+        nights = _read(dirs, warn, now())
     if not nights:
         raise UsageError(f"{' '.join(map(str, given))}: no run could be read (each is named above)")
     matrices: dict[str, Night] = {}
@@ -235,8 +240,9 @@ def night_of(d: Path) -> Night | str:
                  tuple(src.run_id for src in run.merged_from))
 
 
-def _read(dirs: list[Path], warn: Warn) -> dict[str, Night]:
-    """Each run directory read, by run id: those that cannot be, repeated ids and merged shards left out, said."""
+def _read(dirs: list[Path], warn: Warn, now: datetime) -> dict[str, Night]:
+    """Each run directory read, by run id: those that cannot be, repeated ids, runs from the future and merged
+    shards left out, said."""
     nights: dict[str, Night] = {}
     merged_into: dict[str, str] = {}
     for d in dirs:
@@ -247,6 +253,11 @@ def _read(dirs: list[Path], warn: Warn) -> dict[str, Night]:
         if n.run_id in nights:
             warn(f"{d}: skipped: run id {n.run_id} was already read from {nights[n.run_id].path}")
             continue
+        if (ahead := future(n.started_at, now)) is not None:
+            warn(f"{d}: skipped: run {n.run_id} started {_utc(n.started_at):%Y-%m-%d %H:%M:%S} UTC, {ahead} after "
+                 "this host's clock: a start in the future would pass for the latest night (a wrong clock or an "
+                 "edited record)")
+            continue
         for src in n.merged_from:
             merged_into[src] = n.run_id
         if not n.counts:
@@ -256,6 +267,15 @@ def _read(dirs: list[Path], warn: Warn) -> dict[str, Night]:
         warn(f"{nights[rid].path}: skipped: shard run {rid} is part of merged run {merged_into[rid]}")
         del nights[rid]
     return nights
+
+
+def future(started_at: datetime, now: datetime) -> str | None:
+    """How far `started_at` lies past `now` beyond the clocks' allowed skew, said (`3 days`); None when it does not."""
+    ahead = _utc(started_at) - _utc(now)
+    if ahead <= FUTURE_SKEW:
+        return None
+    days, minutes = ahead.days, int(ahead.total_seconds() // 60)
+    return f"{days:,} days" if days >= 2 else f"{minutes // 60} h" if minutes >= 120 else f"{minutes} min"
 
 
 def _utc(t: datetime) -> datetime:

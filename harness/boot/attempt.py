@@ -87,7 +87,8 @@ class Attempt:
 
 def watch_config(loaded: LoadedMatrix, timeout_s: float | None = None) -> WatchConfig:
     m = loaded.matrix
-    return WatchConfig(timeout_s=m.timeout_s if timeout_s is None else timeout_s, probe=m.probe, linger_s=m.linger_s)
+    return WatchConfig(timeout_s=m.timeout_s if timeout_s is None else timeout_s, probe=m.probe, linger_s=m.linger_s,
+                       log_max_bytes=None if m.log_max_mb is None else int(m.log_max_mb * 2**20))
 
 
 @dataclass
@@ -122,7 +123,7 @@ class CellRunner:
                           mark=timeline.mark, compile_cache=cache.path if cache else None,
                           labels={"boot-harness.run": self.store.run.run_id, "boot-harness.cell": cell.id},
                           gpu_ids=None if gpus is None or not attempt.assigned else [g.id or str(g.index) for g in gpus])
-        sink = LogSink(self.store.log_path(cell.id), masker, echo=self.echo)
+        sink = LogSink(self.store.log_path(cell.id), masker, echo=self.echo, max_bytes=self.config.log_max_bytes)
         events = ThreadedEvents(self.clock)
         server: Server | None = None
         sampler: MemorySampler | None = None
@@ -213,7 +214,7 @@ class CellRunner:
             kv=facts.kv, memory=memory, refusal=facts.refusal.model_copy(update={"message": masker(facts.refusal.message)})
             if facts.refusal else None,
             prediction=prediction, vllm_version=facts.vllm_version, log_path=str(self.store.log_path(cell.id).relative_to(self.store.run_dir)),
-            log_tail=sink.tail, started_at=started_at, finished_at=now(),
+            log_tail=sink.tail, log_cut=sink.record(facts.skimmed_lines), started_at=started_at, finished_at=now(),
             port=server.port if server else None, container=server.container_info() if server else None,
             patches=server.applied_patches() if server else [], gpus=list(attempt.gpus or []),
             attempts=attempt.number, contaminated=attempt.number > 1,

@@ -140,6 +140,10 @@ _CLASSIFIERS: tuple[tuple[str, Callable[[str], Refusal | None]], ...] = (
 )
 
 
+#: The substrings a refusal's message must hold, one of them: a line without any cannot be one.
+NEEDLES: tuple[str, ...] = tuple(needle for needle, _ in _CLASSIFIERS)
+
+
 def classify_refusal(message: str, level: str | None = None) -> Refusal | None:
     """The refusal this cleaned message states, or None. INFO/WARNING/DEBUG lines are never refusals."""
     if level in QUIET_LEVELS:

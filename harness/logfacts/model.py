@@ -111,6 +111,13 @@ class LogFacts(BaseModel):
     time takes the last one before it), the durations vLLM printed, and the phase the log ended in."""
     enforce_eager: bool | None = None
     """Whether the engine ran eager (no torch.compile, no graphs), when its config line or a warning says so."""
+    refusal_after_ready: str | None = None
+    """The first refusal-looking message after the server said it was ready (a listening line, or /health 200 as the
+    watch tells the parser): never a refusal — vLLM refuses a configuration while its engine starts, not once it
+    serves — but kept, since it says something went wrong later."""
+    skimmed_lines: int = 0
+    """Lines past the parser's bound (`LogParser(full_chars=…)`): only searched for what decides a boot (a refusal, a
+    readiness line, an exception's line), never for facts, so a flooding server cannot hold up its own verdict."""
 
     def skipped(self, eager_flag: bool) -> frozenset[Milestone]:
         """The milestones this boot will not pass (naming the phase a server is in never names one of them).

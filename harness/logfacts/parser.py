@@ -14,8 +14,8 @@ from typing import Any
 
 from . import patterns as p
 from . import phases
-from .classify import classify_refusal, keep_first_specific
-from .model import KvFacts, LogFacts, Refusal, Signal
+from .classify import NEEDLES, classify_refusal, keep_first_specific
+from .model import MESSAGE_MAX_CHARS, KvFacts, LogFacts, Refusal, Signal
 from .text import MAX_LINE_CHARS, segments, split_line
 from .timeline import Milestone, Timeline, phase_at, skipped
 
@@ -45,6 +45,19 @@ _ALL = tuple(dict.fromkeys((*p.KEYWORDS, *phases.KEYWORDS)))
 _KEYWORDS = tuple(k for k in _ALL if not any(o != k and o in k for o in _ALL))
 
 
+#: Past the parser's bound, what a line must hold to be read at all: a refusal's needle or a readiness line's words
+#: (always read: they decide the verdict) ...
+_DECISIVE = tuple(dict.fromkeys((*NEEDLES, "Starting vLLM", "Application startup complete")))
+#: ... or the words of an exception's line (a crash's "last error") or of a KV figure (what the record is for): read
+#: for the first SKIM_TELLING lines past the bound only, so a flood of them costs no more than any other.
+_TELLING = ("Error: ", "Exception: ", "KV cache", "KV Cache", "blocks:", "Maximum concurrency",
+            "Graph capturing finished", "CUDA graph")
+SKIM_TELLING = 1000
+#: Past the bound a line is searched in its first SKIM_CHARS characters only: every decisive line vLLM prints says
+#: what it is within its first hundred characters, and a flood of 64 KiB lines must cost no more than short ones.
+SKIM_CHARS = 4096
+
+
 def _mentions_keyword(text: str) -> bool:
     """The pre-check of both pattern sets: a plain loop of substring tests (faster than any() or a regex)."""
     for keyword in _KEYWORDS:
@@ -58,8 +71,19 @@ class LogParser:
     """Streaming: feed one physical line at a time (str, may contain ANSI, \\r, a trailing newline, binary junk decoded
     with errors='replace'); read ``facts`` whenever you like."""
 
-    def __init__(self) -> None:
+    def __init__(self, full_chars: int | None = None) -> None:
+        """`full_chars`: how many characters of log are read for every fact; past them, lines are only skimmed for
+        what decides the boot (`skimmed_lines`). None: every line read in full (a saved log, `facts`)."""
         self._lines = 0
+        #: Characters still read in full; below zero, lines are skimmed.
+        self._budget: float = float("inf") if full_chars is None else full_chars
+        self._skimmed = 0
+        self._telling = SKIM_TELLING
+        self._late_refusal: str | None = None
+        #: Refusal-looking lines after readiness: a watcher notes each new one (`late_refusals`).
+        self.late_refusals = 0
+        #: /health answered 200 (the watch says so): a server that never logs a listening line is ready too.
+        self._listening = False
         self._version: str | None = None
         self._kv: dict[str, float | int] = {}
         self._capture: float | None = None  # the first "Graph capturing finished" after the KV cache was sized
@@ -77,36 +101,64 @@ class LogParser:
         self._lines += 1
         try:
             text = _coerce(line)
+            self._budget -= min(len(text), MAX_LINE_CHARS)
+            if self._budget < 0:
+                return self._skim(text)  # its head only: no copy of a long line
             if len(text) > MAX_LINE_CHARS:
                 text = text[:MAX_LINE_CHARS]
-            # Past the first lines the cheap checks are all that most lines meet: the phase milestones that any line
-            # may end (the first line, the engine's first) are looked for only until they are reached.
-            first = self._early and not self._phases.reached(Milestone.first_line) and bool(text.strip())
-            engine = self._early and "EngineCore" in text and not self._phases.reached(Milestone.engine_started)
-            unstamped = self._early and not self._phases.has_origin and self._lines <= _STAMP_SEARCH_LINES
-            if not (first or engine or unstamped or _mentions_keyword(text)):
-                if self._early and self._phases.reached(Milestone.engine_started) and (
-                        self._phases.has_origin or self._lines > _STAMP_SEARCH_LINES):
-                    self._early = False
-                return Signal.NONE
-            signal = Signal.NONE
-            for segment in segments(text):
-                parts = split_line(segment)
-                self._phases.stamp(parts.stamp)
-                if first:
-                    self._phases.mark(Milestone.first_line)
-                    first = False
-                if (p.CPU_WORKER_FILE in segment and not self._ready
-                        and own_text(parts.source, parts.message) is not None):
-                    self._kv["device"] = "cpu"  # only the CPU backend has this worker (the block is then 128)
-                if parts.process.startswith("(EngineCore") and not self._phases.reached(Milestone.engine_started):
-                    self._phases.mark(Milestone.engine_started)
-                seen = self._feed_message(parts.level, parts.message, parts.process, parts.source)
-                if _SIGNAL_RANK[seen] > _SIGNAL_RANK[signal]:
-                    signal = seen
-            return signal
+            return self._read(text)
         except Exception:  # noqa: BLE001 - a log line must never break the watcher; an unparsed line is just noise
             return Signal.NONE
+
+    def _skim(self, text: str) -> Signal:
+        """A line past the bound: read (its head) only when it may decide the boot, which nothing does once it is
+        ready."""
+        self._skimmed += 1
+        if self._ready or self._listening:
+            return Signal.NONE
+        head = text[:SKIM_CHARS]
+        for needle in _DECISIVE:
+            if needle in head:
+                return self._read(head)
+        if self._telling > 0:
+            for needle in _TELLING:
+                if needle in head:
+                    self._telling -= 1
+                    return self._read(head)
+        return Signal.NONE
+
+    def listening(self) -> None:
+        """The server answered /health 200: from here on, as after a listening line, no line is a refusal."""
+        self._listening = True
+
+    def _read(self, text: str) -> Signal:
+        """One line read for what it says: the cheap checks first, the patterns only on lines that may match."""
+        # Past the first lines the cheap checks are all that most lines meet: the phase milestones that any line
+        # may end (the first line, the engine's first) are looked for only until they are reached.
+        first = self._early and not self._phases.reached(Milestone.first_line) and bool(text.strip())
+        engine = self._early and "EngineCore" in text and not self._phases.reached(Milestone.engine_started)
+        unstamped = self._early and not self._phases.has_origin and self._lines <= _STAMP_SEARCH_LINES
+        if not (first or engine or unstamped or _mentions_keyword(text)):
+            if self._early and self._phases.reached(Milestone.engine_started) and (
+                    self._phases.has_origin or self._lines > _STAMP_SEARCH_LINES):
+                self._early = False
+            return Signal.NONE
+        signal = Signal.NONE
+        for segment in segments(text):
+            parts = split_line(segment)
+            self._phases.stamp(parts.stamp)
+            if first:
+                self._phases.mark(Milestone.first_line)
+                first = False
+            if (p.CPU_WORKER_FILE in segment and not self._ready
+                    and own_text(parts.source, parts.message) is not None):
+                self._kv["device"] = "cpu"  # only the CPU backend has this worker (the block is then 128)
+            if parts.process.startswith("(EngineCore") and not self._phases.reached(Milestone.engine_started):
+                self._phases.mark(Milestone.engine_started)
+            seen = self._feed_message(parts.level, parts.message, parts.process, parts.source)
+            if _SIGNAL_RANK[seen] > _SIGNAL_RANK[signal]:
+                signal = seen
+        return signal
 
     def take_milestones(self) -> list[Milestone]:
         """The milestones the lines fed since the last call reached (or moved): a watcher times them itself."""
@@ -124,6 +176,8 @@ class LogParser:
             lines=self._lines,
             timeline=self._log_timeline(),
             enforce_eager=self._phases.eager,
+            refusal_after_ready=self._late_refusal,
+            skimmed_lines=self._skimmed,
         )
 
     def _log_timeline(self) -> Timeline:
@@ -140,7 +194,13 @@ class LogParser:
         if not msg:
             return Signal.NONE
         refusal = classify_refusal(msg, level)
-        if refusal is not None:
+        if refusal is not None and (self._ready or self._listening):
+            # Readiness ends the refusal watch: vLLM refuses while its engine starts; a line like one later (an echo,
+            # a request's error) is kept as a note, and as the last error if the server then dies.
+            self.late_refusals += 1
+            if self._late_refusal is None:
+                self._late_refusal = msg[:MESSAGE_MAX_CHARS]
+        elif refusal is not None:
             self._refusal = keep_first_specific(self._refusal, refusal)
             return Signal.REFUSAL
         if p.ERROR_LINE.match(msg):

@@ -292,6 +292,11 @@ class Matrix(_Strict):
         0.2, gt=0, le=10, allow_inf_nan=False,
         description="how often the server's memory is sampled while it boots, in seconds (docs/memory.md); null: "
                     "no memory curve")
+    log_max_mb: float | None = Field(
+        64.0, ge=1, le=2**20, allow_inf_nan=False,
+        description="the most of a server's log kept per cell, in MiB (at least 1): past it the log keeps its head "
+                    "and its last lines with a line saying how much was left out, and the lines between are only "
+                    "searched for what decides the boot (docs/matrix.md); null: every line kept and read")
     axes: dict[str, Axis] = Field(min_length=1)
     exclude: list[Selector] = []
     expect: list[ExpectRule] = []
@@ -321,6 +326,13 @@ class Matrix(_Strict):
     _exclude = field_validator("exclude", mode="before")(
         lambda v: [_normalize_selector(s) for s in v] if isinstance(v, list) else v
     )
+
+    @field_validator("log_max_mb", mode="before")
+    @classmethod
+    def _megabytes(cls, v: Any) -> Any:
+        if isinstance(v, bool) or (v is not None and not isinstance(v, (int, float))):
+            raise ValueError("must be a number of MiB (1 or more), or null for no cap")
+        return v
 
     @field_validator("axes", mode="before")
     @classmethod

@@ -16,6 +16,7 @@ from harness.gpu.records import GpuInfo
 from harness.runtime.records import AppliedPatch, CompileCacheUse, ContainerInfo
 from harness.predict.prediction import PredictionRecord
 from harness.units import fmt_seconds
+from harness.watch.records import LogCut
 from harness.verdict.catalogue import OUTCOME_MEANINGS, REASONS, OutcomeMember, ReasonMember
 
 #: The catalogue, as the schema's descriptions say it.
@@ -91,6 +92,9 @@ class CellResult(_Record):
     vllm_version: str | None = None
     log_path: str | None = Field(None, description="the full server log, relative to the run directory")
     log_tail: list[str] = []
+    log_cut: LogCut | None = Field(None, description="how the saved log differs from what the server wrote: held to "
+                                   "its cap (head and tail kept), cut by a full disk, or read past the parser's bound "
+                                   "only for what decides; null when it is whole and every line was read")
     started_at: datetime | None = None
     finished_at: datetime | None = None
     port: int | None = None

@@ -26,7 +26,7 @@ from harness.verdict.catalogue import Reason
 from harness.verdict.policy import Sighting, SightingKind
 from harness.watch.events import Event, EventKind, EventQueue
 from harness.watch.health import HealthPoller, ProbeResult, probe_completion
-from harness.watch.logsink import LogSink
+from harness.watch.logsink import DEFAULT_MAX_BYTES, LogSink
 from harness.watch.timeline import TimelineRecorder
 
 #: After the server exited, how long to wait for the last lines still in the pipe.
@@ -45,6 +45,9 @@ class WatchConfig:
     poll_interval_s: float = 0.25
     health_path: str = "/health"
     probe_timeout_s: float = 60.0
+    #: The saved log's cap, and the characters of log read for facts before lines are only skimmed for what
+    #: decides (harness.watch.logsink, LogParser's `full_chars`); None: every line kept and read.
+    log_max_bytes: int | None = DEFAULT_MAX_BYTES
 
 
 @dataclass
@@ -91,7 +94,8 @@ class Watch:
         #: The cell's milestones: the runtime marked its own before the watch began; lines, /health and the probe here.
         self.timeline = timeline or TimelineRecorder(clock, self.start)
         self.deadline = self.start + config.timeout_s
-        self.parser = LogParser()
+        self.parser = LogParser(full_chars=config.log_max_bytes)
+        self._late_refusals = 0
         self._poller_factory = poller or _default_poller(config)
         self._prober = prober
         self.exit_code: int | None = None
@@ -126,6 +130,10 @@ class Watch:
             signal = self.parser.feed(ev.text or "")
             for milestone in self.parser.take_milestones():
                 self.timeline.mark(milestone, ev.t)  # when the line arrived, on our clock
+            if self.parser.late_refusals != self._late_refusals:
+                self._late_refusals = self.parser.late_refusals
+                self.sink.note("the line above reads like a refusal, but the server had said it was ready: not read "
+                               "as one (readiness ends the refusal watch)")
             return signal
         if ev.kind == EventKind.eof:
             self.eof = True
@@ -172,6 +180,7 @@ class Watch:
             # server was fine and someone else's was in the way.
             return self._exited_after_health(code, "right after /health answered 200", t)
         self.timeline.mark(Milestone.healthy, t)
+        self.parser.listening()  # ours answered: no later line is a refusal, whatever it reads like
         if not self.config.probe:
             return self._found(SightingKind.healthy, "/health answered 200", t, ready_t=t)
         remaining = max(1.0, self.deadline - self.clock.now())

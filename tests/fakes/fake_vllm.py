@@ -11,6 +11,7 @@ and for the reliability suite (tests/reliability):
                      FAKE_VLLM_FLOOD_LINE_KB=N makes every line N KiB
   eat                logs its KV size, then allocates (and touches) 16 MiB every 0.1 s until it is killed: a server
                      OOM-killed by its container's memory limit
+  refuse_after_ready says it is ready, then prints a refusal line (as a request's error or an echo may), and serves
   partial            a refusal written in pieces (split mid-line, `\\r` redraws, junk bytes), the last line without
                      its newline, then exit 1
 FAKE_VLLM_DELAY (seconds, default 0.3) is how long "loading" takes. Knobs that combine with any scenario:
@@ -243,6 +244,8 @@ def main() -> None:
     mark("bound")
     log(f"INFO 11-29 10:00:02 [api_server.py:3] Starting vLLM API server 0 on http://{host}:{port}")
     log("INFO:     Application startup complete.")
+    if scenario == "refuse_after_ready":
+        log(REFUSAL)
     if scenario == "flood" and flood_after_ready:
         threading.Thread(target=flood, args=(flood_mb,), daemon=True).start()
     if scenario == "die_after_ready":

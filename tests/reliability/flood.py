@@ -38,7 +38,11 @@ def flood_run(mb: float, when: str, probe_delay: float, runtime: str, work: Path
     (run_dir,) = [p for p in results.iterdir() if (p / "results.json").exists()]
     cell = json.loads((run_dir / "results.json").read_text())["cells"][0]
     log = run_dir / cell["log_path"]
+    cut = cell.get("log_cut") or {}
     return {"peak_rss_mb": int(rss[0].split()[1]) / 1024, "outcome": f"{cell['outcome']}/{cell['reason']}",
             "detail": cell["detail"],
             "log_mb": log.stat().st_size / 2**20, "wall_s": wall, "verdict_s": cell["timings"]["verdict_s"],
-            "rc": proc.returncode}
+            "rc": proc.returncode,
+            # what the server wrote (the saved log is held to log_max_mb) and the lines only skimmed past the cap
+            "written_mb": cut.get("written_bytes", log.stat().st_size) / 2**20,
+            "skimmed_lines": cut.get("skimmed_lines", 0)}

@@ -203,3 +203,103 @@ def test_the_log_file_keeps_up_while_the_server_is_quiet(tmp_path):
 
     watch(tmp_path, [line(1, "INFO Loading weights took 300 s"), (40, Event("healthy", 0))], prober=prober)
     assert "Loading weights took 300 s" in seen[0]
+
+
+# ---------------------------------------------------------------- readiness ends the refusal watch
+
+READY = "INFO 11-29 10:00:02 [api_server.py:3] Starting vLLM API server 0 on http://127.0.0.1:1"
+STARTUP = "INFO:     Application startup complete."
+
+
+def test_a_refusal_line_after_the_server_said_it_was_ready_is_no_refusal(tmp_path):
+    v = watch(tmp_path, [line(1, READY), line(1.1, STARTUP), line(1.2, REFUSAL), (3, Event("healthy", 0))])
+    assert (v.outcome, v.reason) == ("booted", "ready") and v.facts.refusal is None
+    assert v.facts.refusal_after_ready.startswith("To serve at least one request")
+    log = (tmp_path / "cell.log").read_text().splitlines()
+    assert log[log.index(REFUSAL) + 1].startswith("[boot-harness] the line above reads like a refusal")
+
+
+def test_a_server_that_dies_after_a_late_refusal_line_is_a_crash_not_a_refusal(tmp_path):
+    v = watch(tmp_path, [line(1, STARTUP), line(1.2, REFUSAL), (2, Event("exit", 0, code=1)), (2.1, Event("eof", 0))])
+    assert (v.outcome, v.reason, v.exit_code) == ("crashed", "exited", 1)
+
+
+def test_a_refusal_line_before_the_listening_line_still_decides(tmp_path):
+    v = watch(tmp_path, [line(1, REFUSAL), line(1.1, READY), (3, Event("healthy", 0))])
+    assert (v.outcome, v.reason) == ("refused", "kv_insufficient")
+
+
+def test_health_200_ends_the_refusal_watch_of_a_server_that_never_logs_a_listening_line():
+    from harness.logfacts import LogParser, Signal
+
+    parser = LogParser()
+    parser.listening()  # what the watch says once /health answered 200 and the listener is ours
+    assert parser.feed(REFUSAL) is Signal.NONE and parser.facts.refusal is None
+    assert parser.late_refusals == 1
+
+
+# ---------------------------------------------------------------- the log's cap and the parser's bound
+
+FILLER = "WARNING 11-29 10:00:00 [flood.py:1] the same warning again, and again: " + "x" * 30  # 100 characters
+
+
+def test_a_log_past_its_cap_keeps_its_head_and_its_last_lines(tmp_path):
+    cap = 64 * 1024
+    sink = LogSink(tmp_path / "cell.log", Masker(), max_bytes=cap)
+    sent = [f"{i:06d} {FILLER}" for i in range(10_000)]  # ~1 MB: 16 times the cap
+    for text in sent:
+        sink.write(text)
+    sink.close()
+    data = (tmp_path / "cell.log").read_bytes()
+    lines = data.decode().removesuffix("\n").split("\n")
+    cut = sink.record()
+    assert len(data) <= cap + 512 and cut is not None
+    assert (cut.written_lines, cut.written_bytes) == (10_000, sum(len(t) + 1 for t in sent))
+    (gap,) = [i for i, x in enumerate(lines) if x.startswith("[boot-harness]")]
+    head, tail = lines[:gap], lines[gap + 1:]
+    assert lines[gap].startswith(f"[boot-harness] {cut.dropped_lines} lines (") and f"last {len(tail)} lines" in lines[gap]
+    assert "cap of 64.0 KiB (log_max_mb)" in lines[gap]
+    assert head == sent[:len(head)] and tail == sent[-len(tail):]  # nothing reordered, nothing torn
+    assert len(head) + cut.dropped_lines + len(tail) == 10_000
+    assert cut.dropped_bytes == sum(len(t) + 1 for t in sent[len(head):-len(tail)])
+    assert cap // 4 <= sum(len(t) + 1 for t in tail) <= cap // 2  # the tail: between one and two rotations
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cell.log"]  # the tail files were ours, and are gone
+
+
+def test_a_log_within_its_cap_or_without_one_is_whole(tmp_path):
+    for cap in (64 * 1024, None):  # 50 KB: past the head's half of the cap, within the cap
+        sink = LogSink(tmp_path / "cell.log", Masker(), max_bytes=cap)
+        for i in range(500):
+            sink.write(FILLER)
+        sink.close()
+        assert (tmp_path / "cell.log").read_text() == (FILLER + "\n") * 500 and sink.record() is None
+
+
+def test_past_its_bound_the_parser_only_skims_and_still_decides(monkeypatch):
+    from harness.logfacts import LogParser, Signal
+    from harness.logfacts import parser as log_parser
+
+    read = {"n": 0}
+    real = log_parser.LogParser._read
+
+    def counted(self, text):
+        read["n"] += 1
+        return real(self, text)
+
+    monkeypatch.setattr(log_parser.LogParser, "_read", counted)
+    parser = LogParser(full_chars=100 * len(FILLER))
+    for _ in range(100):
+        parser.feed(FILLER)
+    before = read["n"]
+    for _ in range(50_000):
+        parser.feed(FILLER)
+        parser.feed("INFO 11-29 10:00:01 [gpu_worker.py:1] Model loading took 1.5 GiB and 2.0 seconds")
+    assert read["n"] == before  # 100,000 lines past the bound, none read in full
+    for _ in range(5_000):  # a flood of KV lines: read for the first SKIM_TELLING only
+        parser.feed("INFO 11-29 10:00:01 [gpu_worker.py:1] Available KV cache memory: 1.5 GiB")
+    assert read["n"] == before + log_parser.SKIM_TELLING
+    assert parser.feed("x" * 60_000 + REFUSAL) is Signal.NONE  # a refusal's words past the skimmed head
+    assert parser.feed(REFUSAL) is Signal.REFUSAL
+    facts = parser.facts
+    assert facts.kv.available_gib == 1.5 and facts.kv.model_load_gib is None
+    assert facts.skimmed_lines == 105_002 and facts.lines == 105_102
