@@ -42,6 +42,9 @@ CLASSES = [
      "FP8/int8/auto/fp16 checkpoints, `num_hidden_layers: 1e9`, `--available-gib 1e400`, `--block-size 10**30`, "
      "`repro --port 70000`, `compare --tolerance nan`, `--length-axis nope`, `plan --vllm-version x`, `plan --from` "
      "another matrix, `merge --matrix missing.yaml`, records with -1/0/huge lengths"),
+    ("test_hostile_procs.py", "server processes that escape teardown and gc",
+     "a double-forked setsid daemon, a child in its own process group, a server in a new session listening on its "
+     "port (booted, refused, crashed, SIGKILLed harness + `gc`); a /proc that lies; pid reuse; a forker; bystanders"),
 ]
 
 #: The cases held by the harness of main before the fixes (0d5ff7a), of those tried there (2026-12-04): `--before
