@@ -7,7 +7,7 @@ processes that a process-group teardown cannot reach, each touching ESCAPE_MARKS
   group     a child in a process group of its own
   session   a child that moves itself into a new session (os.setsid after fork) and listens on the server's port:
             with ESCAPE_OUTCOME=boot it is the server (tests/fakes/fake_vllm.py's, which answers /health and the
-            probe), else a bare listening socket; its mark holds the port
+            probe), else a socket that hangs up on every caller; its mark holds the port
 then, as ESCAPE_OUTCOME says: `boot` waits (the session child serves), `refuse` prints vLLM's KV refusal and exits 1,
 `crash` a traceback and exits 3, `hang` waits. ESCAPE_DEAF=1: the three ignore SIGTERM.
 """
@@ -29,10 +29,16 @@ def mark(shape: str, text: str = "") -> None:
     (Path(os.environ["ESCAPE_MARKS"]) / f"{shape}.{os.getpid()}").write_text(text)
 
 
-def settle() -> None:
-    """What every escaped process does once in place: ignore SIGTERM if asked, and wait to be killed."""
+def settle(quiet: bool = True) -> None:
+    """What every escaped process does once in place: ignore SIGTERM if asked, and let go of the server's output as a
+    daemon does (else the harness waits out its drain bound for the pipe to end after the leader exits)."""
     if os.environ.get("ESCAPE_DEAF") == "1":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if quiet:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        os.close(null)
 
 
 def daemon() -> None:
@@ -58,7 +64,7 @@ def own_group() -> None:
 def new_session(port: int, serve: bool) -> None:
     if os.fork() == 0:
         os.setsid()
-        settle()
+        settle(quiet=not serve)  # the server's own lines are its log
         if serve:
             mark("session", str(port))
             os.environ.update(FAKE_VLLM_DELAY="0", FAKE_VLLM_SCENARIO="boot")
@@ -69,8 +75,8 @@ def new_session(port: int, serve: bool) -> None:
             s.bind(("127.0.0.1", port))
             s.listen()
             mark("session", str(port))
-            while True:
-                time.sleep(3600)
+            while True:  # hangs up on every caller: a port held, no server behind it
+                s.accept()[0].close()
 
 
 def main() -> None:
