@@ -9,8 +9,9 @@ nothing else.
 Finding them reads /proc/PID/environ of every process, at most ENVIRON_MAX_BYTES each: about 14 µs a process on the
 2-core test host (0.8 ms for its 100 processes, 29 ms for 2,100); a teardown scans twice when nothing escaped, once
 more per round of SIGKILL otherwise, and polls only the carriers it found in between. A process that vanishes or
-cannot be read is not a carrier. Each signal goes through a pidfd opened before the process is proven again (same start
-time, still carrying the id): a pid reused between the scan and the signal is never hit.
+cannot be read is not a carrier, nor is one that overwrote its environment block (as setproctitle may): those are
+reached through the process group only. Each signal goes through a pidfd opened before the process is proven again
+(same start time, still carrying the id): a pid reused between the scan and the signal is never hit.
 """
 
 from __future__ import annotations
