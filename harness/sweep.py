@@ -3,7 +3,8 @@ and the cells' scratch directories.
 
 Only leftovers whose harness process is gone are touched, so two harness runs on one host never reap each other; and
 only what is proven the harness's: a process group whose live member carries the server id its record names (a record
-is a file anyone can write), a work dir claimed by `.owner.json`, never through a symlink.
+is a file anyone can write), any other process carrying that exact id (a daemon or a child that left the group:
+harness.runtime.carriers), a work dir claimed by `.owner.json`, never through a symlink.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import RuntimeUnavailable
-from harness.runtime import scratch
-from harness.runtime.process import PID_MAX_LIMIT, BadRecord, Proof, proc_start_time, prove_group, read_active_record
+from harness.clock import SYSTEM, Clock
+from harness.runtime import carriers, scratch
+from harness.runtime.process import (PID_MAX_LIMIT, ActiveRecord, BadRecord, Proof, proc_start_time, prove_group,
+                                     read_active_record)
 
 
 def pid_alive(pid: int) -> bool:
@@ -36,6 +39,8 @@ def pid_alive(pid: int) -> bool:
 class Swept:
     containers: list[str] = field(default_factory=list)
     process_groups: list[int] = field(default_factory=list)
+    #: (pid, cell id) of each process killed outside its server's recorded group, found by the server id it carried
+    processes: list[tuple[int, str]] = field(default_factory=list)
     engines_unreachable: list[str] = field(default_factory=list)
     #: `work/<cell>` scratch (and its TMPDIR) of runs whose harness died
     work_dirs: list[Path] = field(default_factory=list)
@@ -89,10 +94,21 @@ def _owner_alive(pid: int, start: int | None) -> bool:
     return start is None or now is None or now == start
 
 
-def sweep_process_groups(results_dir: Path, swept: Swept) -> None:
-    """Kill the process groups of killed runs' servers, each only when proven still that server (prove_group); a
-    record that proves nothing is never a kill and never a traceback: it is kept (malformed) or removed (stale), and
-    said so in `swept.notes`."""
+def _kill_carriers(rec: ActiveRecord, record: Path, swept: Swept, clock: Clock) -> bool:
+    """SIGKILL every process carrying the record's server id (the proof is the id each carries, not the record);
+    False, with a note, when some still did after the rounds (the record is kept for the next gc)."""
+    ended = carriers.kill_all(rec.server_id, clock)
+    swept.processes.extend((c.pid, rec.cell_id) for c in ended.killed if c.pgid != rec.pgid)
+    if ended.left:
+        swept.notes.append(f"left {record}: process(es) {', '.join(map(str, ended.left))} still carry its server id "
+                           f"after {carriers.KILL_ROUNDS} rounds of SIGKILL")
+    return not ended.left
+
+
+def sweep_process_groups(results_dir: Path, swept: Swept, clock: Clock = SYSTEM) -> None:
+    """Kill the process groups of killed runs' servers, each only when proven still that server (prove_group), and
+    every other process carrying the server id a record names; a record that proves nothing is never a kill and never
+    a traceback: it is kept (malformed) or removed (stale), and said so in `swept.notes`."""
     for record in sorted(Path(results_dir).glob("*/active/*.json")):
         if scratch.through_symlink(record.parent, results_dir):
             swept.notes.append(f"left {record}: its folder is a symlink (not followed)")
@@ -123,6 +139,8 @@ def sweep_process_groups(results_dir: Path, swept: Swept) -> None:
         elif proof in (Proof.reused, Proof.not_ours):
             swept.notes.append(f"removed {record}: process group {rec.pgid} is not its server any more "
                                f"({proof.value}); not killed")
+        if proof is not Proof.other_boot and not _kill_carriers(rec, record, swept, clock):
+            continue
         record.unlink(missing_ok=True)
 
 

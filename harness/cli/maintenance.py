@@ -53,6 +53,8 @@ def cmd_gc(args: argparse.Namespace, out: Console) -> int:
         say(f"removed container {name}")
     for pgid in swept.process_groups:
         say(f"killed process group {pgid}")
+    for pid, cell in swept.processes:
+        say(f"killed process {pid} (cell {cell}: outside its process group, it carried the server's id)")
     for work in swept.work_dirs:
         what = "the run's compile cache" if work.name == RUN_DIR_NAME else "work dir"
         say(f"removed {what} {work}")
@@ -60,7 +62,8 @@ def cmd_gc(args: argparse.Namespace, out: Console) -> int:
         say(f"gc: {note}")
     reached = [e for e in engines if e not in swept.engines_unreachable]
     say(f"gc: {len(swept.containers)} container(s), {len(swept.process_groups)} process group(s), "
-        f"{len(swept.work_dirs)} work dir(s) removed (engines swept: {', '.join(reached) or 'none answered'})")
+        f"{len(swept.processes)} other process(es), {len(swept.work_dirs)} work dir(s) removed "
+        f"(engines swept: {', '.join(reached) or 'none answered'})")
     return ExitCode.OK
 
 

@@ -143,9 +143,10 @@ def cmd_repro(args: argparse.Namespace, out: Console) -> int:
 
 def _report_sweep(session: RunSession, say) -> None:
     s = session.swept
-    if s.containers or s.process_groups or s.work_dirs:
+    if s.containers or s.process_groups or s.processes or s.work_dirs:
         say(f"gc: removed {len(s.containers)} leftover container(s), {len(s.process_groups)} leftover process "
-            f"group(s) and {len(s.work_dirs)} work dir(s) of killed runs")
+            f"group(s), {len(s.processes)} other leftover process(es) and {len(s.work_dirs)} work dir(s) of killed "
+            f"runs")
     for note in s.notes:  # active/ records that named no process group of ours: nothing was killed
         say(f"gc: {note}")
 

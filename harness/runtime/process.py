@@ -1,8 +1,10 @@
 """The local-process runtime: `command + server args + --host 127.0.0.1 --port N`, in its own process session.
 
-vLLM ignores SIGTERM (or deadlocks in the zmq handshake) mid-start-up, so teardown is SIGTERM to the whole group, then
-SIGKILL to the group after a short grace. The group id is also written under the run directory while the server lives,
-so that `gc` can still reap it after the harness itself was SIGKILLed.
+vLLM ignores SIGTERM (or deadlocks in the zmq handshake) mid-start-up, so teardown is SIGTERM to the whole group and to
+every process carrying the server's id (harness.runtime.carriers: a daemon, a child in a group of its own, a server
+that left for a new session), then SIGKILL to all of them after a short grace, scanning again for what forked
+meanwhile. The group and the id are also written under the run directory while the server lives, so that `gc` can
+still reap it after the harness itself was SIGKILLed.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from harness.files import read_json, write_atomic
 from harness.logfacts.timeline import Milestone
 from harness.names import Named
 from harness.runtime.records import AppliedPatch, ContainerInfo
+from harness.runtime import carriers
+from harness.runtime.carriers import proc_start_time
 from harness.runtime import scratch
 from harness.memory.probe import MemoryProbe
 from harness.memory.process_tree import ProcessesProbe, descendants
@@ -69,15 +73,6 @@ def _child_setup() -> None:
 PID_MAX_LIMIT = scratch.PID_MAX_LIMIT
 #: The longest active/ record read: ours are a few hundred bytes.
 RECORD_MAX_BYTES = 64 * 1024
-
-
-def proc_start_time(pid: int) -> int | None:
-    """When `pid` started, in clock ticks since boot (/proc/PID/stat field 22): a pid reused since has another."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def boot_id() -> str | None:
@@ -175,15 +170,8 @@ def prove_group(record: ActiveRecord) -> Proof:
 def group_carries(pgid: int, server_id: str, members: set[int] | None = None) -> bool:
     """Whether a live process of group `pgid` carries SERVER_ID_VAR=server_id in its environment (False where /proc
     cannot tell, or the processes are another user's: what is not proven ours is not killed)."""
-    needle = f"{SERVER_ID_VAR}={server_id}".encode()
-    for pid in (live_group_members(pgid) if members is None else members) or ():
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    return True
-        except OSError:
-            continue
-    return False
+    return any(carriers.carries(pid, server_id)
+               for pid in (live_group_members(pgid) if members is None else members) or ())
 
 
 def live_group_members(pgid: int) -> set[int] | None:
@@ -215,11 +203,14 @@ def _cache_root(ctx: CellContext) -> str | None:
 
 class ProcessServer:
     def __init__(self, proc: subprocess.Popen[bytes], argv: list[str], port: int, pid_file: Path,
-                 clock: Clock = SYSTEM):
+                 clock: Clock = SYSTEM, server_id: str | None = None):
         self.proc, self.argv, self.port = proc, argv, port
         self.clock = clock
         self.base_url = f"http://{HOST}:{port}"
         self.pgid = proc.pid  # start_new_session: the leader's pid is the group id
+        self.server_id = server_id  # SERVER_ID_VAR: what every process of this server carries, whatever its group
+        #: Processes still carrying the id when the teardown's rounds ran out: its active/ record stays, for gc.
+        self.left: list[int] = []
         self._pid_file = pid_file
         self._stopped = False
         self._lock = threading.Lock()
@@ -234,7 +225,8 @@ class ProcessServer:
         pids = listener_pids(self.port)
         if pids is None:
             return True  # no /proc to ask; the port was free when we chose it
-        return any(pid_in_group(p, self.pgid) for p in pids)
+        return any(pid_in_group(p, self.pgid) or (self.server_id is not None and carriers.carries(p, self.server_id))
+                   for p in pids)
 
     def _signal_group(self, sig: int) -> bool:
         try:
@@ -260,20 +252,31 @@ class ProcessServer:
             if not self._stopped:
                 self._stopped = True
                 self._terminate(grace_s)
-                self._pid_file.unlink(missing_ok=True)
+                if not self.left:  # else gc finds what is left by the record's server id
+                    self._pid_file.unlink(missing_ok=True)
         return self.proc.poll()
 
+    def _signal_carriers(self, sig: int) -> list[carriers.Carrier]:
+        """The server's processes outside its group (the group is signalled as one)."""
+        return [] if self.server_id is None else carriers.signal_all(self.server_id, sig, outside=self.pgid)
+
     def _terminate(self, grace_s: float) -> None:
-        # The leader may have exited while engine children still hold the group: signal the group either way.
-        if self._signal_group(signal.SIGTERM):
+        # The leader may have exited while engine children still hold the group, and a process may have left the
+        # group (a daemon, a new session): signal the group and every process carrying the server's id either way.
+        grouped = self._signal_group(signal.SIGTERM)
+        termed = self._signal_carriers(signal.SIGTERM)
+        if grouped or termed:
             deadline = self.clock.now() + grace_s
             while self.clock.now() < deadline:
                 self.proc.poll()
-                if not self.group_alive():
+                termed = [c for c in termed if carriers.alive(c)]
+                if not termed and not self.group_alive():
                     break
                 self.clock.sleep(STOP_POLL_S)
             else:
                 self._signal_group(signal.SIGKILL)
+                for c in termed:
+                    carriers.send(c, self.server_id or "", signal.SIGKILL)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -282,6 +285,8 @@ class ProcessServer:
         while self.group_alive() and self.clock.now() < deadline:
             self._signal_group(signal.SIGKILL)
             self.clock.sleep(STOP_POLL_S)
+        if self.server_id is not None:  # what forked while it was being ended, or ignored the TERM
+            self.left = carriers.kill_all(self.server_id, self.clock).left
 
     def container_info(self) -> ContainerInfo | None:
         return None
@@ -345,7 +350,7 @@ class ProcessRuntime:
             cell_id=cell.id, pgid=proc.pid, leader_start=proc_start_time(proc.pid), boot_id=boot_id(),
             owner_pid=os.getpid(), owner_start=owner_start, server_id=env[SERVER_ID_VAR]))
         threading.Thread(target=pump_lines, args=(proc.stdout, on_line), daemon=True, name=f"log-{cell.id}").start()
-        return ProcessServer(proc, argv, port, pid_file, self.clock)
+        return ProcessServer(proc, argv, port, pid_file, self.clock, server_id=env[SERVER_ID_VAR])
 
     def command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> list[str]:
         env = build_env(cell.env, cache_root=_cache_root(ctx), gpu_ids=ctx.gpu_ids)

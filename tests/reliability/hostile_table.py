@@ -55,6 +55,9 @@ CLASSES = [
      "6 MB of log past a 1 MiB `log_max_mb` (head, tail and a count kept, the rest only skimmed), a refusal line "
      "after `Application startup complete`, a run started in 9999 through `history` and `compare`, a start within "
      "and past the clocks' skew, `log_max_mb: true`/`\"64\"`/`0.5`/`.nan`"),
+    ("test_hostile_procs.py", "server processes that escape teardown and gc",
+     "a double-forked setsid daemon, a child in its own process group, a server in a new session listening on its "
+     "port (booted, refused, crashed, SIGKILLed harness + `gc`); a /proc that lies; pid reuse; a forker; bystanders"),
 ]
 
 #: The cases held by the harness of main before the fixes (0d5ff7a), of those tried there (2026-12-04): `--before

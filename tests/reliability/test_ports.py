@@ -78,7 +78,8 @@ def test_two_concurrent_runs_and_a_gc_boot_only_their_own_servers(tmp_path):
         h1.kill()
         h2.kill()
         kill_pids(server_pids(marks_root))
-    assert gc.returncode == 0 and "0 process group(s), 0 work dir(s) removed" in gc.stdout, gc.stdout + gc.stderr
+    assert gc.returncode == 0 and "0 process group(s), 0 other process(es), 0 work dir(s) removed" in gc.stdout, \
+        gc.stdout + gc.stderr
     assert (rc1, rc2) == (0, 0), h1.output[-2000:] + h2.output[-2000:]
     runs = run_dirs(results)
     assert len(runs) == 2

@@ -191,8 +191,9 @@ def test_gc_names_what_it_removed_as_written_and_its_summary_is_one_line(tmp_pat
     monkeypatch.setattr("harness.runtime.engine.DEFAULT_HOSTS", {})  # no engine: the machine's containers stay
     code, out, _ = cli("gc", "--results-dir", tmp_path / "res[bold]")
     assert code == 0 and not work.exists()
-    assert out.splitlines() == [f"removed work dir {work}", "gc: 0 container(s), 0 process group(s), 1 work dir(s) "
-                                                            "removed (engines swept: none answered)"]
+    assert out.splitlines() == [f"removed work dir {work}", "gc: 0 container(s), 0 process group(s), 0 other "
+                                                            "process(es), 1 work dir(s) removed (engines swept: none "
+                                                            "answered)"]
 
 
 def test_the_live_table_the_summary_and_the_grid_show_markup_ids_as_written_at_a_terminal(world):
