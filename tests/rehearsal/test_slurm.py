@@ -3,12 +3,13 @@ script (scripts/slurm-cluster.sh, installed by scripts/setup-slurm.sh) with two 
 after. The shipped deploy/slurm/submit.sh submits deploy/slurm/boot-array.sbatch over the GPU rehearsal's matrix
 (matrix.yaml as shipped, the stand-in fork image, stub GPU hooks, the stand-in NVML: as tests/rehearsal/ does), two
 array tasks, each `run --shard auto` on the GPU Slurm gave it; the dependent merge job (afterany) merges, checks and
-reports: a green night. The next night an array task is cancelled with `scancel`: the merged run names the missing
-shard by its Slurm job id, the night is red, and `run --resume` on the merged run boots what that shard would have,
+reports: a green night. The next night an array task is cancelled with `scancel` while its server boots: the harness
+gets Slurm's SIGTERM, stops the server (no container of the night is left) and marks its shard interrupted; the merged
+run is interrupted, the night is red, and `run --resume` on the merged run boots what that shard would have,
 after which check is green.
 
 The first night holds two cells (one per shard, booted at once), the second one (in the cancelled task's shard): the
-whole story costs two boots and the resume's one."""
+whole story costs two boots, the cancelled one's start and the resume's one."""
 
 from __future__ import annotations
 
@@ -63,6 +64,28 @@ def wait_idle(env: dict, limit_s: float = 900) -> None:
     pytest.fail("the Slurm jobs did not end in time")
 
 
+def wait_for(ready, env: dict, limit_s: float = 300):
+    """`ready()`'s first truthy answer, polled until the queue is empty or `limit_s` has passed (then None)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        found = ready()
+        if found:
+            return found
+        if not subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True).stdout.strip():
+            return None
+        time.sleep(0.2)
+    return None
+
+
+def run_containers(shard: Path) -> list[str]:
+    """The containers of the run in `shard` (the one run its task makes there), by the label the harness gives them."""
+    runs = [d.name for d in shard.glob("*") if d.is_dir()]
+    if not runs:
+        return []
+    return subprocess.run(["docker", "ps", "-aq", "--filter", f"label=boot-harness.run={runs[0]}"], capture_output=True,
+                          text=True, timeout=60).stdout.split()
+
+
 def submit(env: dict, select: str) -> str:
     """deploy/slurm/submit.sh as a user runs it, from the folder that holds the matrix; the array's job id."""
     done = subprocess.run(["bash", "deploy/slurm/submit.sh"], cwd=ROOT, env={**env, "SELECT": select},
@@ -83,7 +106,7 @@ def night_env(slurm, standin, tmp_path) -> dict:
             "STANDIN_NVML_GPUS": "2",  # the GPUs Slurm hands out: CUDA_VISIBLE_DEVICES=0 or 1
             "BOOT_HARNESS_RESULTS": str(tmp_path / "results"), "SHARDS": "2",
             # logs beside the results, not in the checkout; one CPU a task (the file asks 8 of a real GPU node)
-            "SBATCH_ARGS": f"--output={tmp_path}/%x-%A_%a.out --cpus-per-task=1"}
+            "SBATCH_ARGS": f"--output={tmp_path}/%x-%A_%a.out --cpus-per-task=1", "MEM_PER_TASK": "1G"}
 
 
 def test_two_nights_on_slurm_green_then_a_cancelled_task_named_and_resumed(night_env, tmp_path):
@@ -98,16 +121,22 @@ def test_two_nights_on_slurm_green_then_a_cancelled_task_named_and_resumed(night
     assert sorted((m["shard"], m["scheduler"]["kind"], m["scheduler"]["job_id"]) for m in run["merged_from"]) == [
         ("1/2", "slurm", f"{first}_0"), ("2/2", "slurm", f"{first}_1")]
     assert (results / f"array-{first}" / "green").exists(), merge_log(tmp_path, first)[-3000:]
-    # night 2, one cell (shard 2/2, array task 1): that task is cancelled before it boots anything
+    # night 2, one cell (shard 2/2, array task 1): that task is cancelled while its server boots
     only = "mml131072-mtp4-floor_none-image_unpatched"
     second = submit(env, SELECT + ",mtp=mtp4")
+    shard = results / f"array-{second}" / "shards" / "shard-1"
+    booting = wait_for(lambda: next(shard.glob("*/logs/*.log"), None) and run_containers(shard), env)
     subprocess.run(["scancel", f"{second}_1"], env=env, check=True, timeout=30)
     wait_idle(env)
+    assert booting, "the task never started its server"
+    assert not run_containers(shard), "a cancelled task left its server running"
+    (task_run,) = shard.glob("*/results.json")
+    assert json.loads(task_run.read_text())["status"] == "interrupted"
     merged = results / f"array-{second}" / "merged"
     run = json.loads((merged / "results.json").read_text())
     assert run["status"] == "interrupted" and run["cells"] == []
     log = merge_log(tmp_path, second)
-    assert f"missing shard(s) 2/2 (Slurm job {second}_1)" in log, log[-3000:]
+    assert "is interrupted: the merged run is marked interrupted" in log, log[-3000:]
     assert f"night array-{second}: red" in log and not (results / f"array-{second}" / "green").exists()
     # the engineer's next step: finish the night where the cancelled task left it
     bh = str(ROOT / ".venv" / "bin" / "boot-harness")
