@@ -42,6 +42,11 @@ CLASSES = [
      "FP8/int8/auto/fp16 checkpoints, `num_hidden_layers: 1e9`, `--available-gib 1e400`, `--block-size 10**30`, "
      "`repro --port 70000`, `compare --tolerance nan`, `--length-axis nope`, `plan --vllm-version x`, `plan --from` "
      "another matrix, `merge --matrix missing.yaml`, records with -1/0/huge lengths"),
+    ("test_hostile_bounds.py", "unchecked values and unbounded work: hangs, tracebacks, memory",
+     "`gpus: [0, 1, 0]`, `true` in every number key, `memory_interval_s: 1e-9`, 6,666 `exclude` rules over 10,000 "
+     "cells, servers logging `1` and `2024_nightly` as their version, folders 1,200 deep under `history` and "
+     "`merge`, a 5,000-digit `BUILDKITE_PARALLEL_JOB_COUNT`, `kv_lora_rank: 0`, a run whose records pass the per-run "
+     "bound, `merge` of shards with another matrix name, harness version or scheduler, or cells not theirs"),
 ]
 
 #: The cases held by the harness of main before the fixes (0d5ff7a), of those tried there (2026-12-04): `--before
