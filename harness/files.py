@@ -32,6 +32,11 @@ from harness.names import Named
 #: A JSON or YAML file the harness reads whole (a matrix, a config.json, results.json, a cell record): generous —
 #: the largest real results.json of a 2,000-cell run is a few MiB — yet far below what would exhaust memory.
 JSON_LIMIT = 64 << 20
+#: A run's record files together (results.json and every cells/<id>.json), for the readers that hold a whole run:
+#: results.json, itself at most JSON_LIMIT, holds a copy of every cell, so a run the harness wrote stays under
+#: twice that. Past it the files are forged, and parsed whole would exhaust memory where each file alone is within
+#: its bound (six 61 MB cell records: a MemoryError under 3 GB).
+RUN_LIMIT = 2 * JSON_LIMIT
 #: Deeper nesting than any record, matrix or Hugging Face config has (they stay under 10); past it, parsers recurse.
 MAX_DEPTH = 100
 #: Digits of the largest integer a record or config may hold (2**63 has 19); more is refused, never converted.

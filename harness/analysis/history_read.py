@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field, create_model
 
+import harness.files
 from harness.errors import ConfigError
 from harness.files import MAX_INT_DIGITS, open_dir, read_bytes_at
 from harness.results.model import CellResult, RunResult
@@ -164,6 +165,7 @@ def read_run(run_dir: Path) -> tuple[Any, list[Any]] | None:
 
 def _read(dfd: int) -> tuple[Any, list[Any]] | None:
     raw = read_bytes_at(dfd, "results.json")
+    left = harness.files.RUN_LIMIT - len(raw)  # a run past the loader's bound: the loader refuses it, in its words
     with open_dir("cells", at=dfd) as cfd:
         cells: dict[str, Any] = {}
         bodies: dict[str, bytes] = {}
@@ -171,7 +173,11 @@ def _read(dfd: int) -> tuple[Any, list[Any]] | None:
             files = sorted((e for e in listing if e.name.endswith(".json") and not e.name.startswith(".")),
                            key=lambda e: e.name)  # .<id>.json.*.tmp: a write a kill cut short, not a record
         for f in files:
-            data = cut_samples(read_bytes_at(cfd, f))
+            data = read_bytes_at(cfd, f)
+            left -= len(data)
+            if left < 0:
+                return None
+            data = cut_samples(data)
             _utf8(data)
             cell = StrictCell.model_validate_json(data)
             if cell.cell_id != f.name[:-len(".json")]:

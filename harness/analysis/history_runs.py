@@ -16,7 +16,6 @@ curve's samples are not read (harness.analysis.history_read), so what is wrong i
 from __future__ import annotations
 
 import gc
-import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from harness.logfacts.timeline import ORDER, PHASES, Milestone
 from harness.results.model import SCHEMA_VERSION, CellResult, RunResult, RunStatus
 from harness.results.store import load_run, now as wall_now
 from harness.verdict import Reason
+from harness.walk import walk
 
 TOTAL = "total"
 """The phase name of a whole boot (the verdict time), beside the timeline's phases."""
@@ -174,7 +174,7 @@ def run_dirs(paths: Iterable[Path]) -> list[Path]:
         if (p / "results.json").exists():
             found.append(p)
             continue
-        for root, dirs, files in os.walk(p):
+        for root, dirs, files in walk(p):  # no recursion: a folder 1,200 deep is a folder
             if "results.json" in files:
                 found.append(Path(root))
                 dirs[:] = []

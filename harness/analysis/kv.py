@@ -25,7 +25,7 @@ from harness.errors import UsageError
 from harness.names import Named
 from harness.predict.predictor import CPU_BLOCK, GPU_BLOCK
 from harness.predict.serve_flags import flag_value, option_name
-from harness.predict.versions import DEFAULT_VERSION, rules_for
+from harness.predict.versions import rules_for, rules_version
 from harness.results.model import CellResult, RunResult
 from harness.verdict import Outcome, Reason
 from harness.units import fmt_bytes, human_int
@@ -242,7 +242,7 @@ def available_of(cell: CellResult) -> Quantity | None:
 
 def held_back(cell: CellResult) -> int:
     """Blocks of the pool vLLM holds back from every request (the BlockPool's null block, from 0.29 on)."""
-    return 1 if rules_for(cell.vllm_version or DEFAULT_VERSION).null_block_in_check else 0
+    return 1 if rules_for(rules_version(cell.vllm_version)).null_block_in_check else 0
 
 
 def _blocks_for(length: int, block: int) -> int:

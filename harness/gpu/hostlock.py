@@ -47,11 +47,14 @@ class HostGpuLocks:
         `stop` is set first."""
         if not self.enabled or not indices:
             return []
+        # Each lock once: flock is per open file, so a second open of a GPU's lock by this process would wait on the
+        # first for ever (`gpus: [0, 1, 0]`, or an index and its UUID).
+        names = list(dict.fromkeys(self._name(i) for i in indices))
         t0 = self.clock.now()
         while True:
             held: list[int] = []
-            for i in indices:
-                fd = os.open(_lock_dir() / f"{self._name(i)}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+            for name in names:
+                fd = os.open(_lock_dir() / f"{name}.lock", os.O_CREAT | os.O_RDWR, 0o644)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:

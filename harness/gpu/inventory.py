@@ -206,5 +206,8 @@ def shared_indices(gpus: str | int | list[str], inventory: Inventory) -> list[in
         if len(hits) != 1:
             raise UsageError(f"gpus: {want!r} names no single GPU of the {inventory.kind} inventory "
                              f"(indices {', '.join(map(str, devices)) or 'none'})")
+        if hits[0] in out:  # an index and its UUID: validate cannot tell, the inventory can
+            raise UsageError(f"gpus: {want!r} names GPU {hits[0]}, which {gpus[out.index(hits[0])]!r} already names: "
+                             "name each GPU once")
         out.append(hits[0])
     return out

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from harness.errors import ConfigError, UsageError
 from harness.matrix.model import CONTAINER_ONLY_MESSAGE, ExpectRule, Matrix, Mount, PatchSpec, Selector
+from harness.matrix.rule_index import SelectorIndex, as_flags
 from harness.verdict.catalogue import Outcome, Reason
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+]+")
@@ -121,8 +122,9 @@ def selector_matches(selector: Selector, assignment: dict[str, str]) -> bool:
     return all(assignment.get(axis) in _names(names) for axis, names in selector.items())
 
 
-def _selector_problems(matrix: Matrix, selector: Selector, file: str, key: str) -> list[ConfigError]:
-    values = matrix.axis_values()
+def _selector_problems(values: dict[str, dict[str, None]], selector: Selector, file: str,
+                       key: str) -> list[ConfigError]:
+    """`values`: each axis's value names in order, as dict keys (a matrix's thousands of rules each look theirs up)."""
     out = []
     for axis, names in selector.items():
         if axis not in values:
@@ -137,12 +139,12 @@ def _selector_problems(matrix: Matrix, selector: Selector, file: str, key: str) 
     return out
 
 
-def _expectation(rules: list[ExpectRule], assignment: dict[str, str]) -> Expectation | None:
-    for i, rule in enumerate(rules):
-        if selector_matches(rule.where, assignment):
-            return Expectation(outcome=Outcome(rule.outcome), reason=Reason(rule.reason) if rule.reason else None,
-                               rule=i, within_s=rule.within_s)
-    return None
+def _expectation(rules: list[ExpectRule], i: int | None) -> Expectation | None:
+    if i is None:
+        return None
+    rule = rules[i]
+    return Expectation(outcome=Outcome(rule.outcome), reason=Reason(rule.reason) if rule.reason else None, rule=i,
+                       within_s=rule.within_s)
 
 
 def _size_problems(matrix: Matrix, file: str, labels: dict[str, str]) -> list[ConfigError]:
@@ -180,12 +182,13 @@ def expand(matrix: Matrix, file: str = "<matrix>") -> tuple[list[Cell], list[Con
     """All cells of the matrix, and what is wrong with them (selectors, labels, ids, rules that can never match; []
     when nothing): the loader keeps both, so a command expands the product once."""
     problems: list[ConfigError] = _runtime_problems(matrix, file)
+    value_sets = {n: dict.fromkeys(v) for n, v in matrix.axis_values().items()}
     for i, selector in enumerate(matrix.exclude):
         if not selector:
             problems.append(ConfigError(file, f"exclude[{i}]", "an empty exclude would drop every cell"))
-        problems += _selector_problems(matrix, selector, file, f"exclude[{i}]")
+        problems += _selector_problems(value_sets, selector, file, f"exclude[{i}]")
     for i, rule in enumerate(matrix.expect):
-        problems += _selector_problems(matrix, rule.where, file, f"expect[{i}].where")
+        problems += _selector_problems(value_sets, rule.where, file, f"expect[{i}].where")
 
     names = list(matrix.axes)
     labels = {n: axis_label(n, matrix.axes[n].label) for n in names}
@@ -204,11 +207,13 @@ def expand(matrix: Matrix, file: str = "<matrix>") -> tuple[list[Cell], list[Con
     cells: list[Cell] = []
     ids: dict[str, dict[str, str]] = {}
     rule_hits = [0] * len(matrix.expect)
-    rule_any = [False] * len(matrix.expect)
+    rule_any = 0  # bit i: expect[i] names a cell that is not excluded
+    excluded = SelectorIndex(matrix.exclude, matrix.axis_values())
+    expected_by = SelectorIndex([rule.where for rule in matrix.expect], matrix.axis_values())
     model_args = ["--model", matrix.model] if matrix.model else []
     for combo in itertools.product(*(matrix.axes[n].value_names() for n in names)):
         assignment = dict(zip(names, combo))
-        if any(selector_matches(sel, assignment) for sel in matrix.exclude):
+        if excluded.matching(assignment):
             continue
         args, env = list(matrix.args), dict(matrix.env)
         image, patches, mounts = matrix.image, [], list(matrix.mounts)
@@ -225,10 +230,9 @@ def expand(matrix: Matrix, file: str = "<matrix>") -> tuple[list[Cell], list[Con
                                                       f"{assignment}); rename a value or set `label:`"))
             continue
         ids[cell_id] = assignment
-        expected = _expectation(matrix.expect, assignment)
-        for i, rule in enumerate(matrix.expect):
-            if selector_matches(rule.where, assignment):
-                rule_any[i] = True
+        matching = expected_by.matching(assignment)
+        rule_any |= matching
+        expected = _expectation(matrix.expect, (matching & -matching).bit_length() - 1 if matching else None)
         if expected is not None:
             rule_hits[expected.rule] += 1
         cells.append(
@@ -239,9 +243,10 @@ def expand(matrix: Matrix, file: str = "<matrix>") -> tuple[list[Cell], list[Con
         )
     if not cells:
         problems.append(ConfigError(file, "exclude", "excludes every cell: the matrix would be empty"))
+    named = as_flags(rule_any, len(matrix.expect))
     for i, hits in enumerate(rule_hits):
         if hits == 0 and cells:
-            why = "every cell it names is excluded" if not rule_any[i] else "every cell it names is taken by an earlier rule"
+            why = "every cell it names is excluded" if not named[i] else "every cell it names is taken by an earlier rule"
             problems.append(ConfigError(file, f"expect[{i}]", f"rule can never match: {why}"))
     return cells, problems
 

@@ -74,6 +74,25 @@ def _yaml_bool(value: Any) -> Any:
 YamlBool = Annotated[bool, BeforeValidator(_yaml_bool)]
 
 
+def _number(value: Any) -> Any:
+    """A number, or text that reads as one (a `${VAR}` expands to text): pydantic would read `true` as 1 and `false`
+    as 0, so `memory_interval_s: true` would sample every second without a word."""
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not true/false")
+    return value
+
+
+#: Every number of the matrix file is one of these (tests/reliability/test_hostile_bounds.py walks the models for any
+#: int or float field without it).
+Seconds = Annotated[float, BeforeValidator(_number)]
+Count = Annotated[int, BeforeValidator(_number)]
+#: Seconds, or null (the constraints of the field's Field() then still reach the number).
+MaybeSeconds = Annotated[Union[float, None], BeforeValidator(_number)]
+#: The shortest sampling interval: below it the sampler's own reads (a process tree, a cgroup, NVML) are most of a
+#: core — `1e-9` spins — and the curve gains nothing a boot's phases show.
+MIN_INTERVAL_S = 0.05
+
+
 def _check_env(env: dict[str, Any]) -> dict[str, str]:
     out = {}
     for key, value in env.items():
@@ -228,7 +247,7 @@ class ExpectRule(_Strict):
     outcome: OutcomeName
     reason: ReasonName | None = Field(None, description="one of the catalogue's reasons for `outcome` "
                                                         "(harness.verdict.catalogue; docs/results.md)")
-    within_s: float | None = Field(None, gt=0, allow_inf_nan=False,
+    within_s: MaybeSeconds = Field(None, gt=0, allow_inf_nan=False,
                                    description="the verdict must come within this many seconds of the cell's start: "
                                                "a slower boot (or refusal) does not match")
 
@@ -280,18 +299,18 @@ class Matrix(_Strict):
     model: str | None = Field(None, description="passed as `--model MODEL`")
     args: list[str] = []
     env: dict[str, str] = {}
-    timeout_s: float = Field(900.0, gt=0, allow_inf_nan=False, description="one deadline per cell: start to verdict")
+    timeout_s: Seconds = Field(900.0, gt=0, allow_inf_nan=False, description="one deadline per cell: start to verdict")
     probe: YamlBool = Field(True, description="after /health 200, one max_tokens=1 completion must succeed")
-    linger_s: float = Field(10.0, ge=0, allow_inf_nan=False,
+    linger_s: Seconds = Field(10.0, ge=0, allow_inf_nan=False,
                             description="after a refusal line, how long to wait for the exit code")
     compile_cache: str = Field("run", pattern=r"^(run|none|.*/.*)$", description="the torch.compile cache the cells share: `run` (one directory per "
                                                   "run: the first cell of a configuration compiles, the rest load), "
                                                   "`none` (every cell cold), or a directory kept across runs (a path "
                                                   "with a `/`, relative to the matrix file)")
-    memory_interval_s: float | None = Field(
-        0.2, gt=0, le=10, allow_inf_nan=False,
-        description="how often the server's memory is sampled while it boots, in seconds (docs/memory.md); null: "
-                    "no memory curve")
+    memory_interval_s: MaybeSeconds = Field(
+        0.2, ge=MIN_INTERVAL_S, le=10, allow_inf_nan=False,
+        description=f"how often the server's memory is sampled while it boots, in seconds, {MIN_INTERVAL_S} to 10 "
+                    "(docs/memory.md); null: no memory curve")
     log_max_mb: float | None = Field(
         64.0, ge=1, le=2**20, allow_inf_nan=False,
         description="the most of a server's log kept per cell, in MiB (at least 1): past it the log keeps its head "
@@ -310,14 +329,14 @@ class Matrix(_Strict):
                                            "host memory is OOM-killed inside it (recorded crashed, oom_killed), never "
                                            "the harness or the runner")
     mounts: list[Mount] = []
-    container_port: int = Field(8000, ge=1, le=65535)
+    container_port: Count = Field(8000, ge=1, le=65535)
     entrypoint: list[str] | None = None
     pull: Literal["never", "missing", "always"] = "never"
-    engine_timeout_s: float = Field(30.0, gt=0, allow_inf_nan=False,
+    engine_timeout_s: Seconds = Field(30.0, gt=0, allow_inf_nan=False,
                                     description="how long one container-engine call may take before the engine counts "
                                                 "as hung (a cell that then dies or never decides is `error "
                                                 "(engine_lost)`, not a verdict)")
-    gpus_per_cell: int = Field(0, ge=0)
+    gpus_per_cell: Count = Field(0, ge=0)
 
     _args = field_validator("args", "command", mode="before")(
         lambda v: [_argv_item(x) for x in v] if isinstance(v, list) else v
@@ -353,13 +372,6 @@ class Matrix(_Strict):
                              "the matrix)")
         return v
 
-    @field_validator("timeout_s", "linger_s", "container_port", "gpus_per_cell", "engine_timeout_s", mode="before")
-    @classmethod
-    def _not_bool(cls, v: Any) -> Any:
-        if isinstance(v, bool):
-            raise ValueError("must be a number, not true/false")
-        return v
-
     @field_validator("gpus", mode="before")
     @classmethod
     def _gpus(cls, v: Any) -> Any:
@@ -372,7 +384,11 @@ class Matrix(_Strict):
                 raise ValueError("a GPU count must be at least 1")
             return v
         if isinstance(v, list) and v and all(isinstance(x, (str, int)) and not isinstance(x, bool) for x in v):
-            return [str(x) for x in v]
+            ids = [str(x) for x in v]
+            twice = sorted({i for i in ids if ids.count(i) > 1}, key=ids.index)
+            if twice:  # a cell would hold GPU 0 twice: its own host lock on it, and the device handed in twice
+                raise ValueError(f"device id {', '.join(map(repr, twice))} is listed twice: name each GPU once")
+            return ids
         raise ValueError("must be 'all', a count, or a non-empty list of device ids")
 
     @field_validator("memory")

@@ -96,14 +96,22 @@ def detect(env: Mapping[str, str]) -> SchedulerRef:
     return found[0]
 
 
+#: Digits of an index or count a scheduler may give: no scheduler starts a billion jobs, and int() of 4,300 digits
+#: or more is a ValueError of Python's own.
+MAX_DIGITS = 9
+
+
 def _int(env: Mapping[str, str], name: str) -> int | None:
     raw = env.get(name)
     if raw is None or not raw.strip():  # unset, or exported empty: not this scheduler's
         return None
     text = raw.strip()
+    shown = repr(raw) if len(raw) <= 40 else f"{raw[:20]!r}… ({len(raw):,} characters)"
     if not text.isdigit() or not text.isascii():
-        raise UsageError(f"--shard auto: {name}={raw!r} is not a whole number ≥ 0")
-    return int(text)
+        raise UsageError(f"--shard auto: {name}={shown} is not a whole number ≥ 0")
+    if len(text.lstrip("0")) > MAX_DIGITS:
+        raise UsageError(f"--shard auto: {name}={shown} is beyond any scheduler's jobs (at most {MAX_DIGITS} digits)")
+    return int(text.lstrip("0") or "0")  # leading zeros count against int()'s bound too
 
 
 def _need(value: int | None, name: str, kind: SchedulerKind, given: str) -> int:

@@ -18,7 +18,7 @@ from harness.predict.model import ModelShape, shape_from_config
 from harness.predict.prediction import FactCheck, KvPrediction, PredictionRecord
 from harness.predict.predictor import allows_long_max_model_len, draft_model_path, predict
 from harness.predict.serve_flags import parse_serve_flags
-from harness.predict.versions import DEFAULT_VERSION, rules_for
+from harness.predict.versions import rules_for, rules_version
 from harness.verdict.catalogue import Outcome, Reason
 
 #: reads a file as the server sees it; None when it cannot
@@ -171,7 +171,7 @@ def predict_cell(server_args: list[str], read: Reader, kv: KvFacts, refusal: Ref
     """The cell's prediction and its checks; a record that says why when no prediction can be made. `read` reads a
     file as the server sees it (the runtime's `read_server_file`); `platform` overrides what the log tells; `env`:
     the cell's environment (VLLM_ALLOW_LONG_MAX_MODEL_LEN lets a length above the model's through)."""
-    version = vllm_version or DEFAULT_VERSION
+    version = rules_version(vllm_version)  # a nightly's `2024_nightly`: the default's rules, never a failure
     try:
         flags = parse_serve_flags(server_args, version)  # as that release's parser read them
         if not flags.model:

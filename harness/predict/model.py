@@ -274,6 +274,9 @@ def _read(where: str, raw: dict[str, Any]) -> ModelShape:
         if not hidden:
             raise UsageError(f"{where}: head_dim or hidden_size: one is needed to size the KV cache")
         head = hidden // heads
+        if head < 1:
+            raise UsageError(f"{where}:hidden_size: {hidden} over {heads} attention heads is a head of 0 dims; give "
+                             "head_dim")
     head_v = _int(cfg, "v_head_dim") if cfg.get("model_type") not in ("deepseek_v2", "deepseek_v3") else None
 
     unmodelled: list[str] = []
@@ -281,7 +284,11 @@ def _read(where: str, raw: dict[str, Any]) -> ModelShape:
     if uses_mla:
         # MLA caches one latent per token: kv_lora_rank + the decoupled rope dims, shared by all heads (vLLM's
         # MLAAttentionSpec: num_kv_heads 1, head_size kv_lora_rank + qk_rope_head_dim, no separate V).
-        attn = Layer(LayerKind.mla, kv_heads=1, head_size=int(cfg["kv_lora_rank"]) + int(cfg["qk_rope_head_dim"]))
+        rank = int(cfg["kv_lora_rank"])
+        if rank < 1:  # the latent is the cache: of no dims, a token costs 0 bytes and nothing can be sized
+            raise UsageError(f"{where}:kv_lora_rank: {rank}: an MLA model caches a latent of kv_lora_rank dims per "
+                             "token; must be 1 or more")
+        attn = Layer(LayerKind.mla, kv_heads=1, head_size=rank + int(cfg["qk_rope_head_dim"]))
         if cfg.get("index_topk") is not None:
             # DSA (DeepSeek-V3.2, GLM-5): each MLA layer also caches the indexer's keys, pooled per index_kpool tokens,
             # and GLM-5-next a ring of the open pool; their specs differ from the latent's and group apart

@@ -347,6 +347,8 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
                     per_layer_need=rules.need_formula == "layers")
     need = sizing.need(mml)
     bpb = grouping.bytes_per_block
+    if bpb < 1:  # every layer's page is empty: no block to count, and the sizing below divides by it
+        raise UsageError(f"{shape.path}: its layers cache 0 bytes per block: nothing to size")
     per_request = sizing.blocks_per_request(mml)
     result = dict(
         vllm_version=version, model=shape.path, max_model_len=mml, tensor_parallel_size=tp, dtype=dtype,

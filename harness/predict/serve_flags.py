@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from harness.errors import UsageError
-from harness.predict.versions import DEFAULT_VERSION, parse_version
+from harness.predict.versions import DEFAULT_VERSION, parse_version, rules_version
 
 Version = tuple[int, int, int]
 
@@ -534,10 +534,7 @@ def _takes_as_option(release: _Release, arg: str, recorded: bool) -> bool:
 def _recorded_release(version: str | None) -> _Release:
     """The release a recorded argv is read as: its logged version, else (none logged, or no X.Y in it) the default.
     Cached: an analysis reads every cell's flags, a probe every token's."""
-    try:
-        return _Release(version or DEFAULT_VERSION)
-    except UsageError:
-        return _Release(DEFAULT_VERSION)
+    return _Release(rules_version(version))
 
 
 def flag_value(argv: list[str], dest: str, version: str | None = None) -> Any:

@@ -58,11 +58,27 @@ def outside_known(version: str) -> str | None:
     return None
 
 
+#: X.Y[.Z] at the start (a suffix — rc2, .dev12+g…, +cu128 — is not read); each part at most 9 digits, so no text
+#: reaches int()'s 4,300-digit bound.
+_VERSION = re.compile(r"v?(\d{1,9})\.(\d{1,9})(?:\.(\d{1,9}))?(?!\d)")
+
+
 def parse_version(text: str) -> tuple[int, int, int]:
-    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    """X.Y.Z of a version the user gave (--vllm-version): a ValueError when it is none."""
+    m = _VERSION.match(text.strip())
     if not m:
-        raise ValueError(f"not a vLLM version: {text!r} (write X.Y.Z, e.g. 0.32.0)")
+        shown = repr(text) if len(text) <= 40 else f"{text[:40]!r}… ({len(text):,} characters)"
+        raise ValueError(f"not a vLLM version: {shown} (write X.Y.Z, e.g. {DEFAULT_VERSION})")
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def rules_version(logged: str | None) -> str:
+    """The version whose rules read what a server logged or a record holds: itself when it reads as X.Y[.Z], else
+    (none, a bare `1`, a nightly's `2024_nightly`) DEFAULT_VERSION. What a server says it is, is shown as written
+    and never fails a command: only a version the user gives is refused (parse_version)."""
+    if logged and _VERSION.match(logged.strip()):
+        return logged
+    return DEFAULT_VERSION
 
 
 def _newest(table, version: str):

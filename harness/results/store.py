@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from harness import __version__
 from harness.errors import ConfigError, FileRefused, RecordWriteError, RunDamaged, UsageError
+from harness import files
 from harness.files import kind_of, parse_json, read_bytes, write_atomic
 from harness.matrix.load import LoadedMatrix
 from harness.matrix.scheduler import SchedulerRef
@@ -115,20 +116,23 @@ class RunStore:
         return store
 
     @classmethod
-    def open(cls, run_dir: Path, loaded: LoadedMatrix | None = None, order: list[str] | None = None) -> RunStore:
+    def open(cls, run_dir: Path, loaded: LoadedMatrix | None = None, order: list[str] | None = None,
+             limit: int | None = None) -> RunStore:
         """Reopen a run: the cells on disk are the truth, in the order results.json listed them (or `order`, the
         matrix's, when resuming); results.json is rebuilt from them. A damaged run (a cell file cut short, holding
         NaN or another cell's id, not a regular file, or listed but gone) is a RunDamaged naming each file: every
-        reader (`check`, `report`, `compare`, `analyze`, `merge`, `run --resume`) refuses it alike."""
+        reader (`check`, `report`, `compare`, `analyze`, `merge`, `run --resume`) refuses it alike. Its record files
+        together are at most `limit` bytes (default harness.files.RUN_LIMIT), else it is refused before one is read."""
         run_dir = Path(run_dir)
-        run, listed = _read_run(run_dir / "results.json", f"{run_dir}: not a run directory (no results.json)")
+        budget = _Budget(run_dir, files.RUN_LIMIT if limit is None else limit)
+        run, listed = _read_run(run_dir / "results.json", f"{run_dir}: not a run directory (no results.json)", budget)
         if loaded is not None and run.matrix.sha256 != loaded.sha256:
             raise UsageError(
                 f"{run_dir}: the matrix changed since this run (sha256 {run.matrix.sha256[:12]}… then, "
                 f"{loaded.sha256[:12]}… now); start a new run instead of resuming"
             )
         store = cls(run_dir, run, order if order is not None else listed)
-        store._cells = _read_cells(run_dir, listed)
+        store._cells = _read_cells(run_dir, listed, budget)
         store.run.cells = store._ordered()
         store.run.summary = summarize(store.run.cells)  # of the cells on disk, never results.json's last word
         return store
@@ -159,11 +163,41 @@ class RunStore:
         atomic_write_text(self.run_dir / "results.json", self.run.model_dump_json(indent=2))
 
 
-def _parsed(path: Path, what: str) -> Any:
+class _Budget:
+    """The bytes one run's record files may take together: the sizes on disk are summed before the first is read, so
+    a run too large is one line and no memory spent; each read is then bounded by what is left (a file that grew)."""
+
+    def __init__(self, run_dir: Path, limit: int):
+        self.run_dir, self.limit, self.left = run_dir, limit, limit
+
+    def check(self) -> None:
+        names = ["results.json"]
+        with contextlib.suppress(OSError):
+            names += [f"cells/{n}" for n in os.listdir(self.run_dir / "cells")
+                      if n.endswith(".json") and not n.startswith(".")]  # what _read_cells reads
+        total = 0
+        for name in names:
+            with contextlib.suppress(OSError):
+                st = os.lstat(self.run_dir / name)
+                total += st.st_size if stat.S_ISREG(st.st_mode) else 0
+        if total > self.limit:
+            raise FileRefused(str(self.run_dir), "", f"its records are {total:,} bytes together ({len(names):,} "
+                                                     f"files), more than the {self.limit:,} a run may be: not read "
+                                                     "(no run the harness writes is this large)")
+
+    def read(self, path: Path) -> bytes:
+        data = read_bytes(path, min(files.JSON_LIMIT, self.left), follow=False)
+        self.left -= len(data)
+        return data
+
+
+def _parsed(path: Path, what: str, budget: _Budget | None = None) -> Any:
     """One record file, strictly: a regular file (never through a link: a run directory is never a way out of
-    itself), bounded, JSON without NaN or overflow; else FileRefused naming it."""
+    itself), bounded (by what is left of the run's `budget` too), JSON without NaN or overflow; else FileRefused
+    naming it."""
     try:
-        return parse_json(read_bytes(path, follow=False), str(path))
+        data = budget.read(path) if budget is not None else read_bytes(path, follow=False)
+        return parse_json(data, str(path))
     except FileRefused as exc:
         raise FileRefused(exc.file, exc.key, f"{what}: {exc.message}") from None
 
@@ -176,17 +210,18 @@ def _validated(model: type[_R], value: Any, path: Path, what: str) -> _R:
                              for e in exc.errors()]) from None
 
 
-def _read_cell(path: Path) -> CellResult:
-    return _validated(CellResult, _parsed(path, "not a valid cell record"), path, "not a valid cell record")
+def _read_cell(path: Path, budget: _Budget | None = None) -> CellResult:
+    return _validated(CellResult, _parsed(path, "not a valid cell record", budget), path, "not a valid cell record")
 
 
-def _read_run(path: Path, missing: str) -> tuple[RunResult, list[str]]:
+def _read_run(path: Path, missing: str, budget: _Budget) -> tuple[RunResult, list[str]]:
     """results.json, and the ids of the cells it lists. Its copy of each cell is rebuilt from cells/ (the truth) on
     every open, so only the ids are read from it: a run's cells are validated once, not twice."""
     if not os.path.lexists(path):
         raise UsageError(missing)
+    budget.check()
     what = "not a valid run record"
-    value = _parsed(path, what)
+    value = _parsed(path, what, budget)
     listed: list[str] = []
     if isinstance(value, dict) and isinstance(value.get("cells"), list):
         for i, cell in enumerate(value["cells"]):
@@ -197,7 +232,7 @@ def _read_run(path: Path, missing: str) -> tuple[RunResult, list[str]]:
     return _validated(RunResult, value, path, what), listed
 
 
-def _read_cells(run_dir: Path, listed: list[str]) -> dict[str, CellResult]:
+def _read_cells(run_dir: Path, listed: list[str], budget: _Budget) -> dict[str, CellResult]:
     """Every `cells/<id>.json` of a run. A cell file that cannot be read, is not a cell record, holds another cell's
     id, or that results.json lists but is not there, makes the run damaged: each is named, and nothing is skipped."""
     cells_dir = run_dir / "cells"
@@ -217,7 +252,7 @@ def _read_cells(run_dir: Path, listed: list[str]) -> dict[str, CellResult]:
             continue
         f = cells_dir / name
         try:
-            cell = _read_cell(f)
+            cell = _read_cell(f, budget)
         except ConfigError as exc:
             problems.extend(getattr(exc, "problems", [exc]))
             continue
@@ -234,9 +269,10 @@ def _read_cells(run_dir: Path, listed: list[str]) -> dict[str, CellResult]:
     return cells
 
 
-def load_run(path: Path) -> tuple[RunResult, Path]:
+def load_run(path: Path, limit: int | None = None) -> tuple[RunResult, Path]:
     """The one run loader: a run directory (or its results.json) as recorded — the cells on disk, in the run's order.
-    Strict (`RunStore.open`): every cell file that cannot be read or is missing is named, never skipped."""
+    Strict (`RunStore.open`): every cell file that cannot be read or is missing is named, never skipped; a run whose
+    records together pass `limit` (harness.files.RUN_LIMIT) is refused in one line."""
     run_dir = Path(path)
     if run_dir.is_file() and run_dir.name == "results.json":
         run_dir = run_dir.parent
@@ -244,7 +280,7 @@ def load_run(path: Path) -> tuple[RunResult, Path]:
         raise UsageError(f"{path}: no such run directory")
     if not run_dir.is_dir():
         raise UsageError(f"{path}: not a run directory (give the folder that holds results.json)")
-    return RunStore.open(run_dir).run, run_dir
+    return RunStore.open(run_dir, limit=limit).run, run_dir
 
 
 def dump_json(obj: object) -> str:

@@ -30,6 +30,7 @@ from pathlib import Path
 from harness.runtime import scratch
 from harness.runtime.records import CompileCacheUse
 from harness.runtime.server_env import cache_env
+from harness.walk import walk
 
 #: Where a container sees the cache (the same path in every cell, whatever the host directory).
 CONTAINER_DIR = "/var/cache/boot-harness-compile"
@@ -51,7 +52,9 @@ def planned_dir(setting: str, matrix_dir: Path, run_dir: Path | None) -> Path | 
 
 
 def _files(root: Path) -> list[Path]:
-    return [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()]
+    """The regular files under `root`, links never followed; no recursion (the server writes this tree)."""
+    return [p for folder, _, names in walk(root) for p in (Path(folder, n) for n in names)
+            if p.is_file() and not p.is_symlink()]
 
 
 def _count(root: Path) -> int:
@@ -89,9 +92,8 @@ def _open(d: Path) -> None:
 
 def _open_copy(root: Path) -> None:
     """Open every folder of a tree the harness copied itself (a cell's private copy); a symlink is not followed."""
-    for top, dirs, _ in os.walk(root, followlinks=False):
+    for top, _, _ in walk(root):  # a link is never entered
         _open(Path(top))
-        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(top, d))]
 
 
 def merge(source: Path, into: Path) -> int:

@@ -1,8 +1,10 @@
 """`boot-harness merge RUN_DIR... --out DIR`: the runs of a matrix's shards as one run directory.
 
-Refused (UsageError, exit 2): runs of different matrices (matrix sha256), of different selections, shards of different
-splits (1/2 with 1/3) or the same shard twice, any cell id recorded by two runs, and an input whose records cannot all
-be read (harness.results.store's one loader). Cell records are written fresh from what was loaded; every input's
+Refused (UsageError, exit 2): runs of different matrices (matrix sha256, or one sha256 under two names), of different
+harness versions or selections, shards of different splits (1/2 with 1/3), of two schedulers (Buildkite beside Slurm)
+or the same shard twice, a shard holding a cell of another shard, a cell the matrix does not have (when its file is at
+hand), any cell id recorded by two runs, and an input whose records cannot all be read (harness.results.store's one
+loader). Cell records are written fresh from what was loaded; every input's
 `logs/` (retried attempts' logs included) and `patches/` are copied — regular files only: a symbolic link (to
 anything, inside the run or out) or a FIFO/device is never followed nor copied, and each one skipped is a warning
 line, so a merged run (an uploaded artifact) holds nothing from outside its inputs. `results.json` is written fresh,
@@ -29,7 +31,8 @@ from harness.errors import UsageError
 from harness.files import copy_regular, kind_of
 from harness.results.model import CellResult, RunResult, RunStatus
 from harness.results.store import atomic_write_text, load_run, summarize
-from harness.matrix.shard import parse_shard
+from harness.matrix.shard import parse_shard, shard_of
+from harness.walk import walk
 
 MERGE_FILE = "merge.json"
 
@@ -73,6 +76,12 @@ def check_compatible(runs: list[tuple[Path, RunResult]]) -> tuple[bool, list[str
         if r.matrix.sha256 != first.matrix.sha256:
             raise UsageError(f"{d} and {first_dir} are runs of different matrices (sha256 {r.matrix.sha256[:12]}… vs "
                              f"{first.matrix.sha256[:12]}…)")
+        if r.matrix.name != first.matrix.name:  # one file's bytes hold one name: a record was edited
+            raise UsageError(f"{d} is a run of matrix {r.matrix.name!r}, {first_dir} of {first.matrix.name!r}, with "
+                             "one sha256: a record was edited, not one matrix run")
+        if r.harness_version != first.harness_version:
+            raise UsageError(f"{d} was run by boot-harness {r.harness_version}, {first_dir} by "
+                             f"{first.harness_version}: shards of one run are run by one harness version")
         if r.runtime != first.runtime:
             raise UsageError(f"{d} ran on {r.runtime}, {first_dir} on {first.runtime}: not one matrix run")
         if sorted(r.selection) != sorted(first.selection):
@@ -94,6 +103,17 @@ def check_compatible(runs: list[tuple[Path, RunResult]]) -> tuple[bool, list[str
             raise UsageError(f"shards of different splits ({', '.join(sorted({s for _, s in shards}))}): "
                              "every shard must be I/N with the same N")
         (n, have), = parsed.items()
+        kinds = {r.scheduler.kind: d for d, r in runs if r.scheduler is not None}
+        if len(kinds) > 1:  # a shard run by hand (no scheduler) beside them is a rerun of one of them, and fine
+            (a, da), (b, db) = list(kinds.items())[:2]
+            raise UsageError(f"{da} is a {a.label} shard, {db} a {b.label} one: shards of one run come from one "
+                             "scheduler")
+        for d, r in runs:
+            i, _ = parse_shard(r.shard)
+            stray = next((c.cell_id for c in r.cells if shard_of(c.cell_id, n) != i), None)
+            if stray is not None:
+                raise UsageError(f"{d} is shard {r.shard} but holds cell {stray}, which is shard "
+                                 f"{shard_of(stray, n)}/{n}'s: a record was moved or edited")
         missing = [_missing(i, n, runs) for i in range(1, n + 1) if i not in have]
         if missing:
             warnings.append(f"missing shard(s) {', '.join(missing)}: the merged run is marked interrupted")
@@ -148,7 +168,7 @@ def _copy_tree(src: Path, dst: Path, what: str, skipped: list[str]) -> None:
     if not stat.S_ISDIR(st.st_mode):
         skipped.append(f"{src}: {kind_of(st.st_mode).value}, not copied")
         return
-    for folder, dirs, files in os.walk(src):  # followlinks=False: a link to a folder is listed in `dirs`, not entered
+    for folder, dirs, files in walk(src):  # a link to a folder is among `files`, never entered; no recursion
         here = Path(folder)
         for name in sorted(dirs + files):
             f = here / name
@@ -179,6 +199,13 @@ def merge_runs(run_dirs: list[Path], out: Path, matrix_path: Path | None = None)
     order, how = _matrix_order(runs, matrix_path)
     if how:
         warnings.append(how)
+    if order is not None:
+        known = set(order)
+        for d, r in runs:
+            stray = next((c.cell_id for c in r.cells if c.cell_id not in known), None)
+            if stray is not None:
+                raise UsageError(f"{d} holds cell {stray}, which the matrix {matrix_path or runs[0][1].matrix.path} "
+                                 f"does not have ({len(order):,} cells): not a run of it")
 
     cells: list[CellResult] = [c for _, r in runs for c in r.cells]
     rank = {cid: i for i, cid in enumerate(order or [])}

@@ -58,6 +58,11 @@ CLASSES = [
     ("test_hostile_procs.py", "server processes that escape teardown and gc",
      "a double-forked setsid daemon, a child in its own process group, a server in a new session listening on its "
      "port (booted, refused, crashed, SIGKILLed harness + `gc`); a /proc that lies; pid reuse; a forker; bystanders"),
+    ("test_hostile_bounds.py", "unchecked values and unbounded work: hangs, tracebacks, memory",
+     "`gpus: [0, 1, 0]`, `true` in every number key, `memory_interval_s: 1e-9`, 6,666 `exclude` rules over 10,000 "
+     "cells, servers logging `1` and `2024_nightly` as their version, folders 1,200 deep under `history` and "
+     "`merge`, a 5,000-digit `BUILDKITE_PARALLEL_JOB_COUNT`, `kv_lora_rank: 0`, a run whose records pass the per-run "
+     "bound, `merge` of shards with another matrix name, harness version or scheduler, or cells not theirs"),
 ]
 
 #: The cases held by the harness of main before the fixes (0d5ff7a), of those tried there (2026-12-04): `--before
