@@ -48,7 +48,7 @@ CLASSES = [
      "another matrix, `merge --matrix missing.yaml`, records with -1/0/huge lengths"),
     # issue 39 (4, 5); against 33569ba (the commit before its fix) 8 of its 37 cases held
     ("test_hostile_output.py", "drives a terminal or a rendered page: output of every command",
-     "`<script>`, `<img onerror>`, `<details open>`, `[l](javascript:…)`, a backtick, `|`, OSC 0 and OSC 8, SGR "
+     "`<script>`, `<img onerror>`, `<details open>`, `[l](javascript:…)`, a backtick, `\\|`, OSC 0 and OSC 8, SGR "
      "blink, BEL, CR, C1 in axis values, env, argv, paths, log names, run and cell ids, axis keys, matrix name, "
      "runtime, memory phases, scheduler variables: every command's terminal output, errors, markdown, shell lines"),
     ("test_hostile_watch.py", "the watch and the nights: floods, late refusals, future-dated runs",
@@ -71,15 +71,20 @@ CLASSES = [
 #: it generates inputs from): run with them added to the old harness/matrix/cells.py, nothing else. test_hostile_owned.py
 #: forges records with the new ActiveRecord: run with the old sweep.py, scratch.py and compile_cache.py restored.
 BEFORE_REF = "0d5ff7a"
-BEFORE: dict[str, tuple[int, int]] = {
-    "test_hostile_owned.py": (14, 54),
-    "test_hostile_files.py": (2, 70),
-    "test_hostile_matrix.py": (8, 71),
-    "test_hostile_secrets.py": (0, 33),
-    "test_hostile_values.py": (29, 81),
-    "test_hostile_echoes.py": (1, 29),  # round two (issue 39): its harness files as of 33569ba, MIN_PREFIX added
-    # round two (issue 39), tried against its base 33569ba instead: the two skew cases that keep a run held
-    "test_hostile_watch.py": (2, 21),
+#: Round two (issue 39) was tried against its own base, 33569ba: each file's new cases on the harness files of that
+#: commit (a new module a test imports copied in, nothing else).
+ROUND_TWO_REF = "33569ba"
+BEFORE: dict[str, tuple[int, int, str]] = {
+    "test_hostile_owned.py": (14, 54, BEFORE_REF),
+    "test_hostile_files.py": (2, 70, BEFORE_REF),
+    "test_hostile_matrix.py": (8, 71, BEFORE_REF),
+    "test_hostile_secrets.py": (0, 33, BEFORE_REF),
+    "test_hostile_values.py": (29, 81, BEFORE_REF),
+    "test_hostile_output.py": (8, 37, ROUND_TWO_REF),
+    "test_hostile_echoes.py": (1, 29, ROUND_TWO_REF),  # MIN_PREFIX added to the old masking.py
+    "test_hostile_watch.py": (2, 21, ROUND_TWO_REF),  # the two skew cases that keep a run held
+    "test_hostile_procs.py": (6, 11, ROUND_TWO_REF),  # the bystanders and the scan's own cases
+    "test_hostile_bounds.py": (18, 65, ROUND_TWO_REF),
 }
 #: Cases never run against the old harness (it would have damaged this machine): -k expression.
 UNSAFE_BEFORE = "not (markdown-to-dev-full or markdown-to-a-link-to-dev-full or html-to-dev-null)"
@@ -104,14 +109,14 @@ def collected() -> dict[str, int]:
 
 def render(counts: dict[str, int] | None = None) -> str:
     counts = collected() if counts is None else counts
-    lines = [BEGIN, "", f"| class | inputs tried | held before ({BEFORE_REF}) | held now | what | tests |",
+    lines = [BEGIN, "", "| class | inputs tried | held before (at) | held now | what | tests |",
              "|---|---|---|---|---|---|"]
     total = held_before = tried_before = 0
     for name, title, what in CLASSES:
         n = counts.get(name, 0)
-        held, tried = BEFORE.get(name, (0, 0))
+        held, tried, ref = BEFORE.get(name, (0, 0, "—"))
         total, held_before, tried_before = total + n, held_before + held, tried_before + tried
-        lines.append(f"| {title} | {n} | {held} of {tried} | {n} | {what} | `{name}` |")
+        lines.append(f"| {title} | {n} | {held} of {tried} ({ref}) | {n} | {what} | `{name}` |")
     lines.append(f"| **all** | **{total}** | **{held_before} of {tried_before}** | **{total}** | | |")
     lines += ["", END]
     return "\n".join(lines)
