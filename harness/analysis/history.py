@@ -277,6 +277,10 @@ class _RecordedAxes:
     def axis_values(self) -> dict[str, list[str]]:
         return self.values
 
+    def value_name(self, axis: str, value: str) -> str:
+        """Records hold value names already (a secret's too)."""
+        return value
+
 
 def select_ids(runs: Sequence[Night], exprs: list[str] | None) -> list[str]:
     """Every cell id the runs hold (in the order first seen), narrowed by `--select` exactly as `run` reads it, over

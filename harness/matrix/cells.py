@@ -292,8 +292,7 @@ def select_cells(cells: list[Cell], exprs: list[str] | None, matrix: Matrix, sou
                 axis, _, names = term.partition("=")
                 axis = axis.strip()
                 wanted = [v.strip() for v in names.split("|")]
-                if axis.strip() in matrix.axes:  # a secret written out selects its value by its name
-                    wanted = [matrix.axes[axis.strip()].name_of(v) for v in wanted]
+                wanted = [matrix.value_name(axis, v) for v in wanted]
                 if not all(wanted):
                     raise SelectionError(source, axis, f"{term!r} has an empty value (values are joined by single "
                                                        "'|')")

@@ -450,3 +450,7 @@ class Matrix(_Strict):
 
     def axis_values(self) -> dict[str, list[str]]:
         return {name: axis.value_names() for name, axis in self.axes.items()}
+
+    def value_name(self, axis: str, value: str) -> str:
+        """The name `value` goes by on `axis`: a secret written out selects its value by its name."""
+        return self.axes[axis].name_of(value) if axis in self.axes else value
