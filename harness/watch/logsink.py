@@ -6,11 +6,13 @@ verdict does not depend on the file, and the tail (in the record) still ends wit
 from __future__ import annotations
 
 import errno
+import os
 import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+from harness import nofollow
 from harness.masking import Masker
 
 TAIL_LINES = 40
@@ -20,11 +22,13 @@ FLUSH_EVERY_S = 0.5
 
 class LogSink:
     def __init__(self, path: Path, masker: Masker, tail_lines: int = TAIL_LINES,
-                 echo: Callable[[str], None] | None = None):
-        path.parent.mkdir(parents=True, exist_ok=True)
+                 echo: Callable[[str], None] | None = None, anchor: Path | None = None):
+        """`anchor`: the folder the log is reached from (the run folder; default the log's own folder) — below it
+        never through a link, and the log itself a file boot-harness wrote or new (harness.nofollow)."""
         self.path = path
         self._mask = masker
-        self._file = path.open("w", encoding="utf-8", errors="replace")
+        fd = nofollow.open_file(path.parent if anchor is None else anchor, path)
+        self._file = os.fdopen(fd, "w", encoding="utf-8", errors="replace")
         self._tail: deque[str] = deque(maxlen=tail_lines)
         self._echo = echo
         self._dirty, self._flushed_at = False, time.monotonic()
