@@ -27,7 +27,7 @@ from harness.files import kind_of
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
 #: Why a path below the anchor is never followed, in every refusal.
-LEFT_ALONE = "boot-harness did not make it: left alone"
+LEFT_ALONE = "left alone"
 
 
 def _parts(anchor: Path, path: Path) -> tuple[str, ...]:
@@ -41,7 +41,7 @@ def refusal(path: Path, st: os.stat_result | None, wanted: str) -> FileRefused:
     """`path` is not the `wanted` thing the harness would have made there (a link, a FIFO, a hard link, another
     user's): named, and left alone."""
     if st is None:
-        return FileRefused(str(path), "", f"is not {wanted}; {LEFT_ALONE}")
+        return FileRefused(str(path), "", f"is not {wanted}: {LEFT_ALONE}")
     if stat.S_ISLNK(st.st_mode):
         what = "a symbolic link"
     elif wanted == "a folder" and stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode) and wanted != "a folder":
@@ -49,7 +49,7 @@ def refusal(path: Path, st: os.stat_result | None, wanted: str) -> FileRefused:
                 else f"a hard link ({st.st_nlink} names)")
     else:
         what = kind_of(st.st_mode).value
-    return FileRefused(str(path), "", f"is {what}, not {wanted}; {LEFT_ALONE}")
+    return FileRefused(str(path), "", f"is {what}, not {wanted}: {LEFT_ALONE}")
 
 
 def _lstat_at(fd: int, name: str) -> os.stat_result | None:
@@ -61,8 +61,8 @@ def _lstat_at(fd: int, name: str) -> os.stat_result | None:
 
 def open_dir(anchor: Path, path: Path, *, create: bool = False, mode: int = 0o755) -> int:
     """The descriptor of folder `path` (the caller closes it): `anchor` opened as given, each component below it
-    never through a link; with `create`, the missing ones made (`mode`, the anchor too). FileRefused naming the first component that
-    is a link or not a folder, or that is missing (without `create`)."""
+    never through a link; with `create`, the missing ones made (`mode`, the anchor too). FileRefused naming the first
+    component that is a link or not a folder, or that is missing (without `create`)."""
     if create:  # the anchor is a folder a person named: made as any output folder is
         Path(anchor).mkdir(parents=True, exist_ok=True)
     fd = os.open(anchor, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -128,7 +128,7 @@ def check_absent(anchor: Path, path: Path, hint: str = "") -> None:
             return
         raise
     if st is not None:
-        raise FileRefused(str(path), "", f"is already there ({kind_of(st.st_mode).value}), not made by this run; "
+        raise FileRefused(str(path), "", f"is already there ({kind_of(st.st_mode).value}), not made by this run: "
                                          f"{LEFT_ALONE}{hint}")
 
 
@@ -161,7 +161,8 @@ def open_file(anchor: Path, path: Path, *, append: bool = False, mode: int = 0o6
         st = _lstat_at(pfd, path.name)
         if st is not None and not _mine(st):
             raise refusal(path, st, "a file boot-harness wrote")
-        flags = (os.O_RDWR if keep else os.O_WRONLY) | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_APPEND if append else 0)
+        flags = ((os.O_RDWR if keep else os.O_WRONLY) | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+                 | (os.O_APPEND if append else 0))
         try:
             fd = os.open(path.name, flags, mode, dir_fd=pfd)
         except OSError as exc:
@@ -269,7 +270,7 @@ def make_dir(anchor: Path, path: Path, mode: int = 0o755) -> Made:
         except FileExistsError:
             st = _lstat_at(pfd, path.name)
             kind = "already there" if st is None else f"already there ({kind_of(st.st_mode).value})"
-            raise FileRefused(str(path), "", f"{kind}: not made by this run; {LEFT_ALONE}") from None
+            raise FileRefused(str(path), "", f"is {kind}, not made by this run: {LEFT_ALONE}") from None
         st = os.stat(path.name, dir_fd=pfd, follow_symlinks=False)
     return Made(Path(anchor), path, st.st_dev, st.st_ino)
 

@@ -90,7 +90,8 @@ def open_lock(root: Path, name: str) -> int:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise FileRefused(str(path), "", f"is {kind_of(st.st_mode).value}, not a GPU lock boot-harness made; left alone")
+        raise FileRefused(str(path), "", f"is {kind_of(st.st_mode).value}, not a GPU lock boot-harness made; "
+                                         "left alone")
     if st.st_uid == os.geteuid() and st.st_nlink == 1 and st.st_size == 0 and stat.S_IMODE(st.st_mode) != 0o644:
         os.fchmod(fd, 0o644)  # made by us under a strict umask: another user's run must be able to open it too
     return fd

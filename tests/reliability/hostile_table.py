@@ -42,6 +42,10 @@ CLASSES = [
      "FP8/int8/auto/fp16 checkpoints, `num_hidden_layers: 1e9`, `--available-gib 1e400`, `--block-size 10**30`, "
      "`repro --port 70000`, `compare --tolerance nan`, `--length-axis nope`, `plan --vllm-version x`, `plan --from` "
      "another matrix, `merge --matrix missing.yaml`, records with -1/0/huge lengths"),
+    ("test_hostile_links.py", "writes through, truncates or removes what a run folder holds; two owners of one run",
+     "links as a cell's log, `logs/`, `work/`, `work/<cell>`, `.owner.json`, `active/`, `cells/`, `patches/`, "
+     "`compile-cache`, `.lock`; a hard link or FIFO as a log; someone's real `work/<cell>/`, `compile-cache/`; "
+     "each planted before `run --resume` and mid-run; the run held under another TMPDIR; GPU host locks as links"),
 ]
 
 #: The cases held by the harness of main before the fixes (0d5ff7a), of those tried there (2026-12-04): `--before
