@@ -113,7 +113,13 @@ class CellRunner:
         m = self.loaded.matrix  # the command/entrypoint too: `sh -c "HF_TOKEN=… vllm serve …"` is one
         masker = Masker(self.base_masker_values | secret_values(cell.env, [*m.command, *(m.entrypoint or []),
                                                                             *cell.server_args]))
-        work = scratch.claim(self.store.work_dir(cell.id))
+        sink = LogSink(self.store.log_path(cell.id), masker, echo=self.echo, max_bytes=self.config.log_max_bytes,
+                       anchor=self.store.run_dir)
+        try:
+            work = scratch.claim(self.store.work_dir(cell.id), self.store.run_dir)
+        except BaseException:
+            sink.close()
+            raise
         gpus = attempt.gpus
         started_at, t0 = now(), self.clock.now()
         timeline = TimelineRecorder(self.clock, t0, on_mark=attempt.on_milestone)
@@ -123,7 +129,6 @@ class CellRunner:
                           mark=timeline.mark, compile_cache=cache.path if cache else None,
                           labels={"boot-harness.run": self.store.run.run_id, "boot-harness.cell": cell.id},
                           gpu_ids=None if gpus is None or not attempt.assigned else [g.id or str(g.index) for g in gpus])
-        sink = LogSink(self.store.log_path(cell.id), masker, echo=self.echo, max_bytes=self.config.log_max_bytes)
         events = ThreadedEvents(self.clock)
         server: Server | None = None
         sampler: MemorySampler | None = None

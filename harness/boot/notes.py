@@ -4,18 +4,23 @@ them in one place; a log that cannot be written to loses the note, never the cel
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from harness import nofollow
+from harness.errors import FileRefused
 from harness.gpu.idle import IdleWait
 from harness.gpu.records import GpuInfo
 
 
 def note(log: Path, *lines: str) -> None:
+    """Harness lines appended to a cell's log, `RUN/logs/<id>.log`: reached from the run folder never through a link,
+    into a file boot-harness wrote (harness.nofollow); a log that is not is left as it is, unwritten."""
     try:
-        with log.open("a", encoding="utf-8") as f:
+        with os.fdopen(nofollow.open_file(log.parents[1], log, append=True), "a", encoding="utf-8") as f:
             for line in lines:
                 f.write(f"[boot-harness] {line}\n")
-    except OSError:
+    except (OSError, FileRefused):
         pass
 
 

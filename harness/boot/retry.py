@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from harness import nofollow
 from harness.boot.notes import note
 from harness.results.model import CellResult
 from harness.verdict import Outcome, Reason
@@ -47,8 +48,7 @@ class BusyRetry:
         kept = log.with_name(f"{first.cell_id}.attempt1.log")
         note(log, f"attempt 1 refused {busy} while memory was held: contaminated, not the configuration's verdict; "
                   "booting once more after the idle wait")
-        if log.exists():
-            log.replace(kept)
+        nofollow.rename(log.parents[1], log, kept)  # RUN/logs: never through a link
         second = again(2)
         if second is None:
             return None

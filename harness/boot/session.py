@@ -26,8 +26,8 @@ from harness.matrix.scheduler import SchedulerRef
 from harness.results.model import CellResult, RunResult, RunStatus
 from harness.verdict import Outcome
 from harness.results.store import RunLock, RunStore, new_run_id
-from harness.runtime import make_runtime
-from harness.runtime.compile_cache import CompileCache, planned_dir
+from harness.runtime import make_runtime, scratch
+from harness.runtime.compile_cache import RUN_DIR_NAME, CompileCache, planned_dir
 from harness.masking import Masker
 from harness.runtime.base import CellContext, Runtime
 from harness.runtime.pull import PullObserver
@@ -120,6 +120,7 @@ class RunSession:
         store = cls._store(loaded, runtime.name, order, options)
         lock = lock or RunLock(store.run_dir)
         done = store.done()
+        _vet(store, loaded, [c for c in cells if c.id not in done])
         cache = CompileCache.for_run(loaded.matrix.compile_cache, loaded.base_dir, store.run_dir, plan.parallel)
         runner = CellRunner(loaded, runtime, store, watch_config(loaded, options.timeout_s), keep_work=options.keep_work,
                             echo=options.echo, compile_cache=cache, clock=options.clock)
@@ -206,8 +207,9 @@ def planned_commands(loaded: LoadedMatrix, cells: list[Cell], options: RunOption
     runtime = runtime or make_runtime(loaded)
     run_dir = options.resume or Path(options.results_dir) / "<run-id>"
     if options.resume:
-        done = RunSession._store(loaded, runtime.name, [c.id for c in cells], options).done()  # reads, writes nothing
-        cells = [c for c in cells if c.id not in done]
+        store = RunSession._store(loaded, runtime.name, [c.id for c in cells], options)  # reads, writes nothing
+        cells = [c for c in cells if c.id not in store.done()]
+        _vet(store, loaded, cells)  # what the run would refuse, a dry run refuses too
     out = []
     cache = planned_dir(loaded.matrix.compile_cache, loaded.base_dir, run_dir)
     for c in cells:
@@ -216,6 +218,16 @@ def planned_commands(loaded: LoadedMatrix, cells: list[Cell], options: RunOption
         tokens, steps = runtime.planned_command_line(c, ctx)
         out.append((c, tokens, steps))
     return out
+
+
+def _vet(store: RunStore, loaded: LoadedMatrix, todo: list[Cell]) -> None:
+    """What the run writes in its folder is the run's own (RunStore.vet): each cell's scratch and the run's own
+    compile cache are made anew, so nothing may be at their paths (a dead run's were swept before this) but what this
+    process made (a session reopened in-process)."""
+    fresh = [store.work_dir(c.id) for c in todo]
+    if todo and loaded.matrix.compile_cache == "run":
+        fresh.append(store.run_dir / RUN_DIR_NAME)
+    store.vet([c.id for c in todo], [p for p in fresh if not scratch.made_here(p)])
 
 
 def frontier_run_id(loaded: LoadedMatrix) -> str:

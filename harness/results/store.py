@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import platform
 import secrets
 import socket
 import stat
-import tempfile
 import threading
 from collections import Counter
 from datetime import datetime, timezone
@@ -21,7 +19,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from harness import __version__
+from harness import __version__, nofollow
 from harness.errors import ConfigError, FileRefused, RecordWriteError, RunDamaged, UsageError
 from harness import files
 from harness.files import kind_of, parse_json, read_bytes, write_atomic
@@ -32,17 +30,24 @@ from harness.verdict import Outcome
 
 
 _R = TypeVar("_R", bound=BaseModel)
+#: The folders a run writes in (harness.runtime: `work`, `active`, `compile-cache`, `patches`): each one a folder of
+#: the run or absent, never a link out of it.
+RUN_FOLDERS = ("cells", "logs", "work", "active", "compile-cache", "patches")
 
 
 def now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """A record, written the one way files are (harness.files.write_atomic): readers see the old file or the new one,
-    never half; a failure to write is a RecordWriteError (the run stops, `--resume` finishes it)."""
+def atomic_write_text(path: Path, text: str, anchor: Path | None = None) -> None:
+    """A record, written whole: readers see the old file or the new one, never half; a failure to write is a
+    RecordWriteError (the run stops, `--resume` finishes it). With `anchor` (the run folder that holds it), never
+    through a link below it (harness.nofollow); without, the way a file a person named is (harness.files)."""
     try:
-        write_atomic(path, text)
+        if anchor is not None:
+            nofollow.write_atomic(anchor, path, text)
+        else:
+            write_atomic(path, text)
     except OSError as exc:
         raise RecordWriteError(path, exc) from None
 
@@ -104,8 +109,9 @@ class RunStore:
         run_dir = Path(results_dir) / run_id
         if (run_dir / "results.json").exists():
             raise UsageError(f"{run_dir}: a run already exists there (use --resume to finish it)")
+        run_dir.mkdir(parents=True, exist_ok=True)
         for sub in ("cells", "logs"):
-            (run_dir / sub).mkdir(parents=True, exist_ok=True)
+            os.close(nofollow.open_dir(run_dir, run_dir / sub, create=True))
         run = RunResult(
             run_id=run_id, matrix=MatrixRef(path=str(loaded.path), sha256=loaded.sha256, name=loaded.matrix.name),
             runtime=runtime, started_at=now(), host=host_info(), harness_version=__version__,
@@ -137,12 +143,29 @@ class RunStore:
         store.run.summary = summarize(store.run.cells)  # of the cells on disk, never results.json's last word
         return store
 
+    def vet(self, todo: list[str], fresh: list[Path]) -> None:
+        """Before a run writes or boots anything: every folder it writes in is a folder of the run or absent (never a
+        link out of it); each cell still to boot has no log or record there but one boot-harness wrote; nothing is at
+        the `fresh` paths the run makes anew (a cell's scratch, the run's compile cache). Else FileRefused naming the
+        first (one line, exit 2), and everything is left as it was: what the harness did not make is not its own to
+        write through, truncate or remove."""
+        run_dir = self.run_dir
+        for sub in RUN_FOLDERS:
+            nofollow.check_folder(run_dir, run_dir / sub)
+        for cid in todo:
+            for f in (self.cells_dir / f"{cid}.json", self.log_path(cid), self.log_path(cid).with_name(
+                    f"{cid}.attempt1.log"), run_dir / "active" / f"{cid}.json"):
+                nofollow.check_file(run_dir, f)
+        for path in fresh:
+            if path.parent == run_dir or path.parent.parent == run_dir:
+                nofollow.check_absent(run_dir, path, "; move it away to resume")
+
     def done(self) -> set[str]:
         return set(self._cells)
 
     def record(self, cell: CellResult) -> None:
         with self._lock:  # cells may finish in parallel threads
-            atomic_write_text(self.cells_dir / f"{cell.cell_id}.json", cell.model_dump_json(indent=2))
+            atomic_write_text(self.cells_dir / f"{cell.cell_id}.json", cell.model_dump_json(indent=2), self.run_dir)
             self._cells[cell.cell_id] = cell
             self._write_run()
 
@@ -160,7 +183,7 @@ class RunStore:
     def _write_run(self) -> None:
         self.run.cells = self._ordered()
         self.run.summary = summarize(self.run.cells)
-        atomic_write_text(self.run_dir / "results.json", self.run.model_dump_json(indent=2))
+        atomic_write_text(self.run_dir / "results.json", self.run.model_dump_json(indent=2), self.run_dir)
 
 
 class _Budget:
@@ -289,43 +312,59 @@ def dump_json(obj: object) -> str:
 
 class RunLock:
     """One writer per run directory: a `--resume` of a run that is still going (a second CI job, a person beside the
-    nightly) would boot its cells again and interleave its records with the first's. An flock, so the kernel lets go
-    of it with the process: a killed run never stays locked. Kept outside the run directory, which stays exactly the
-    run's records. Within one process the lock is shared (a session reopened in-process, the frontier's probes)."""
+    nightly, the same run under another TMPDIR) would boot its cells again and interleave its records with the
+    first's. The lock lives with what it locks, `RUN/.lock`, so every process that writes the run meets it whatever its
+    environment: an flock on a descriptor opened without following a link, on a regular file of this user's with one
+    name (anything else there is refused, left alone). The kernel lets go of an flock with its process, so a killed
+    run never stays locked. Within one process the lock is shared (a session reopened in-process, the frontier's
+    probes)."""
 
-    _held: dict[Path, list[int]] = {}  # lock file -> [fd, holders]: this process's
+    NAME = ".lock"
+    _held: dict[tuple[int, int], list[Any]] = {}  # the run folder's (dev, ino) -> [fd, path, holders]: this process's
     _guard = threading.Lock()
 
     def __init__(self, run_dir: Path):
-        self._path: Path | None = None
-        digest = hashlib.sha256(str(Path(run_dir).resolve()).encode()).hexdigest()[:20]
-        where = Path(tempfile.gettempdir()) / "boot-harness-runs"
-        where.mkdir(parents=True, exist_ok=True)
-        path = where / f"{digest}.lock"
+        self._key: tuple[int, int] | None = None
+        run_dir = Path(run_dir).absolute()
+        try:
+            st = os.stat(run_dir)
+        except OSError:
+            raise UsageError(f"{run_dir}: not a run directory (no results.json)") from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise UsageError(f"{run_dir}: not a run directory (give the folder that holds results.json)")
+        key = (st.st_dev, st.st_ino)
         with RunLock._guard:
-            if path not in RunLock._held:
-                RunLock._held[path] = [self._take(path, run_dir), 0]
-            RunLock._held[path][1] += 1
-            self._path = path
+            if key not in RunLock._held:
+                RunLock._held[key] = [self._take(run_dir), run_dir / self.NAME, 0]
+            RunLock._held[key][2] += 1
+            self._key = key
 
-    @staticmethod
-    def _take(path: Path, run_dir: Path) -> int:
-        """The locked fd of `path`. Its holder unlinks it on release (one file per run would pile up in /tmp), so a
-        lock taken on a file that was unlinked meanwhile is no lock: take the one now at `path` instead."""
+    @property
+    def _path(self) -> Path | None:
+        entry = RunLock._held.get(self._key) if self._key is not None else None
+        return entry[1] if entry else None
+
+    @classmethod
+    def _take(cls, run_dir: Path) -> int:
+        """The locked fd of `RUN/.lock`. Its holder unlinks it on release, so a lock taken on a file that was unlinked
+        meanwhile is no lock: take the one now there instead."""
+        path = run_dir / cls.NAME
         while True:
-            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+            fd = _open_lock(run_dir, path)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
                 os.close(fd)
+                holder = holder if holder.isdigit() else "?"
                 raise UsageError(f"{run_dir}: another boot-harness (pid {holder}) is writing this run now; let "
                                  "it finish, then --resume it (or start a new run)") from None
             try:
-                current = os.stat(path).st_ino
+                current = os.stat(path, follow_symlinks=False)
             except FileNotFoundError:
                 current = None
-            if current == os.fstat(fd).st_ino:
+            mine = os.fstat(fd)
+            if current is not None and (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino):
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, str(os.getpid()).encode(), 0)
                 return fd
@@ -333,16 +372,30 @@ class RunLock:
 
     def release(self) -> None:
         with RunLock._guard:
-            path, self._path = self._path, None
-            entry = RunLock._held.get(path) if path is not None else None
+            key, self._key = self._key, None
+            entry = RunLock._held.get(key) if key is not None else None
             if entry is None:
                 return
-            entry[1] -= 1
-            if entry[1] == 0:
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()  # before the unlock: whoever takes the file next finds it gone and makes a new one
-                os.close(entry[0])
-                del RunLock._held[path]
+            entry[2] -= 1
+            if entry[2] == 0:
+                fd, path = entry[0], entry[1]
+                with contextlib.suppress(OSError):
+                    st, mine = os.stat(path, follow_symlinks=False), os.fstat(fd)
+                    if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):  # ours still: gone before the unlock,
+                        nofollow.unlink(path.parent, path)  # so whoever takes it next makes a new one
+                os.close(fd)
+                del RunLock._held[key]
 
     def __del__(self) -> None:  # a session that failed half-way in this process (a test, the pytest plugin)
         self.release()
+
+
+def _open_lock(run_dir: Path, path: Path) -> int:
+    """`RUN/.lock` opened for the flock: made by this process, or a regular file of this user's with one name; never
+    through a link, never blocking on a FIFO. Anything else is a one-line refusal, left as it is."""
+    try:
+        return nofollow.open_file(run_dir, path, keep=True, mode=0o600)
+    except FileRefused as exc:
+        raise UsageError(f"{exc.file}: {exc.message} (the run's lock is a file boot-harness makes)") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot take the run's lock: {exc.strerror or exc}") from None

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import nofollow
+from harness.errors import FileRefused
 from harness.runtime import scratch
 from harness.runtime.records import CompileCacheUse
 from harness.runtime.server_env import cache_env
@@ -82,11 +83,11 @@ def make_dirs(path: Path, open_below: Path) -> list[Path]:
 
 
 def _open(d: Path) -> None:
-    """A folder the harness created: a container's server running as another user must be able to write it."""
+    """A folder the harness created: a container's server running as another user must be able to write it. Changed
+    on its own descriptor, never through a link swapped in for it."""
     try:
-        if stat.S_ISDIR(os.lstat(d).st_mode):
-            d.chmod(0o777)
-    except OSError:
+        nofollow.fchmod_dir(d.parent, d, 0o777)
+    except (OSError, FileRefused):
         pass
 
 
@@ -138,11 +139,16 @@ class CompileCache:
         if root is None:
             return cls("none", None, False, False)
         owned = setting == "run"
-        make_dirs(root, root)
-        if owned:
-            scratch.claim(root)
-        for sub in cache_env(str(root)).values():
-            make_dirs(Path(sub), root)
+        if owned:  # made anew in the run folder, never through a link; one already there is someone's (refused)
+            scratch.claim(root, run_dir)
+            nofollow.fchmod_dir(run_dir, root, 0o777)
+            for sub in cache_env(str(root)).values():
+                with nofollow.folder(run_dir, Path(sub), create=True) as fd:
+                    os.fchmod(fd, 0o777)
+        else:
+            make_dirs(root, root)
+            for sub in cache_env(str(root)).values():
+                make_dirs(Path(sub), root)
         return cls("run" if owned else "path", root, parallel > 1, owned)
 
     def checkout(self, work_dir: Path) -> Checkout | None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness import nofollow
 from harness.errors import HarnessError, UsageError
 from harness.matrix.cells import Cell
 from harness.matrix.model import PatchSpec
@@ -233,11 +234,10 @@ class Patches:
             prepared = self.prepare(cell.image, spec)
             patched = kept_path(run_dir, cell, i, spec.target)
             d = patched.parent
-            d.mkdir(parents=True, exist_ok=True)
-            for f in prepared.patched_file.parent.iterdir():
-                (d / f.name).unlink(missing_ok=True)  # a copy kept before is read-only (repro twice, as non-root)
-                (d / f.name).write_bytes(f.read_bytes())
-            patched.chmod(0o444)
+            for f in prepared.patched_file.parent.iterdir():  # in the run folder never through a link, each file
+                # replaced whole (a copy kept before is read-only: repro twice, as non-root); the patched one read-only
+                nofollow.write_atomic(run_dir, d / f.name, f.read_bytes(), mode=0o444 if f.name == patched.name
+                                      else 0o644)
             kept.append((prepared, patched))
         return kept
 

@@ -26,7 +26,8 @@ from harness.runtime.pull import PullObserver
 from harness.matrix.cells import Cell
 from harness.clock import SYSTEM, Clock
 from harness.errors import CellStartError, FileRefused, HarnessError, RuntimeUnavailable
-from harness.files import read_json, write_atomic
+from harness import nofollow
+from harness.files import read_json
 from harness.logfacts.timeline import Milestone
 from harness.names import Named
 from harness.runtime.records import AppliedPatch, ContainerInfo
@@ -135,9 +136,11 @@ def read_active_record(path: Path) -> ActiveRecord:
         raise BadRecord(f"{where + ': ' if where else ''}{first['msg']}{got}") from None
 
 
-def write_active_record(path: Path, record: ActiveRecord) -> None:
-    """Whole or not at all (harness.files): a harness SIGKILLed mid-write leaves no half record."""
-    write_atomic(path, record.model_dump_json())
+def write_active_record(path: Path, record: ActiveRecord, anchor: Path | None = None) -> None:
+    """Whole or not at all: a harness SIGKILLed mid-write leaves no half record. Reached from `anchor` (the run
+    folder; default the record's folder) never through a link, replacing only a record boot-harness wrote
+    (harness.nofollow)."""
+    nofollow.write_atomic(path.parent if anchor is None else anchor, path, record.model_dump_json())
 
 
 class Proof(Named):
@@ -203,7 +206,7 @@ def _cache_root(ctx: CellContext) -> str | None:
 
 class ProcessServer:
     def __init__(self, proc: subprocess.Popen[bytes], argv: list[str], port: int, pid_file: Path,
-                 clock: Clock = SYSTEM, server_id: str | None = None):
+                 clock: Clock = SYSTEM, server_id: str | None = None, anchor: Path | None = None):
         self.proc, self.argv, self.port = proc, argv, port
         self.clock = clock
         self.base_url = f"http://{HOST}:{port}"
@@ -212,6 +215,8 @@ class ProcessServer:
         #: Processes still carrying the id when the teardown's rounds ran out: its active/ record stays, for gc.
         self.left: list[int] = []
         self._pid_file = pid_file
+        #: The run folder the record is reached from, never through a link below it.
+        self._anchor = pid_file.parent if anchor is None else anchor
         self._stopped = False
         self._lock = threading.Lock()
 
@@ -253,7 +258,7 @@ class ProcessServer:
                 self._stopped = True
                 self._terminate(grace_s)
                 if not self.left:  # else gc finds what is left by the record's server id
-                    self._pid_file.unlink(missing_ok=True)
+                    nofollow.unlink(self._anchor, self._pid_file)
         return self.proc.poll()
 
     def _signal_carriers(self, sig: int) -> list[carriers.Carrier]:
@@ -335,8 +340,12 @@ class ProcessRuntime:
         owner_start = proc_start_time(os.getpid())
         env = build_env(cell.env, cache_root=_cache_root(ctx), work_dir=ctx.work_dir, gpu_ids=ctx.gpu_ids,
                         server_id=new_server_id(os.getpid(), owner_start), base=self.base_env)
-        pid_dir = ctx.run_dir / "active"
-        pid_dir.mkdir(parents=True, exist_ok=True)
+        pid_file = ctx.run_dir / "active" / f"{cell.id}.json"
+        try:  # in the run folder, never through a link: a record that cannot be written is no server started
+            os.close(nofollow.open_dir(ctx.run_dir, pid_file.parent, create=True))
+            nofollow.check_file(ctx.run_dir, pid_file)
+        except FileRefused as exc:
+            raise CellStartError(str(exc)) from None
         try:
             proc = subprocess.Popen(
                 argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -345,12 +354,17 @@ class ProcessRuntime:
         except OSError as exc:
             raise CellStartError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
         ctx.mark(Milestone.started)
-        pid_file = pid_dir / f"{cell.id}.json"
-        write_active_record(pid_file, ActiveRecord(
-            cell_id=cell.id, pgid=proc.pid, leader_start=proc_start_time(proc.pid), boot_id=boot_id(),
-            owner_pid=os.getpid(), owner_start=owner_start, server_id=env[SERVER_ID_VAR]))
+        server = ProcessServer(proc, argv, port, pid_file, self.clock, server_id=env[SERVER_ID_VAR],
+                               anchor=ctx.run_dir)
+        try:
+            write_active_record(pid_file, ActiveRecord(
+                cell_id=cell.id, pgid=proc.pid, leader_start=proc_start_time(proc.pid), boot_id=boot_id(),
+                owner_pid=os.getpid(), owner_start=owner_start, server_id=env[SERVER_ID_VAR]), anchor=ctx.run_dir)
+        except FileRefused as exc:  # swapped in since the check: the server is stopped, unrecorded
+            server.stop()
+            raise CellStartError(str(exc)) from None
         threading.Thread(target=pump_lines, args=(proc.stdout, on_line), daemon=True, name=f"log-{cell.id}").start()
-        return ProcessServer(proc, argv, port, pid_file, self.clock, server_id=env[SERVER_ID_VAR])
+        return server
 
     def command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> list[str]:
         env = build_env(cell.env, cache_root=_cache_root(ctx), gpu_ids=ctx.gpu_ids)

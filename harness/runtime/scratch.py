@@ -2,8 +2,10 @@
 the system's temp folder): made when the cell starts, removed when it ends. It carries the owner's pid so that after a
 SIGKILL, which runs no teardown, `gc` and the next run can tell a dead run's scratch from a live one's.
 
-What is removed must be proven the harness's: a work dir by its `.owner.json`, reached without a symlink; its TMPDIR by
-a mark naming that work dir. A symlink inside is removed as a link, never followed."""
+What is removed must be proven the harness's: a work dir by this process having made it (claim: made anew, known by
+its identity) or, after a SIGKILL, by its `.owner.json` naming a dead harness, reached without a symlink; its TMPDIR
+by a mark naming that work dir. A symlink inside is removed as a link, never followed; a folder already at a work
+dir's path when a cell starts is someone's, refused and left (harness.nofollow)."""
 
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ import os
 import shutil
 import socket
 import tempfile
+import threading
 from pathlib import Path
 
+from harness import nofollow
 from harness.errors import FileRefused
 from harness.files import read_bytes
 
@@ -47,10 +51,35 @@ def through_symlink(path: Path, base: Path) -> bool:
     return False
 
 
-def claim(work: Path) -> Path:
-    work.mkdir(parents=True, exist_ok=True)
-    (work / OWNER_FILE).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+#: The work dirs this process made (claim), by path: only these does `remove` remove, and only while the path still
+#: holds the very folder made (harness.nofollow.Made).
+_made: dict[Path, nofollow.Made] = {}
+_guard = threading.Lock()
+
+
+def claim(work: Path, anchor: Path | None = None) -> Path:
+    """`work` made now, never through a link below `anchor` (the run folder; default the folder that holds it), and
+    marked with this process's pid. Something already there is refused (FileRefused) and left alone: what this run
+    did not make is not its to fill or remove — but a folder this process made before (a retried cell's kept scratch)
+    is taken again."""
+    work = Path(work)
+    anchor = work.parent if anchor is None else Path(anchor)
+    with _guard:
+        made = _made.get(work)
+    if made is None or not made.still():
+        made = nofollow.make_dir(anchor, work)
+        with _guard:
+            _made[work] = made
+    nofollow.write_atomic(made.anchor, work / OWNER_FILE,
+                          json.dumps({"pid": os.getpid(), "host": socket.gethostname()}), mode=0o644)
     return work
+
+
+def made_here(path: Path) -> bool:
+    """Whether this process made the folder at `path` (claim) and it is still that folder."""
+    with _guard:
+        made = _made.get(Path(path))
+    return made is not None and made.still()
 
 
 def make_tmp(work: Path) -> Path:
@@ -60,29 +89,42 @@ def make_tmp(work: Path) -> Path:
     return tmp
 
 
-def _own_tmp(work: Path) -> Path | None:
-    """The TMPDIR `work/tmp` links to, if it is the one made for `work` (make_tmp); None for a link pointed elsewhere."""
-    link = work / "tmp"
-    if not link.is_symlink():
+def _own_tmp(made: nofollow.Made) -> Path | None:
+    """The TMPDIR `work/tmp` links to, if it is the one made for `work` (make_tmp); None for a link pointed elsewhere.
+    The link is read from the work dir's own descriptor (never through a link to the work dir)."""
+    try:
+        with nofollow.folder(made.anchor, made.path) as fd:
+            target = Path(os.readlink("tmp", dir_fd=fd))
+    except (OSError, FileRefused):
         return None
-    target = Path(os.path.realpath(link))
-    if not target.name.startswith(TMP_PREFIX) or target.is_symlink() or not target.is_dir():
+    if not target.is_absolute() or not target.name.startswith(TMP_PREFIX) or target.is_symlink() \
+            or not target.is_dir():
         return None
-    return target if read_mark(target / TMP_MARK) == str(work.resolve()) else None
+    return target if read_mark(target / TMP_MARK) == str(made.path.resolve()) else None
 
 
 def remove(work: Path, keep: bool = False) -> None:
     """Gone, with the TMPDIR its `tmp` link points to; or, with keep, left for a person and no longer ours to sweep.
-    rmtree removes a symlink inside as a link: what it points to is left."""
+    Only a work dir this process made (claim), still that folder: anything else at the path is left. A link inside
+    is removed as a link: what it points to is left."""
+    work = Path(work)
+    with _guard:
+        made = _made.get(work)
+    if made is None:
+        return  # not a folder this process made
     if keep:
-        (work / OWNER_FILE).unlink(missing_ok=True)
+        nofollow.unlink(made.anchor, work / OWNER_FILE)
         return
-    if work.is_symlink():
-        return  # not a folder the harness made
-    tmp = _own_tmp(work)
+    _remove_tree(made)
+    with _guard:
+        _made.pop(work, None)
+
+
+def _remove_tree(made: nofollow.Made) -> bool:
+    tmp = _own_tmp(made)
     if tmp is not None:
         shutil.rmtree(tmp, ignore_errors=True)
-    shutil.rmtree(work, ignore_errors=True)
+    return nofollow.remove_made(made)
 
 
 def owner_dead(work: Path, alive) -> bool:
@@ -102,7 +144,9 @@ def sweep(results_dir: Path, alive) -> list[Path]:
     owned = [*Path(results_dir).glob(f"*/work/*/{OWNER_FILE}"), *Path(results_dir).glob(f"*/compile-cache/{OWNER_FILE}")]
     for work in sorted(owned):
         cell = work.parent
-        if not through_symlink(cell, results_dir) and owner_dead(cell, alive):
-            remove(cell)
+        if through_symlink(cell, results_dir):
+            continue
+        found = nofollow.identify(Path(results_dir), cell)  # the folder as it is now, reached without a link
+        if found is not None and owner_dead(cell, alive) and _remove_tree(found):
             removed.append(cell)
     return removed

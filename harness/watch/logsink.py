@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from harness import nofollow
 from harness.masking import Masker
 from harness.units import fmt_bytes
 from harness.watch.records import LogCut
@@ -68,12 +69,15 @@ class _Segment:
 
 class LogSink:
     def __init__(self, path: Path, masker: Masker, tail_lines: int = TAIL_LINES,
-                 echo: Callable[[str], None] | None = None, max_bytes: int | None = DEFAULT_MAX_BYTES):
-        path.parent.mkdir(parents=True, exist_ok=True)
+                 echo: Callable[[str], None] | None = None, max_bytes: int | None = DEFAULT_MAX_BYTES,
+                 anchor: Path | None = None):
+        """`anchor`: the folder the log is reached from (the run folder; default the log's own folder) — below it
+        never through a link, and the log itself a file boot-harness wrote or new (harness.nofollow)."""
         self.path = path
         #: Masks each line as the log's next: a secret split across lines is masked on both (harness.masking).
         self._mask = masker.lines()
-        self._file: BinaryIO = path.open("wb")
+        fd = nofollow.open_file(path.parent if anchor is None else anchor, path)
+        self._file: BinaryIO = os.fdopen(fd, "wb")
         self._tail: deque[str] = deque(maxlen=tail_lines)
         self._echo = echo
         self._dirty, self._flushed_at = False, time.monotonic()

@@ -63,6 +63,10 @@ CLASSES = [
      "cells, servers logging `1` and `2024_nightly` as their version, folders 1,200 deep under `history` and "
      "`merge`, a 5,000-digit `BUILDKITE_PARALLEL_JOB_COUNT`, `kv_lora_rank: 0`, a run whose records pass the per-run "
      "bound, `merge` of shards with another matrix name, harness version or scheduler, or cells not theirs"),
+    ("test_hostile_links.py", "writes through, truncates or removes what a run folder holds; two owners of one run",
+     "links as a cell's log, `logs/`, `work/`, `work/<cell>`, `.owner.json`, `active/`, `cells/`, `patches/`, "
+     "`compile-cache`, `.lock`; a hard link or FIFO as a log; someone's real `work/<cell>/`, `compile-cache/`; "
+     "each planted before `run --resume` and mid-run; the run held under another TMPDIR; GPU host locks as links"),
 ]
 
 #: The cases held by the harness of main before the fixes (0d5ff7a), of those tried there (2026-12-04): `--before

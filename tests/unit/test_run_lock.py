@@ -13,6 +13,13 @@ from harness.errors import UsageError
 from harness.results.store import RunLock
 
 
+@pytest.fixture
+def tmp_path(tmp_path):
+    """Beside a run folder, `run`, that exists (the lock is in it)."""
+    (tmp_path / "run").mkdir()
+    return tmp_path
+
+
 def _lock_path(run_dir):
     """Where the run's lock lives (taken and let go once to learn it)."""
     lock = RunLock(run_dir)
@@ -26,7 +33,8 @@ def test_a_released_lock_leaves_no_file_behind(tmp_path):
     path = lock._path
     assert path.exists() and path.read_text() == str(os.getpid())
     lock.release()
-    assert not path.exists(), "one lock file per run would pile up in /tmp"
+    assert path == tmp_path / "run" / ".lock"
+    assert not path.exists(), "a released run keeps no lock file"
 
 
 def test_a_run_held_elsewhere_is_refused_in_one_line_naming_the_holder(tmp_path):
