@@ -12,11 +12,14 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from harness.verdict.causes.decide import CauseReader
+from harness.verdict.causes.match import PREFILTER
+
 from . import patterns as p
 from . import phases
-from .classify import classify_refusal, keep_first_specific
+from .classify import keep_first_specific, refusal_of
 from .model import KvFacts, LogFacts, Refusal, Signal
-from .text import MAX_LINE_CHARS, segments, split_line
+from .text import MAX_LINE_CHARS, QUIET_LEVELS, segments, split_line
 from .timeline import Milestone, Timeline, phase_at, skipped
 
 MAX_READY_LINES = 32
@@ -40,8 +43,8 @@ def _coerce(line: Any) -> str:
 
 
 MAX_ERROR_CHARS = 1000
-_ALL = tuple(dict.fromkeys((*p.KEYWORDS, *phases.KEYWORDS)))
-#: Both sets' keywords, less those that hold another one ("Model loading took" holds "took"): the same lines pass.
+_ALL = tuple(dict.fromkeys((*p.KEYWORDS, *phases.KEYWORDS, *PREFILTER)))
+#: The three sets' keywords (the causes' are derived from every pattern of the catalogue), less those that hold another one ("Model loading took" holds "took"): the same lines pass.
 _KEYWORDS = tuple(k for k in _ALL if not any(o != k and o in k for o in _ALL))
 
 
@@ -66,6 +69,7 @@ class LogParser:
         self._early_capture: float | None = None  # the first before it: the V2 runner's profiling pass, or an excerpt's
         self._estimate: float | None = None  # the first "Estimated CUDA graph memory: X GiB total"
         self._refusal: Refusal | None = None
+        self._causes = CauseReader()
         self._ready: list[str] = []
         self._error_line: str | None = None
         self._phases = phases.PhaseReader()
@@ -115,14 +119,16 @@ class LogParser:
     @property
     def facts(self) -> LogFacts:
         """A snapshot: later feeds do not change it, and changing it does not change the parser."""
+        timeline = self._log_timeline()
         return LogFacts(
             vllm_version=self._version,
             kv=KvFacts(**self._kv, cuda_graph_gib=self._graph_gib()),
             refusal=self._refusal.model_copy() if self._refusal is not None else None,
+            cause=self._causes.finding(self._error_line, timeline.phase.name if timeline.phase else None),
             ready_lines=list(self._ready),
             error_line=self._error_line,
             lines=self._lines,
-            timeline=self._log_timeline(),
+            timeline=timeline,
             enforce_eager=self._phases.eager,
         )
 
@@ -139,11 +145,12 @@ class LogParser:
     def _feed_message(self, level: str | None, msg: str, process: str = "", source: str | None = None) -> Signal:
         if not msg:
             return Signal.NONE
-        refusal = classify_refusal(msg, level)
+        found = self._causes.feed(process, msg, level in QUIET_LEVELS)
+        refusal = refusal_of(found)
         if refusal is not None:
             self._refusal = keep_first_specific(self._refusal, refusal)
             return Signal.REFUSAL
-        if p.ERROR_LINE.match(msg):
+        if found is None and p.ERROR_LINE.match(msg):
             self._error_line = msg[:MAX_ERROR_CHARS]
         # A fact belongs to the record that states it: a request log echoing a prompt ("Received request …: prompt:
         # 'GPU KV cache size: …'") states none, whatever the parser has seen so far (an excerpt may start anywhere).
