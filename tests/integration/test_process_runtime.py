@@ -67,7 +67,7 @@ def test_a_server_that_ignores_sigterm_is_killed_at_the_deadline(tmp_path):
     assert result.exit_code == -9, "SIGTERM ignored, so the group got SIGKILL after the grace"
 
 
-@pytest.mark.parametrize("scenario,reason", [("crash", "exited"), ("exit0", "exited_before_ready"),
+@pytest.mark.parametrize("scenario,reason", [("crash", "uncaught_exception"), ("exit0", "exited_before_ready"),
                                              ("probe_fail", "probe_failed")])
 def test_crash_shapes(tmp_path, scenario, reason):
     result, _ = boot(tmp_path, scenario)
