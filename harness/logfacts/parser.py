@@ -19,7 +19,7 @@ from . import patterns as p
 from . import phases
 from .classify import keep_first_specific, refusal_of
 from .model import KvFacts, LogFacts, Refusal, Signal
-from .text import MAX_LINE_CHARS, QUIET_LEVELS, segments, split_line
+from .text import MAX_LINE_CHARS, QUIET_LEVELS, is_quiet_record, segments, split_line
 from .timeline import Milestone, Timeline, phase_at, skipped
 
 MAX_READY_LINES = 32
@@ -43,15 +43,28 @@ def _coerce(line: Any) -> str:
 
 
 MAX_ERROR_CHARS = 1000
-_ALL = tuple(dict.fromkeys((*p.KEYWORDS, *phases.KEYWORDS, *PREFILTER)))
-#: The three sets' keywords (the causes' are derived from every pattern of the catalogue), less those that hold another one ("Model loading took" holds "took"): the same lines pass.
+_ALL = tuple(dict.fromkeys((*p.KEYWORDS, *phases.KEYWORDS)))
+#: Both sets' keywords, less those that hold another one ("Model loading took" holds "took"): the same lines pass.
 _KEYWORDS = tuple(k for k in _ALL if not any(o != k and o in k for o in _ALL))
 
 
+#: How far into a line a quiet record's level can be (a paste's prefixes, a process prefix, ANSI colour before it).
+_HEADER_REACH = 400
+
+
 def _mentions_keyword(text: str) -> bool:
-    """The pre-check of both pattern sets: a plain loop of substring tests (faster than any() or a regex)."""
+    """The pre-check of the fact patterns, then of the causes' (a plain loop of substring tests: faster than any() or
+    a regex). A cause is never read from an INFO/WARNING/DEBUG record but for the few patterns that hold at any level,
+    whose needles are fact keywords too: such a record (the bulk of any log, a flood's every line) is told by its
+    header, the same split the parser makes, before the causes' needles are tried."""
     for keyword in _KEYWORDS:
         if keyword in text:
+            return True
+    head = text[:_HEADER_REACH]
+    if ("INFO" in head or "WARN" in head or "DEBUG" in head) and is_quiet_record(text):
+        return False
+    for needle in PREFILTER:
+        if needle in text:
             return True
     return False
 

@@ -34,7 +34,7 @@ def test_each_cause_reads_its_own_words_through_the_parsers_pre_check(cause_id, 
 
 def test_no_needle_can_be_dropped_by_the_pre_filter():
     assert all(any(entry in needle for entry in PREFILTER) for needle in NEEDLES)
-    assert set(PREFILTER) <= {k for k in parser_mod._ALL}
+    assert all(any(k in needle for k in (*parser_mod._KEYWORDS, *PREFILTER)) for needle in NEEDLES)
 
 
 def test_the_reason_enum_is_the_catalogue():
@@ -191,3 +191,26 @@ def test_facts_says_the_cause_in_json_and_on_the_terminal(tmp_path, capsys):
     assert main(["facts", str(log)]) == 0
     out = capsys.readouterr().out
     assert "cause: tp_not_divisible" in out and "hint: tensor_parallel_size 4 does not divide" in out
+
+
+@pytest.mark.parametrize("line", [
+    "`ValueError: Free memory on device (0.49/79.32 GiB) on startup is less than desired GPU memory utilization (0.6, "
+    "47.59 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.`",
+    "> [2026-01-26T17:25:37Z] ^[[0;36m(EngineCore_DP0 pid=738)^[[0;0m ^[[31mERROR^[[0m ^[[90m01-26 09:25:37^[[0m "
+    "^[[90m[core.py:935]^[[0m ValueError: Free memory on device cuda:0 (0.49/79.32 GiB) on startup is less than "
+    "desired GPU memory utilization (0.6, 47.59 GiB).",
+])
+def test_markdown_code_and_caret_colour_codes_read_as_the_bare_line(line):
+    cause = parse_text(line + "\n").cause
+    assert cause.id == "gpu_mem_util_exceeds_free" and cause.numbers["available_gib"] == 0.49
+    assert cause.hint == "free memory 0.49 GiB is below the 47.59 GiB asked: lower gpu_memory_utilization or free the GPU"
+
+
+def test_a_wrappers_words_before_torchs_oom_still_read_with_the_phase():
+    facts = parse_text(
+        "(EngineCore_DP0 pid=1) ERROR 11-05 12:19:32 [linear.py:210] Failed to create unquantized linear weights: CUDA "
+        "out of memory. Tried to allocate 896.00 MiB. GPU 0 has a total capacity of 93.09 GiB of which 739.81 MiB is "
+        "free.\n(EngineCore_DP0 pid=1) Traceback (most recent call last):\n(EngineCore_DP0 pid=1)   File "
+        "\"/v/vllm/model_executor/layers/linear.py\", line 202, in create_weights\n")
+    # no frame before the line: the log's own phase (the engine started, no weights loaded yet) places it
+    assert facts.cause.id == "cuda_oom_weights" and facts.cause.numbers["needed_gib"] == 0.875

@@ -184,7 +184,9 @@ NOT_ENOUGH_GPUS = Cause(
      Pattern("exceeds the total number of available GPUs"),
      Pattern("is larger than the number of available GPUs", r"\(\s*" + named("world_size", INT) + r"\s*\) is larger "
              r"than the number of available GPUs\s*\(\s*" + named("gpus", INT)),
-     Pattern("is greater than the number of available GPUs")),
+     Pattern("is greater than the number of available GPUs"),
+     Pattern("exceeds available GPUs", r"(?:Tensor|Pipeline|Data) parallel size\s*\(\s*" + named("world_size", INT)
+             + r"\s*\) exceeds available GPUs\s*\(\s*" + named("gpus", INT))),
     ("world size {world_size} is above the {gpus} GPUs visible: lower tensor/pipeline parallel sizes",
      "the world size is above the GPUs visible: lower tensor/pipeline parallel sizes (or show the server more GPUs)"),
     numbers=("world_size", "gpus"),

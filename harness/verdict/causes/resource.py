@@ -98,7 +98,9 @@ CUDA_OOM_UNKNOWN = _oom(
     "out of memory\")",
     (Pattern("OutOfMemoryError", _TORCH_OOM, read=_allocation),
      Pattern("ut of memory", _TORCH_OOM, read=_allocation),
-     Pattern("CUBLAS_STATUS_ALLOC_FAILED", read=_allocation)),
+     Pattern("CUBLAS_STATUS_ALLOC_FAILED", read=_allocation),
+     # a wrapper's own words before torch's ("Failed to create unquantized linear weights: CUDA out of memory. ...")
+     Pattern("ut of memory", r"\bCUDA out of memory\. Tried to allocate", read=_allocation)),
     aliases=("oom",),
     examples=("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity of "
               "23.54 GiB of which 1.02 GiB is free.",
