@@ -31,7 +31,7 @@ def make_cell(cell_id: str, axes: dict[str, str], outcome: str, *, reason: str |
               log_tail: list[str] | None = None) -> CellResult:
     """A cell record; `reason` defaults to `ready` for a boot and to the refusal's kind for a refusal."""
     ref = Refusal(**{"message": "", **refusal}) if refusal else None
-    if ref is not None and ref.kind == Reason.kv_insufficient and not ref.message:
+    if ref is not None and ref.kind == Reason.kv_cache_too_small and not ref.message:
         msg = KV_MSG.format(n=ref.max_seq_len, need=ref.needed_gib, avail=ref.available_gib)
         if ref.estimated_max_model_len:
             msg += KV_EST.format(est=ref.estimated_max_model_len)
@@ -72,14 +72,14 @@ def seed_run(run_id: str = "seed-measured") -> RunResult:
                   kv={"available_gib": 9.47, "offload_cap_gib": 1.74, "offload_uncapped_gib": 9.47,
                       "kv_tokens": 122_620, "max_concurrency": 0.94, "concurrency_tokens": 131072}),
         make_cell("mml131072-mtp4-floor_none", {"max_model_len": "131072", "mtp": "mtp4", "floor": "none"},
-                  "refused", argv=_fork_argv(131072, True), expected=("refused", "kv_insufficient"),
+                  "refused", argv=_fork_argv(131072, True), expected=("refused", "kv_cache_too_small"),
                   kv={"available_gib": 9.47, "offload_cap_gib": 1.74, "offload_uncapped_gib": 9.47},
-                  refusal={"kind": "kv_insufficient", "max_seq_len": 131072, "needed_gib": 2.07,
+                  refusal={"kind": "kv_cache_too_small", "max_seq_len": 131072, "needed_gib": 2.07,
                            "available_gib": 1.74, "estimated_max_model_len": 110080}),
         make_cell("mml262144-mtp4-floor_none", {"max_model_len": "262144", "mtp": "mtp4", "floor": "none"},
-                  "refused", argv=_fork_argv(262144, True), expected=("refused", "kv_insufficient"),
+                  "refused", argv=_fork_argv(262144, True), expected=("refused", "kv_cache_too_small"),
                   kv={"available_gib": 9.47, "offload_cap_gib": 3.43, "offload_uncapped_gib": 9.47},
-                  refusal={"kind": "kv_insufficient", "max_seq_len": 262144, "needed_gib": 3.62,
+                  refusal={"kind": "kv_cache_too_small", "max_seq_len": 262144, "needed_gib": 3.62,
                            "available_gib": 3.43}),
     ]
     return make_run(run_id, cells, "glm53-flash-kv-cap")
@@ -109,7 +109,7 @@ def cpu_cell(length: int, spec: str, kv: str, kv_bytes: int, *, per_token: int |
     need = round((-(-length // block) + 1) * block * per_token / (1 << 30), 2)
     return make_cell(cid, axes, "refused", argv=argv, expected=expected, log_tail=tail,
                      kv={"reserved_gib": gib, "device": "cpu"},
-                     refusal={"kind": "kv_insufficient", "max_seq_len": length, "needed_gib": need,
+                     refusal={"kind": "kv_cache_too_small", "max_seq_len": length, "needed_gib": need,
                               "available_gib": gib, "estimated_max_model_len": usable if usable > 0 else None})
 
 
@@ -118,10 +118,10 @@ def cpu_example_run(run_id: str = "cpu-tiny-calibrated") -> RunResult:
     tight, raised = 3 * (1 << 20), 10 * (1 << 20)
     cells = [
         cpu_cell(2048, "off", "tight", tight, expected=("booted", None)),
-        cpu_cell(2048, "draft", "tight", tight, expected=("refused", "kv_insufficient")),
+        cpu_cell(2048, "draft", "tight", tight, expected=("refused", "kv_cache_too_small")),
         cpu_cell(2048, "draft", "raised", raised, expected=("booted", None)),
-        cpu_cell(4096, "off", "tight", tight, expected=("refused", "kv_insufficient")),
-        cpu_cell(4096, "draft", "tight", tight, expected=("refused", "kv_insufficient")),
+        cpu_cell(4096, "off", "tight", tight, expected=("refused", "kv_cache_too_small")),
+        cpu_cell(4096, "draft", "tight", tight, expected=("refused", "kv_cache_too_small")),
         cpu_cell(4096, "draft", "raised", raised, expected=("booted", None)),
     ]
     return make_run(run_id, cells, "cpu-tiny")

@@ -34,10 +34,11 @@ from harness.memory.curve import summarize
 from harness.memory.model import MemoryCurve
 from harness.memory.probe import MemoryProbe
 from harness.memory.sampler import MemorySampler, Samples, Unreadable
-from harness.verdict.catalogue import Reason
+from harness.verdict.catalogue import REASONS, Reason
+from harness.verdict.causes import CauseKind
 
 #: The verdicts that say memory ran out: their detail carries the curve's peak.
-MEMORY_REASONS = (Reason.oom, Reason.oom_killed)
+MEMORY_REASONS = (*(r for r, info in REASONS.items() if info.kind == CauseKind.resource), Reason.oom_killed)
 from harness.watch.loop import Observation, Watch, WatchConfig
 from harness.watch.timeline import TimelineRecorder
 
@@ -218,6 +219,7 @@ class CellRunner:
             timeline=timeline, compile_cache=cache_use,
             kv=facts.kv, memory=memory, refusal=facts.refusal.model_copy(update={"message": masker(facts.refusal.message)})
             if facts.refusal else None,
+            cause=facts.cause if facts.cause is not None and facts.cause.id == d.reason else None,
             prediction=prediction, vllm_version=facts.vllm_version, log_path=str(self.store.log_path(cell.id).relative_to(self.store.run_dir)),
             log_tail=sink.tail, log_cut=sink.record(facts.skimmed_lines), started_at=started_at, finished_at=now(),
             port=server.port if server else None, container=server.container_info() if server else None,

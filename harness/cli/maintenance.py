@@ -89,8 +89,11 @@ def cmd_facts(args: argparse.Namespace, out: Console) -> int:
     from harness.report.escape import terminal, terminal_line
 
     facts = parse_file(args.logfile)  # a missing, non-regular or unreadable file: one line naming it
-    reason = facts.refusal.kind if facts.refusal else (Reason.ready if facts.ready_lines else None)
+    cause = facts.cause
+    reason = (cause.id if cause is not None and cause.id is not None else facts.refusal.kind if facts.refusal
+              else Reason.ready if facts.ready_lines else None)
     record = {"vllm_version": facts.vllm_version, "reason": reason, "kv": facts.kv.model_dump(),
+              "cause": cause.model_dump(mode="json") if cause is not None else None,
               "refusal": facts.refusal.model_dump() if facts.refusal else None,
               "timeline": facts.timeline.model_dump(mode="json")}
     if args.json:
@@ -102,6 +105,13 @@ def cmd_facts(args: argparse.Namespace, out: Console) -> int:
     for key, value in record["kv"].items():
         if value is not None:
             say(f"  {key}: {value}")
+    if cause is not None:
+        say(Text.assemble("  cause: ", (cause.id or "(not in the catalogue)", "yellow"),
+                          f"  {cause.kind} → {cause.outcome}", f"  {cause.process}" if cause.process else ""))
+        say(f"    line: {cause.line}")
+        for key, value in cause.numbers.items():
+            say(f"    {key}: {value}")
+        say(Text.assemble("    hint: ", (cause.hint, "bold")))
     if facts.refusal:
         r = facts.refusal
         say(Text.assemble("  refusal: ", (terminal(str(r.kind)), "yellow")))
@@ -111,8 +121,8 @@ def cmd_facts(args: argparse.Namespace, out: Console) -> int:
         say(f"    message: {r.message}")
     elif facts.ready_lines:
         say("  ready: " + facts.ready_lines[-1])
-    else:
-        say("  no refusal and no readiness line")
+    elif cause is None:
+        say("  no cause, no refusal and no readiness line")
     _print_timeline(facts.timeline, out)
     return ExitCode.OK
 

@@ -11,6 +11,7 @@ import enum
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.verdict.catalogue import RefusalKind
+from harness.verdict.causes import Finding
 
 from .timeline import Milestone, Timeline, skipped
 
@@ -23,6 +24,7 @@ class Refusal(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: RefusalKind
+    """The cause's id (harness.verdict.causes); a record that names it by its old name reads as the cause."""
     message: str = Field(max_length=MESSAGE_MAX_CHARS)
     """The refusal line's message: ANSI, process prefix and log header stripped, at most 2000 characters."""
     max_seq_len: int | None = None
@@ -99,7 +101,11 @@ class LogFacts(BaseModel):
     vllm_version: str | None = None
     kv: KvFacts = Field(default_factory=KvFacts)
     refusal: Refusal | None = None
-    """The most specific refusal seen: the first specific one wins; the generic engine_init_failed only fills a gap."""
+    """The most specific refusal seen: the first specific one wins; the generic wrapper only fills a gap."""
+    cause: Finding | None = None
+    """Why the boot failed, as far as the log shows: the catalogue's cause of the decisive line (the first of the
+    highest rank, whichever process said it), its numbers and hint; with no cause known, the exception that ended the
+    boot (`id` null). None when the log shows neither."""
     ready_lines: list[str] = Field(default_factory=list)
     error_line: str | None = None
     """The last exception line (`SomeError: …`) other than the generic engine failure: the root cause of a crash

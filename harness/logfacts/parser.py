@@ -12,11 +12,14 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from harness.verdict.causes.decide import CauseReader
+from harness.verdict.causes.match import PREFILTER, match
+
 from . import patterns as p
 from . import phases
-from .classify import NEEDLES, classify_refusal, keep_first_specific
+from .classify import keep_first_specific, refusal_of
 from .model import MESSAGE_MAX_CHARS, KvFacts, LogFacts, Refusal, Signal
-from .text import MAX_LINE_CHARS, segments, split_line
+from .text import MAX_LINE_CHARS, QUIET_LEVELS, is_quiet_record, segments, split_line
 from .timeline import Milestone, Timeline, phase_at, skipped
 
 MAX_READY_LINES = 32
@@ -47,7 +50,7 @@ _KEYWORDS = tuple(k for k in _ALL if not any(o != k and o in k for o in _ALL))
 
 #: Past the parser's bound, what a line must hold to be read at all: a refusal's needle or a readiness line's words
 #: (always read: they decide the verdict) ...
-_DECISIVE = tuple(dict.fromkeys((*NEEDLES, "Starting vLLM", "Application startup complete")))
+_DECISIVE = tuple(dict.fromkeys((*PREFILTER, "Starting vLLM", "Application startup complete")))
 #: ... or the words of an exception's line (a crash's "last error") or of a KV figure (what the record is for): read
 #: for the first SKIM_TELLING lines past the bound only, so a flood of them costs no more than any other.
 _TELLING = ("Error: ", "Exception: ", "KV cache", "KV Cache", "blocks:", "Maximum concurrency",
@@ -56,12 +59,23 @@ SKIM_TELLING = 1000
 #: Past the bound a line is searched in its first SKIM_CHARS characters only: every decisive line vLLM prints says
 #: what it is within its first hundred characters, and a flood of 64 KiB lines must cost no more than short ones.
 SKIM_CHARS = 4096
+#: How far into a line a quiet record's level can be (a paste's prefixes, a process prefix, ANSI colour before it).
+_HEADER_REACH = 400
 
 
 def _mentions_keyword(text: str) -> bool:
-    """The pre-check of both pattern sets: a plain loop of substring tests (faster than any() or a regex)."""
+    """The pre-check of the fact patterns, then of the causes' (a plain loop of substring tests: faster than any() or
+    a regex). A cause is never read from an INFO/WARNING/DEBUG record but for the few patterns that hold at any level,
+    whose needles are fact keywords too: such a record (the bulk of any log, a flood's every line) is told by its
+    header, the same split the parser makes, before the causes' needles are tried."""
     for keyword in _KEYWORDS:
         if keyword in text:
+            return True
+    head = text[:_HEADER_REACH]
+    if ("INFO" in head or "WARN" in head or "DEBUG" in head) and is_quiet_record(text):
+        return False
+    for needle in PREFILTER:
+        if needle in text:
             return True
     return False
 
@@ -90,6 +104,7 @@ class LogParser:
         self._early_capture: float | None = None  # the first before it: the V2 runner's profiling pass, or an excerpt's
         self._estimate: float | None = None  # the first "Estimated CUDA graph memory: X GiB total"
         self._refusal: Refusal | None = None
+        self._causes = CauseReader()
         self._ready: list[str] = []
         self._error_line: str | None = None
         self._phases = phases.PhaseReader()
@@ -167,14 +182,16 @@ class LogParser:
     @property
     def facts(self) -> LogFacts:
         """A snapshot: later feeds do not change it, and changing it does not change the parser."""
+        timeline = self._log_timeline()
         return LogFacts(
             vllm_version=self._version,
             kv=KvFacts(**self._kv, cuda_graph_gib=self._graph_gib()),
             refusal=self._refusal.model_copy() if self._refusal is not None else None,
+            cause=self._causes.finding(self._error_line, timeline.phase.name if timeline.phase else None),
             ready_lines=list(self._ready),
             error_line=self._error_line,
             lines=self._lines,
-            timeline=self._log_timeline(),
+            timeline=timeline,
             enforce_eager=self._phases.eager,
             refusal_after_ready=self._late_refusal,
             skimmed_lines=self._skimmed,
@@ -193,17 +210,22 @@ class LogParser:
     def _feed_message(self, level: str | None, msg: str, process: str = "", source: str | None = None) -> Signal:
         if not msg:
             return Signal.NONE
-        refusal = classify_refusal(msg, level)
-        if refusal is not None and (self._ready or self._listening):
+        quiet = level in QUIET_LEVELS
+        if self._ready or self._listening:
             # Readiness ends the refusal watch: vLLM refuses while its engine starts; a line like one later (an echo,
-            # a request's error) is kept as a note, and as the last error if the server then dies.
-            self.late_refusals += 1
-            if self._late_refusal is None:
-                self._late_refusal = msg[:MESSAGE_MAX_CHARS]
-        elif refusal is not None:
-            self._refusal = keep_first_specific(self._refusal, refusal)
-            return Signal.REFUSAL
-        if p.ERROR_LINE.match(msg):
+            # a request's error) is kept as a note, and as the last error if the server then dies, never as the cause.
+            found = None
+            if refusal_of(match(msg, quiet)) is not None:
+                self.late_refusals += 1
+                if self._late_refusal is None:
+                    self._late_refusal = msg[:MESSAGE_MAX_CHARS]
+        else:
+            found = self._causes.feed(process, msg, quiet)
+            refusal = refusal_of(found)
+            if refusal is not None:
+                self._refusal = keep_first_specific(self._refusal, refusal)
+                return Signal.REFUSAL
+        if found is None and p.ERROR_LINE.match(msg):
             self._error_line = msg[:MAX_ERROR_CHARS]
         # A fact belongs to the record that states it: a request log echoing a prompt ("Received request …: prompt:
         # 'GPU KV cache size: …'") states none, whatever the parser has seen so far (an excerpt may start anywhere).

@@ -37,6 +37,7 @@ _HEADER = re.compile(
         )\s?""",
     re.VERBOSE,
 )
+_CARET_ANSI = re.compile(r"\^\[\[[0-9;?]*[A-Za-z]")
 _LINE_NO = re.compile(r":\d{1,7}\Z")
 _SEGMENT_SPLIT = re.compile(r"\r\n|\r|\n")
 # A log pasted into an issue or an email: "> " quote markers (nested ones too) before the line.
@@ -85,11 +86,15 @@ def _source(where: str | None) -> str | None:
 
 def split_line(line: str) -> Line:
     line = strip_ansi(line)
+    if "^[[" in line:  # colour codes pasted in caret notation (`cat -v`, some CI viewers)
+        line = _CARET_ANSI.sub("", line)
     process = ""
     if line[:1] == "\ufeff":  # a downloaded CI log's byte-order mark
         line = line[1:]
     if line[:1] in (">", " ", "\t") and (quoted := _QUOTED.match(line)):
         line = line[quoted.end():]
+    if line[:1] == "`":  # a line pasted as Markdown inline code
+        line = line.strip("`")
     wrappers, line = unwrap(line)
     decor = _LEADING_DECOR.match(line)
     if decor:
@@ -104,3 +109,13 @@ def split_line(line: str) -> Line:
         source = _source(header.group("where") or header.group("where0"))
         line = line[header.end():]
     return Line(process, level, stamp, line.strip(), source, wrappers)
+
+
+def is_quiet_record(line: str) -> bool:
+    """Whether `line` is one INFO/WARNING/DEBUG record, as split_line reads it: at once for a bare vLLM line (its level
+    first: nothing split_line strips can come before it), else through split_line."""
+    if "\r" in line or "\n" in line:
+        return False
+    if line[:1] in ("I", "W", "D") and (header := _HEADER.match(line)) is not None:
+        return header.group("level") in QUIET_LEVELS
+    return split_line(line).level in QUIET_LEVELS

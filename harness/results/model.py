@@ -18,6 +18,7 @@ from harness.predict.prediction import PredictionRecord
 from harness.units import fmt_seconds
 from harness.watch.records import LogCut
 from harness.verdict.catalogue import OUTCOME_MEANINGS, REASONS, OutcomeMember, ReasonMember
+from harness.verdict.causes import Finding
 
 #: The catalogue, as the schema's descriptions say it.
 _OUTCOMES_DOC = "; ".join(f"{o.value}: {m}" for o, m in OUTCOME_MEANINGS.items())
@@ -86,6 +87,9 @@ class CellResult(_Record):
                                        "from the server's start to the verdict (docs/memory.md); null when "
                                        "`memory_interval_s: null` or the server never started")
     refusal: Refusal | None = None
+    cause: Finding | None = Field(None, description="the log's root cause when it decided the verdict: the catalogue's "
+                                  "id (the reason), its kind and outcome, the decisive line, the numbers it states and "
+                                  "a hint (docs/results.md); null when the reason is not a cause, and in older records")
     prediction: PredictionRecord | None = Field(
         None, description="the KV sizing predicted from the model's config.json and the cell's flags, and each logged "
                           "KV number held against it (docs/kv-model.md)")

@@ -1,52 +1,100 @@
 """The catalogue of verdicts: every outcome and every reason a cell can be recorded with, with one line of meaning each.
 
-The one list the matrix validates `expect: reason:` against (a misspelt reason is a `validate` error, not a rule that
-can never match), the results schema enumerates, and docs/results.md renders (tests/unit/test_verdict.py keeps the
-table in step).
+A reason is either a cause the log shows (harness.verdict.causes: its entry says the outcome, through its kind) or
+something the harness saw itself (the server was ready, exited, was killed; the deadline passed; the engine or a GPU
+was lost). The one list the matrix validates `expect: reason:` against (a misspelt reason is a `validate` error with a
+"did you mean", not a rule that can never match), the results schema enumerates, and docs/results.md renders
+(tests/unit/test_verdict.py keeps the table in step).
+
+`Reason` is written out rather than built from the catalogue: code names reasons by attribute (`Reason.ready`,
+`Reason.kv_cache_too_small`), which a type checker sees only in a written enum; tests/unit/test_causes.py proves its
+cause members are exactly the catalogue's, and its aliases exactly the catalogue's old names. An old name is an enum
+alias (`Reason.kv_insufficient is Reason.kv_cache_too_small`), and `Reason("kv_insufficient")` reads as the cause, so
+recorded runs and matrices that say it still load and still match.
 """
 
 from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator
 
 from harness.names import Named
+from harness.verdict.causes import ALIASES, CAUSES, KIND_OUTCOME, CauseKind
+from harness.verdict.outcome import OUTCOME_MEANINGS, Outcome
 
-
-class Outcome(Named):
-    booted = "booted"
-    refused = "refused"
-    crashed = "crashed"
-    timeout = "timeout"
-    error = "error"
-
-
-OUTCOME_MEANINGS: dict[Outcome, str] = {
-    Outcome.booted: "the server answered /health 200 and served one token: the configuration boots",
-    Outcome.refused: "vLLM refused the configuration at start-up, in a line the parser knows",
-    Outcome.crashed: "the server died (or failed its first request) without a known refusal",
-    Outcome.timeout: "no verdict within the cell's deadline",
-    Outcome.error: "the harness could not tell: not a verdict on the configuration",
-}
+__all__ = ["OUTCOME_MEANINGS", "Outcome"]
 
 
 @dataclass(frozen=True)
 class ReasonInfo:
     outcome: Outcome
     meaning: str
+    kind: CauseKind | None = None
+    """The cause's kind, for a reason the log shows; None for what the harness saw itself."""
 
 
 class Reason(Named):
     ready = "ready"
-    kv_insufficient = "kv_insufficient"
-    no_cache_memory = "no_cache_memory"
+    kv_cache_too_small = "kv_cache_too_small"
+    no_cache_blocks = "no_cache_blocks"
     autofit_impossible = "autofit_impossible"
     max_len_exceeds_model = "max_len_exceeds_model"
-    gpu_memory_busy = "gpu_memory_busy"
-    oom = "oom"
-    weights_dont_fit = "weights_dont_fit"
-    engine_init_failed = "engine_init_failed"
+    tp_not_divisible = "tp_not_divisible"
+    pp_not_divisible = "pp_not_divisible"
+    quant_tp_misaligned = "quant_tp_misaligned"
+    not_enough_gpus = "not_enough_gpus"
+    ep_not_divisible = "ep_not_divisible"
+    dtype_unsupported_gpu = "dtype_unsupported_gpu"
+    quantization_unsupported_gpu = "quantization_unsupported_gpu"
+    quantization_mismatch = "quantization_mismatch"
+    quantization_dtype_mismatch = "quantization_dtype_mismatch"
+    quant_config_missing = "quant_config_missing"
+    unsupported_architecture = "unsupported_architecture"
+    trust_remote_code = "trust_remote_code"
+    unrecognized_argument = "unrecognized_argument"
+    engine_args_mismatch = "engine_args_mismatch"
+    config_invalid_batched_tokens = "config_invalid_batched_tokens"
+    v1_unsupported = "v1_unsupported"
+    attention_backend_unsupported = "attention_backend_unsupported"
+    weight_loading_keyerror = "weight_loading_keyerror"
+    gpu_mem_util_exceeds_free = "gpu_mem_util_exceeds_free"
+    host_oom = "host_oom"
+    cuda_oom_weights = "cuda_oom_weights"
+    cuda_oom_sampler_warmup = "cuda_oom_sampler_warmup"
+    cuda_oom_profiling = "cuda_oom_profiling"
+    cuda_oom_kv_allocation = "cuda_oom_kv_allocation"
+    cuda_oom_graph_capture = "cuda_oom_graph_capture"
+    cuda_oom_unknown = "cuda_oom_unknown"
+    gated_model = "gated_model"
+    hf_offline_no_cache = "hf_offline_no_cache"
+    missing_config_json = "missing_config_json"
+    model_not_found = "model_not_found"
+    bad_local_path = "bad_local_path"
+    tokenizer_error = "tokenizer_error"
+    transformers_too_old = "transformers_too_old"
+    no_gpu_visible = "no_gpu_visible"
+    invalid_device_ordinal = "invalid_device_ordinal"
+    driver_mismatch = "driver_mismatch"
+    cuda_lib_mismatch = "cuda_lib_mismatch"
+    no_kernel_image = "no_kernel_image"
+    extension_abi_mismatch = "extension_abi_mismatch"
+    cuda_fork_reinit = "cuda_fork_reinit"
+    shm_too_small = "shm_too_small"
+    port_in_use = "port_in_use"
+    corrupt_checkpoint = "corrupt_checkpoint"
+    compile_failed = "compile_failed"
+    broken_install = "broken_install"
+    ray_placement_error = "ray_placement_error"
+    nccl_error = "nccl_error"
+    timeout_distributed_init = "timeout_distributed_init"
+    timeout_engine_startup = "timeout_engine_startup"
+    model_inspection_failed = "model_inspection_failed"
+    engine_core_failed_root_cause_not_shown = "engine_core_failed_root_cause_not_shown"
+    model_code_error = "model_code_error"
+    uncaught_exception = "uncaught_exception"
     exited = "exited"
     exited_before_ready = "exited_before_ready"
     killed = "killed"
@@ -58,28 +106,26 @@ class Reason(Named):
     gpu_memory_held = "gpu_memory_held"
     engine_lost = "engine_lost"
     gpu_lost = "gpu_lost"
+    # The names before the catalogue of causes: aliases of the causes they became.
+    kv_insufficient = "kv_cache_too_small"
+    no_cache_memory = "no_cache_blocks"
+    gpu_memory_busy = "gpu_mem_util_exceeds_free"
+    weights_dont_fit = "cuda_oom_weights"
+    oom = "cuda_oom_unknown"
+    engine_init_failed = "engine_core_failed_root_cause_not_shown"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Reason | None:
+        """An old name (`kv_insufficient`) is the cause it became."""
+        canonical = ALIASES.get(value) if isinstance(value, str) else None
+        return cls(canonical) if canonical is not None else None
 
 
-REASONS: dict[Reason, ReasonInfo] = {
+#: What the harness saw itself (not a line of the log).
+OBSERVED: dict[Reason, ReasonInfo] = {
     Reason.ready: ReasonInfo(Outcome.booted, "/health answered 200 (and, with `probe`, a 1-token completion was served)"),
-    Reason.kv_insufficient: ReasonInfo(
-        Outcome.refused, "the KV cache cannot hold one request of max_model_len (\"To serve at least one request ...\")"),
-    Reason.no_cache_memory: ReasonInfo(
-        Outcome.refused, "no memory is left for a single KV block (\"No available memory for the cache blocks\")"),
-    Reason.autofit_impossible: ReasonInfo(
-        Outcome.refused, "auto-fit found no room for even one token (\"Cannot auto-fit max_model_len\")"),
-    Reason.max_len_exceeds_model: ReasonInfo(
-        Outcome.refused, "max_model_len is above what the model's config allows (\"User-specified max_model_len\")"),
-    Reason.gpu_memory_busy: ReasonInfo(
-        Outcome.refused, "free memory at start-up was below what was asked, usually held by another process "
-                         "(\"Free memory on device ... is less than desired\", \"Error in memory profiling\")"),
-    Reason.oom: ReasonInfo(Outcome.refused, "an allocation ran out of memory (CUDA/torch OutOfMemoryError)"),
-    Reason.weights_dont_fit: ReasonInfo(
-        Outcome.refused, "the weights do not fit (\"Failed to load model - not enough GPU memory\")"),
-    Reason.engine_init_failed: ReasonInfo(
-        Outcome.crashed, "the engine core failed to start and the log names no known refusal"),
     Reason.exited: ReasonInfo(Outcome.crashed, "the server exited with a non-zero code (before it was ready, or "
-                                               "around its first request)"),
+                                               "around its first request) and its log names no exception"),
     Reason.exited_before_ready: ReasonInfo(Outcome.crashed, "the server exited with code 0 before it was ready"),
     Reason.killed: ReasonInfo(Outcome.crashed, "the server was killed by a signal"),
     Reason.probe_failed: ReasonInfo(Outcome.crashed, "/health answered 200 but the 1-token completion failed"),
@@ -96,38 +142,52 @@ REASONS: dict[Reason, ReasonInfo] = {
         Outcome.error, "a GPU of the cell was lost while it ran (NVML: \"GPU is lost\", \"Unknown Error\"): whatever "
                        "the server did says nothing about the configuration; the run starts no more cells on it"),
     Reason.gpu_memory_held: ReasonInfo(
-        Outcome.error, "refused gpu_memory_busy on both attempts while the GPUs were still above their idle level: "
-                       "memory held by something else, not this configuration's verdict"),
+        Outcome.error, "refused gpu_mem_util_exceeds_free on both attempts while the GPUs were still above their idle "
+                       "level: memory held by something else, not this configuration's verdict"),
+}
+
+REASONS: dict[Reason, ReasonInfo] = {
+    Reason.ready: OBSERVED[Reason.ready],
+    **{Reason(c.id): ReasonInfo(KIND_OUTCOME[c.kind], c.meaning, c.kind) for c in CAUSES},
+    **{r: info for r, info in OBSERVED.items() if r is not Reason.ready},
 }
 
 
+def canonical_reason(value: Any) -> Any:
+    """An old reason name as the cause it became; anything else as given (for the records' validators)."""
+    return ALIASES.get(value, value) if isinstance(value, str) else value
+
+
 #: For the records' pydantic models: the enum members as a Literal, so a record holds the enums while its JSON and
-#: its JSON Schema hold the plain names (inline, as when the records held strings).
+#: its JSON Schema hold the plain names (inline, as when the records held strings). The old names validate too (the
+#: schema lists them, so an old record still validates against it) and are read as the causes they became.
 OutcomeMember = Literal[tuple(Outcome)]  # type: ignore[valid-type]
-ReasonMember = Literal[tuple(Reason)]  # type: ignore[valid-type]
-#: For what users write (the matrix): the plain names, so a validation error lists them as written.
+_ReasonLiteral = Literal[(*Reason, *ALIASES)]  # type: ignore[valid-type]
+ReasonMember = Annotated[_ReasonLiteral, BeforeValidator(canonical_reason)]
+#: For what users write (the matrix): the plain names, old ones included, so a validation error lists them as written.
 OutcomeName = Literal[tuple(o.value for o in Outcome)]  # type: ignore[valid-type]
-ReasonName = Literal[tuple(r.value for r in Reason)]  # type: ignore[valid-type]
-#: The reasons a log line can give by itself (harness.logfacts.classify): a refusal's kind is its reason.
-REFUSAL_KINDS: tuple[Reason, ...] = (
-    Reason.kv_insufficient, Reason.no_cache_memory, Reason.autofit_impossible, Reason.max_len_exceeds_model,
-    Reason.gpu_memory_busy, Reason.oom, Reason.weights_dont_fit, Reason.engine_init_failed)
-RefusalKind = Literal[REFUSAL_KINDS]  # type: ignore[valid-type]
+ReasonName = Literal[(*(r.value for r in Reason), *ALIASES)]  # type: ignore[valid-type]
+#: The reasons a log line can give by itself: every cause of the catalogue.
+REFUSAL_KINDS: tuple[Reason, ...] = tuple(Reason(c.id) for c in CAUSES)
+_RefusalLiteral = Literal[(*REFUSAL_KINDS, *ALIASES)]  # type: ignore[valid-type]
+RefusalKind = Annotated[_RefusalLiteral, BeforeValidator(canonical_reason)]
 
 
 def check_reason(reason: str, outcome: str | None = None) -> str:
-    """`reason` if the catalogue has it (and it is one of `outcome`'s); else a ValueError that lists the choices."""
+    """`reason` as the catalogue names it now (an old name is its cause), if the catalogue has it (and it is one of
+    `outcome`'s); else a ValueError that lists the choices."""
     choices = reasons_of(outcome) if outcome in Outcome.__members__ else list(Reason)
     if reason not in Reason.__members__:
-        near = difflib.get_close_matches(reason, [r.value for r in Reason], n=1)
-        hint = f"did you mean {near[0]!r}? " if near else ""
+        near = difflib.get_close_matches(reason, [*(r.value for r in Reason), *ALIASES], n=1)
+        hint = f"did you mean {ALIASES.get(near[0], near[0])!r}? " if near else ""
         raise ValueError(f"unknown reason {reason!r}: {hint}the reasons{f' of {outcome}' if outcome else ''} are "
                          f"{', '.join(r.value for r in choices)}")
-    if outcome in Outcome.__members__ and REASONS[Reason(reason)].outcome != Outcome(outcome):
-        raise ValueError(f"reason {reason!r} belongs to outcome {REASONS[Reason(reason)].outcome}, not {outcome}: "
+    known = Reason(reason)
+    if outcome in Outcome.__members__ and REASONS[known].outcome != Outcome(outcome):
+        raise ValueError(f"reason {reason!r} belongs to outcome {REASONS[known].outcome}, not {outcome}: "
                          f"a rule expecting it could never match (the reasons of {outcome} are "
                          f"{', '.join(r.value for r in choices)})")
-    return reason
+    return known.value
 
 
 def reasons_of(outcome: Outcome | str) -> list[Reason]:
@@ -136,7 +196,9 @@ def reasons_of(outcome: Outcome | str) -> list[Reason]:
 
 def reason_table() -> str:
     """docs/results.md's table of reasons, rendered from the catalogue."""
-    rows = ["| outcome | reason | meaning |", "|---|---|---|"]
+    old = {new: old for old, new in ALIASES.items()}
+    rows = ["| outcome | reason | kind | meaning |", "|---|---|---|---|"]
     for reason, info in REASONS.items():
-        rows.append(f"| `{info.outcome}` | `{reason}` | {info.meaning} |")
+        alias = f" (was `{old[reason.value]}`)" if reason.value in old else ""
+        rows.append(f"| `{info.outcome}` | `{reason}`{alias} | {info.kind or 'observed'} | {info.meaning} |")
     return "\n".join(rows)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from harness.logfacts import Refusal
 from harness.names import Named
 from harness.verdict.catalogue import REASONS, Outcome, Reason
+from harness.verdict.causes import GENERIC_CAUSE, UNCAUGHT, Finding
 
 class SightingKind(Named):
     """What kind of decisive thing the watch saw."""
@@ -35,7 +36,12 @@ class Sighting:
     detail: str
     refusal: Refusal | None = None
     exit_code: int | None = None
+    cause: Finding | None = None
+    """The log's root cause as the parser read it (refusal and exit sightings): its kind decides the outcome."""
 
+
+#: The sightings a cause in the log explains: a refusal line, and the server's exit before it was ready.
+CAUSED = frozenset({SightingKind.refusal, SightingKind.exit})
 
 @dataclass(frozen=True)
 class Evidence:
@@ -85,8 +91,8 @@ def stale_listener(ev: Evidence) -> Decision | None:
 
 def _crash_of(f: Sighting) -> Decision | None:
     """What an exit, a failed probe or the generic engine failure is, before anything else is known."""
-    if f.kind == SightingKind.refusal and f.refusal is not None and f.refusal.kind == Reason.engine_init_failed:
-        return Decision(Outcome.crashed, Reason.engine_init_failed, f.detail)
+    if f.kind == SightingKind.refusal and f.refusal is not None and f.refusal.kind == GENERIC_CAUSE.id:
+        return Decision(Outcome.crashed, Reason.engine_core_failed_root_cause_not_shown, f.detail)
     if f.kind in (SightingKind.exit, SightingKind.exit_after_health):
         code = f.exit_code if f.exit_code is not None else -1
         if code < 0:
@@ -129,19 +135,35 @@ def engine_lost(ev: Evidence) -> Decision | None:
 
 def memory_held(ev: Evidence) -> Decision | None:
     f = ev.sighting
-    busy = f is not None and f.kind == SightingKind.refusal and f.refusal is not None and f.refusal.kind == Reason.gpu_memory_busy
+    busy = f is not None and f.kind == SightingKind.refusal and f.refusal is not None and f.refusal.kind == Reason.gpu_mem_util_exceeds_free
     if busy and ev.retried_busy and ev.gpus_not_idle:
         return Decision(Outcome.error, Reason.gpu_memory_held,
-                        f"refused gpu_memory_busy on both attempts, the second with {ev.gpus_not_idle}: memory held "
+                        f"refused gpu_mem_util_exceeds_free on both attempts, the second with {ev.gpus_not_idle}: memory held "
                         f"by something else, not this configuration's verdict ({f.detail})")
     return None
 
 
-def refused(ev: Evidence) -> Decision | None:
+def caused(ev: Evidence) -> Decision | None:
+    """A refusal line, or an exit, that the log explains: the cause's kind gives the outcome (a configuration that
+    cannot boot here is refused, a machine that failed it is error, anything else crashed) and its id the reason.
+    A server killed by a signal, or one whose log shows only the generic wrapper, is left to the crash rules unless
+    a cause was found; the wrapper alone is its own finding on a refusal line."""
     f = ev.sighting
-    if f and f.kind == SightingKind.refusal and f.refusal is not None and f.refusal.kind != Reason.engine_init_failed:
-        return Decision(Outcome.refused, Reason(f.refusal.kind), f.detail)
-    return None
+    if f is None or f.kind not in CAUSED:
+        return None
+    cause = f.cause
+    if cause is None or cause.id is None:
+        if f.kind == SightingKind.refusal and f.refusal is not None and f.refusal.kind != GENERIC_CAUSE.id:
+            reason = Reason(f.refusal.kind)
+            return Decision(REASONS[reason].outcome, reason, f.detail)
+        return None
+    reason = Reason(cause.id)
+    general = cause.id in (GENERIC_CAUSE.id, UNCAUGHT.id)
+    if general and (f.kind == SightingKind.exit and (f.exit_code is None or f.exit_code < 0)):
+        return None  # killed by a signal: the crash rules say so
+    if cause.id == GENERIC_CAUSE.id and f.kind == SightingKind.exit:
+        return None  # the wrapper seen only after the exit reads as before: an exit
+    return Decision(REASONS[reason].outcome, reason, f.detail if general else cause.line or f.detail)
 
 
 def crashed(ev: Evidence) -> Decision | None:
@@ -161,7 +183,7 @@ def timed_out(ev: Evidence) -> Decision | None:
 
 
 #: In order: the first rule that applies decides.
-RULES: tuple[Rule, ...] = (gpu_lost, start_failed, stale_listener, oom_killed, engine_lost, memory_held, refused, crashed, booted,
+RULES: tuple[Rule, ...] = (gpu_lost, start_failed, stale_listener, oom_killed, engine_lost, memory_held, caused, crashed, booted,
                           timed_out)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from harness.clock import SYSTEM, Clock
 from harness.logfacts import LogFacts, LogParser, Signal
@@ -23,7 +23,7 @@ from harness.units import fmt_seconds
 from harness.predict.serve_flags import eager
 from harness.runtime.base import Server
 from harness.verdict.catalogue import Reason
-from harness.verdict.policy import Sighting, SightingKind
+from harness.verdict.policy import CAUSED, Sighting, SightingKind
 from harness.watch.events import Event, EventKind, EventQueue
 from harness.watch.health import HealthPoller, ProbeResult, probe_completion
 from harness.watch.logsink import DEFAULT_MAX_BYTES, LogSink
@@ -119,8 +119,11 @@ class Watch:
         self.events.put(Event(EventKind.exit, self.clock.now(), code=code))
 
     def _found(self, kind: SightingKind, detail: str, event_t: float | None, ready_t: float | None = None) -> Observation:
-        refusal = self.parser.facts.refusal if kind == SightingKind.refusal else None
-        return Observation(Sighting(kind, detail, refusal=refusal, exit_code=self.exit_code), exit_code=self.exit_code,
+        facts = self.parser.facts
+        refusal = facts.refusal if kind == SightingKind.refusal else None
+        cause = facts.cause if kind in CAUSED else None
+        return Observation(Sighting(kind, detail, refusal=refusal, exit_code=self.exit_code, cause=cause),
+                           exit_code=self.exit_code,
                            ready_s=self._rel(ready_t), ready_line_s=self._rel(self.ready_line_t),
                            event_s=self._rel(event_t), verdict_s=self._rel(self.clock.now()))
 
@@ -150,7 +153,7 @@ class Watch:
     def _refusal_found(self, t: float) -> Observation:
         refusal = self.parser.facts.refusal
         assert refusal is not None
-        generic = refusal.kind == Reason.engine_init_failed  # the line says only "failed": the root cause is the detail
+        generic = refusal.kind == Reason.engine_core_failed_root_cause_not_shown  # the line says only "failed": the root cause is the detail
         return self._found(SightingKind.refusal, (self.parser.facts.error_line or refusal.message) if generic else refusal.message,
                            t)
 
@@ -240,6 +243,8 @@ class Watch:
             self._linger()
             seen.exit_code = self.exit_code
         seen.facts = self.parser.facts
+        if seen.sighting.kind in CAUSED:  # what the server wrote while it went down may hold the root cause
+            seen.sighting = replace(seen.sighting, cause=seen.facts.cause)
         return seen
 
     def collect_rest(self, limit_s: float = 2.0) -> None:

@@ -131,7 +131,7 @@ def check_timeline(cell: dict, log: Path) -> None:
     if cell["outcome"] == "booted":
         assert BOOTED_MILESTONES <= set(m), f"{cell['cell_id']}: missing {BOOTED_MILESTONES - set(m)}"
         assert t["phase"]["after"] == "served"
-    elif cell["reason"] == "kv_insufficient":
+    elif cell["reason"] == "kv_cache_too_small":
         assert {"engine_started", "weights_loaded"} <= set(m) and "healthy" not in m
         assert t["phase"]["name"] == "profiling and KV sizing", t["phase"]
     per_process: dict[str, float] = {}

@@ -73,7 +73,7 @@ def test_container_cells_carry_a_timeline_from_the_image_present_to_the_verdict(
 
 def test_refusal_numbers_come_from_the_container_log(container_run):
     r = container_run[2]["image_unpatched-spec_draft-floor_none"]["refusal"]
-    assert (r["kind"], r["max_seq_len"], r["estimated_max_model_len"]) == ("kv_insufficient", 2048, 1408)
+    assert (r["kind"], r["max_seq_len"], r["estimated_max_model_len"]) == ("kv_cache_too_small", 2048, 1408)
 
 
 def test_container_cells_are_predicted_through_their_mounts_and_agree(container_run):

@@ -1,5 +1,5 @@
 """How cells run at once: each on its own GPUs (a fake inventory here), after those GPUs are back at idle, with a
-`gpu_memory_busy` refusal retried once instead of reported, and Ctrl-C/SIGTERM leaving no server behind. The servers
+`gpu_mem_util_exceeds_free` refusal retried once instead of reported, and Ctrl-C/SIGTERM leaving no server behind. The servers
 are real processes (tests/fakes/fake_vllm.py behind a small wrapper that records what each one was given); every wait
 of the harness's own (the idle wait) is on a FakeClock, and the test's own waits poll, so nothing here sleeps."""
 
@@ -162,7 +162,7 @@ def test_a_second_busy_refusal_on_an_idle_gpu_is_the_configurations_verdict(tmp_
     clock = FakeClock()
     inv = FakeInventory(1, clock=clock)
     (r,) = Executor(runner, inv, parallel=1, gpus_per_cell=1, idle=IdleBaseline(inv, poll_s=0.02, clock=clock)).run(cells)
-    assert (r.outcome, r.reason, r.attempts, r.matched) == ("refused", "gpu_memory_busy", 2, False)
+    assert (r.outcome, r.reason, r.attempts, r.matched) == ("refused", "gpu_mem_util_exceeds_free", 2, False)
 
 
 def test_a_second_busy_refusal_while_memory_is_still_held_is_never_the_verdict(tmp_path):

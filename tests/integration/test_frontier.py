@@ -52,7 +52,7 @@ def test_every_probe_is_a_recorded_cell_of_an_ordinary_run(frontier):
     assert ok["outcome"] == "booted" and ok["kv"]["kv_tokens"] == (TRUTH // BLOCK + 1) * BLOCK
     assert "--max-model-len" in ok["argv"] and ok["argv"][ok["argv"].index("--max-model-len") + 1] == "1408"
     for cid in ("mml2048-spec_draft-kv_tight", "mml1536-spec_draft-kv_tight"):
-        assert cells[cid]["reason"] == "kv_insufficient"
+        assert cells[cid]["reason"] == "kv_cache_too_small"
         assert cells[cid]["refusal"]["estimated_max_model_len"] == TRUTH
         assert (run_dir / "logs" / f"{cid}.log").is_file()
 

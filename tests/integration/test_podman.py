@@ -76,7 +76,7 @@ def test_boot_refusal_and_crash_on_podman_with_the_engine_recorded(podman, tmp_p
         "crash": {"env": {"FAKE_VLLM_SCENARIO": "crash", "FAKE_VLLM_ERROR_TEXT": "boom"}},
     }
     expect = [{"where": {"case": "boot"}, "outcome": "booted"},
-              {"where": {"case": "refuse"}, "outcome": "refused", "reason": "kv_insufficient"},
+              {"where": {"case": "refuse"}, "outcome": "refused", "reason": "kv_cache_too_small"},
               {"where": {"case": "crash"}, "outcome": "crashed"}]
     m = matrix(tmp_path / "m.yaml", podman["PODMAN_IMAGE"], cases, expect=expect)
     proc = harness_cli("run", "--matrix", str(m), "--results-dir", str(tmp_path / "r"), env=podman, timeout=600)

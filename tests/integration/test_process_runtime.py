@@ -48,7 +48,7 @@ def test_a_booting_server_is_booted_and_then_stopped(tmp_path):
 
 def test_a_refusing_server_is_refused_with_its_numbers(tmp_path):
     result, _ = boot(tmp_path, "refuse")
-    assert (result.outcome, result.reason, result.exit_code) == ("refused", "kv_insufficient", 1)
+    assert (result.outcome, result.reason, result.exit_code) == ("refused", "kv_cache_too_small", 1)
     assert result.refusal.estimated_max_model_len == 3072
 
 
@@ -56,7 +56,7 @@ def test_a_refusal_followed_by_a_hang_is_decided_at_the_line_and_the_server_kill
     # The server hangs after its refusal line and the deadline is 600 s away: only the line can have decided, and
     # only the harness can have ended the server (after linger_s), so no clock of this machine is asserted.
     result, _ = boot(tmp_path, "refuse_hang", linger_s=1, timeout_s=600)
-    assert (result.outcome, result.reason) == ("refused", "kv_insufficient")
+    assert (result.outcome, result.reason) == ("refused", "kv_cache_too_small")
     assert result.exit_code in (-15, -9), f"the harness stopped the hanging server: exit {result.exit_code}"
     assert result.timings.total_s < 300, "decided at the line, not at the deadline"
 
@@ -67,7 +67,7 @@ def test_a_server_that_ignores_sigterm_is_killed_at_the_deadline(tmp_path):
     assert result.exit_code == -9, "SIGTERM ignored, so the group got SIGKILL after the grace"
 
 
-@pytest.mark.parametrize("scenario,reason", [("crash", "exited"), ("exit0", "exited_before_ready"),
+@pytest.mark.parametrize("scenario,reason", [("crash", "uncaught_exception"), ("exit0", "exited_before_ready"),
                                              ("probe_fail", "probe_failed")])
 def test_crash_shapes(tmp_path, scenario, reason):
     result, _ = boot(tmp_path, scenario)

@@ -56,7 +56,7 @@ def test_without_speculation_the_tight_kv_boots_and_logs_its_capacity(example_ru
 
 def test_the_draft_model_tips_the_same_length_into_a_kv_refusal_with_its_numbers(example_run):
     cell = example_run[2]["mml2048-spec_draft-kv_tight"]
-    assert (cell["outcome"], cell["reason"]) == ("refused", "kv_insufficient")
+    assert (cell["outcome"], cell["reason"]) == ("refused", "kv_cache_too_small")
     # vLLM exits 1 some seconds after the refusal; on a loaded 2-core machine it may take longer than linger_s, and
     # then the exit code is our SIGTERM's. Either way the verdict was taken at the line.
     assert cell["exit_code"] in (1, -15)
@@ -116,7 +116,7 @@ def test_the_facts_command_reads_a_saved_log_like_the_run_did(example_run, vllm_
     _, run_dir, cells = example_run
     proc = harness_cli("facts", str(run_dir / "logs" / "mml2048-spec_draft-kv_tight.log"), "--json")
     facts = json.loads(proc.stdout)
-    assert facts["reason"] == "kv_insufficient"
+    assert facts["reason"] == "kv_cache_too_small"
     assert facts["refusal"]["estimated_max_model_len"] == cells["mml2048-spec_draft-kv_tight"]["refusal"]["estimated_max_model_len"]
 
 
@@ -164,7 +164,7 @@ def test_the_pytest_plugin_runs_cells_as_tests_and_explains_a_mismatch(vllm_cpu,
         cwd=ROOT, env={**os.environ, **vllm_cpu, **LIGHT_BOOT}, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert "test_cell_meets_its_expectation[mml2048-spec_draft-kv_tight]" in proc.stdout
-    assert "expected booted, got refused (kv_insufficient)" in proc.stdout
+    assert "expected booted, got refused (kv_cache_too_small)" in proc.stdout
     assert "log tail:" in proc.stdout and "To serve at least one request" in proc.stdout
     run = read_run(only_run_dir(results))
     assert [c["cell_id"] for c in run["cells"]] == ["mml2048-spec_draft-kv_tight"]

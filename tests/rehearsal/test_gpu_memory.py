@@ -31,5 +31,5 @@ def test_a_memory_busy_refusal_is_booted_again_after_the_wait_and_recorded_as_he
         "error", "gpu_memory_held", 2, True), cell["detail"]
     assert "not this configuration's verdict" in cell["detail"] and "still above their idle baseline" in cell["detail"]
     first = (run_dir / "logs" / "kv_auto.attempt1.log").read_text()
-    assert "Available memory on node" in first and "attempt 1 refused gpu_memory_busy" in first
+    assert "Available memory on node" in first and "attempt 1 refused gpu_mem_util_exceeds_free" in first
     assert "attempt 2 of 2" in (run_dir / cell["log_path"]).read_text()

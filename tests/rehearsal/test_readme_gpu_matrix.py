@@ -114,14 +114,14 @@ def test_the_run_tells_the_seeds_story_on_the_stand_in(readme, standin):
     assert cells["mml131072-mtp_off-floor_none-image_unpatched"]["outcome"] == "booted"
     for length in (131072, 262144):
         refused = cells[f"mml{length}-mtp4-floor_none-image_unpatched"]
-        assert (refused["outcome"], refused["reason"]) == ("refused", "kv_insufficient")
+        assert (refused["outcome"], refused["reason"]) == ("refused", "kv_cache_too_small")
         r = refused["refusal"]
         assert r["max_seq_len"] == length and r["needed_gib"] > r["available_gib"]
         assert r["available_gib"] == refused["kv"]["offload_cap_gib"], "what refuses is the plan's cap"
         # the patch's effect: the same floors refuse unpatched and boot patched
         for floor in ("env", "bytes"):
             unpatched, patched = (cells[f"mml{length}-mtp4-floor_{floor}-image_{i}"] for i in ("unpatched", "patched"))
-            assert (unpatched["outcome"], unpatched["reason"]) == ("refused", "kv_insufficient")
+            assert (unpatched["outcome"], unpatched["reason"]) == ("refused", "kv_cache_too_small")
             assert unpatched["refusal"]["available_gib"] == r["available_gib"], "unpatched, the floor is ignored"
             assert patched["outcome"] == "booted" and patched["kv"]["kv_tokens"] * 13312 >= 4 * 2**30 - 13312 * 128
     for c in cells.values():

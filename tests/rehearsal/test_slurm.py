@@ -28,7 +28,7 @@ CLUSTER = ROOT / "scripts" / "slurm-cluster.sh"
 #: One cell in each of the two shards: the seed's story at 131072 (boots without MTP, refused with it).
 SELECT = "max_model_len=131072,floor=none"
 CELLS = {"mml131072-mtp_off-floor_none-image_unpatched": ("booted", "ready"),
-         "mml131072-mtp4-floor_none-image_unpatched": ("refused", "kv_insufficient")}
+         "mml131072-mtp4-floor_none-image_unpatched": ("refused", "kv_cache_too_small")}
 
 
 @pytest.fixture(scope="module")

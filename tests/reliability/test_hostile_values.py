@@ -245,8 +245,8 @@ def _hostile_run(src: Path, dst: Path, kv: dict, refusal: dict | None, length: s
         c["axes"] = {"mml": length}
         c["argv"] = [length if a in ("-1", "1024") else a for a in c["argv"]]
         if refusal is not None:
-            c.update(outcome="refused", reason="kv_insufficient",
-                     refusal={"kind": "kv_insufficient", "message": "refused", **refusal})
+            c.update(outcome="refused", reason="kv_cache_too_small",
+                     refusal={"kind": "kv_cache_too_small", "message": "refused", **refusal})
         (dst / "cells" / f"{c['cell_id']}.json").write_text(json.dumps(c))
     (dst / "results.json").write_text(json.dumps(run))
     return dst

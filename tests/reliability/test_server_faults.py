@@ -60,13 +60,13 @@ FAULTS = [
     Fault("probe_fails", "answers /health 200 but the one-token completion fails",
           {"FAKE_VLLM_SCENARIO": "probe_fail"}, "crashed", "probe_failed"),
     Fault("refusal_then_hang", "prints the KV refusal, then hangs instead of exiting",
-          {"FAKE_VLLM_SCENARIO": "refuse_hang"}, "refused", "kv_insufficient"),
+          {"FAKE_VLLM_SCENARIO": "refuse_hang"}, "refused", "kv_cache_too_small"),
     Fault("refusal_then_hang_deaf", "prints the refusal, then hangs ignoring SIGTERM (engine child too)",
-          {"FAKE_VLLM_SCENARIO": "refuse_hang", **DEAF_ENGINE}, "refused", "kv_insufficient", deaf=True),
+          {"FAKE_VLLM_SCENARIO": "refuse_hang", **DEAF_ENGINE}, "refused", "kv_cache_too_small", deaf=True),
     Fault("garbage", "writes NUL, invalid UTF-8 and ANSI junk, then boots", {"FAKE_VLLM_SCENARIO": "garbage"},
           "booted", "ready"),
     Fault("partial_lines", "writes its refusal in pieces, the last line without a newline, and exits 1",
-          {"FAKE_VLLM_SCENARIO": "partial"}, "refused", "kv_insufficient"),
+          {"FAKE_VLLM_SCENARIO": "partial"}, "refused", "kv_cache_too_small"),
     Fault("exit0_before_ready", "exits 0 before it is ready", {"FAKE_VLLM_SCENARIO": "exit0"}, "crashed",
           "exited_before_ready"),
     Fault("never_binds", "never binds its port", {"FAKE_VLLM_SCENARIO": "never_bind"}, "timeout", "deadline",
@@ -176,7 +176,7 @@ def test_container_fault_outcome_and_deadline(f: Fault, docker_faults):
 def test_container_partial_last_lines_are_refused_like_the_process_runtimes(docker_faults):
     got = {case: (docker_faults["cells"][case]["outcome"], docker_faults["cells"][case]["reason"])
            for case in PARTIAL_IN_DOCKER}
-    assert set(got.values()) == {("refused", "kv_insufficient")}, got
+    assert set(got.values()) == {("refused", "kv_cache_too_small")}, got
     for f in _partials():
         _check_fault(f, docker_faults, CONTAINER_GRACE_S, "docker")
 

@@ -110,7 +110,7 @@ def test_the_crossover_says_which_side_fits(cap, need, kind):
 
 def test_a_refusal_below_a_boot_is_not_monotonic_and_is_flagged():
     cells = [cpu_cell(2048, "off", "tight", 3 * 2**20), cpu_cell(1024, "off", "tight", 3 * 2**20)]
-    cells[1] = cells[1].model_copy(update={"outcome": "refused", "reason": "kv_insufficient"})
+    cells[1] = cells[1].model_copy(update={"outcome": "refused", "reason": "kv_cache_too_small"})
     findings = analyze_run(make_run("odd", cells)).findings
     assert any("not monotonic" in f.text for f in findings)
 

@@ -78,7 +78,7 @@ def test_an_estimate_that_is_off_still_ends_at_the_true_frontier():
         def oracle(length: int, _why: str = "") -> Answer:
             if length <= truth:
                 return Answer("booted", "ready")
-            return Answer("refused", "kv_insufficient", truth + bias)
+            return Answer("refused", "kv_cache_too_small", truth + bias)
         return oracle
 
     for bias in (-700, -130, 0, 300, 1500):
@@ -87,7 +87,7 @@ def test_an_estimate_that_is_off_still_ends_at_the_true_frontier():
 
 
 def test_without_estimates_it_bisects_in_about_log2_boots():
-    oracle = Counting(lambda n, _w="": Answer("booted" if n <= 5000 else "refused", "kv_insufficient"))
+    oracle = Counting(lambda n, _w="": Answer("booted" if n <= 5000 else "refused", "kv_cache_too_small"))
     s = find_frontier(oracle, 16, 65536, 16)
     assert s.frontier <= 5000 < s.refused_at and s.refused_at - s.frontier <= 16
     assert s.boots <= math.ceil(math.log2(65536 / 16)) + 2
@@ -98,12 +98,12 @@ def test_the_edges_booting_at_hi_nothing_in_range_and_a_crash_end_the_search_wit
     assert (s.status, s.frontier, s.boots) == ("boots_at_hi", 4096, 1)
     s = find_frontier(cpu_oracle(128 * 1024, 1024), 128, 4096, 128)  # one block, held back
     assert s.status == "none_in_range" and s.frontier is None
-    s = find_frontier(lambda n, _w="": Answer("crashed", "engine_init_failed"), 128, 4096, 128)
+    s = find_frontier(lambda n, _w="": Answer("crashed", "engine_core_failed_root_cause_not_shown"), 128, 4096, 128)
     assert s.status == "stopped" and s.boots == 1 and "not a KV boundary" in s.text
 
 
 def test_outcomes_already_recorded_cost_no_boot():
-    known = [(2048, Answer("refused", "kv_insufficient", 1408)), (4096, Answer("refused", None, 1408))]
+    known = [(2048, Answer("refused", "kv_cache_too_small", 1408)), (4096, Answer("refused", None, 1408))]
     oracle = Counting(cpu_oracle(3 * MIB, 2048))
     s = find_frontier(oracle, 128, 4096, 128, known=known)
     assert s.frontier == 1408 and oracle.lengths == [1408, 1536] and s.boots == 2

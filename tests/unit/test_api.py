@@ -103,15 +103,15 @@ def test_the_nightly_script_boots_compares_and_exits_as_the_cli_would(workdir, m
     code, first = run_block(block(BLOCKS["nightly"]), ["nightly.py"])
     out = capsys.readouterr().out.splitlines()
     assert code == 0, out
-    assert out == ["mml4096-spec_off-kv_tight refused (kv_insufficient) matched None",
-                   "mml4096-spec_draft-kv_tight refused (kv_insufficient) matched None",
+    assert out == ["mml4096-spec_off-kv_tight refused (kv_cache_too_small) matched None",
+                   "mml4096-spec_draft-kv_tight refused (kv_cache_too_small) matched None",
                    "mml4096-spec_draft-kv_raised booted (ready) matched 10720"]
 
     code, _ = run_block(block(BLOCKS["nightly"]), ["nightly.py", str(first["session"].run_dir)])
     out = capsys.readouterr().out.splitlines()
     assert code == 1
-    assert "mml4096-spec_draft-kv_raised refused (kv_insufficient) MISSED None" in out
-    assert out[-1] == "regression: mml4096-spec_draft-kv_raised booted → refused (kv_insufficient)"
+    assert "mml4096-spec_draft-kv_raised refused (kv_cache_too_small) MISSED None" in out
+    assert out[-1] == "regression: mml4096-spec_draft-kv_raised booted → refused (kv_cache_too_small)"
     assert len(list((workdir / "results").glob("*/results.json"))) == 2
 
 

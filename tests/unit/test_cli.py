@@ -84,9 +84,10 @@ def test_a_missing_command_is_exit_2_before_any_cell(tmp_path, capsys):
 def test_facts_reads_a_real_refusal_log(capsys):
     assert main(["facts", str(LOGS / "refused-kv.log"), "--json"]) == 0
     facts = json.loads(capsys.readouterr().out)
-    assert facts["vllm_version"] == "0.32.0" and facts["reason"] == "kv_insufficient"
+    assert facts["vllm_version"] == "0.32.0" and facts["reason"] == "kv_cache_too_small"
     assert facts["refusal"]["max_seq_len"] == 2048 and facts["refusal"]["estimated_max_model_len"] == 1408
-    assert set(facts) == {"vllm_version", "reason", "kv", "refusal", "timeline"}
+    assert set(facts) == {"vllm_version", "reason", "kv", "cause", "refusal", "timeline"}
+    assert facts["cause"]["hint"] == "largest max_model_len that fits: 1408"
 
 
 def test_facts_on_a_booted_log_reports_the_kv_numbers(capsys):

@@ -72,15 +72,15 @@ def test_a_boot_that_stops_booting_is_a_regression_and_the_reverse_a_fix():
 
 def test_a_new_mismatch_is_a_regression_even_without_a_boot_lost():
     a = cpu_example_run("a")
-    c = a.cells[1]  # refused (kv_insufficient), as expected
-    d = compare_runs(a, nightly(**{c.cell_id: c.model_copy(update={"reason": "oom", "matched": False})}))
+    c = a.cells[1]  # refused (kv_cache_too_small), as expected
+    d = compare_runs(a, nightly(**{c.cell_id: c.model_copy(update={"reason": "cuda_oom_unknown", "matched": False})}))
     assert [x.cell_id for x in d.regressions] == [c.cell_id] and "fails its expectation" in d.regressions[0].why
 
 
 def test_cells_in_one_run_only_are_listed_and_a_new_failing_cell_gates():
     a = cpu_example_run("a")
     extra = make_cell("mml8192-spec_off-kv_tight", {"max_model_len": "8192", "spec": "off", "kv": "tight"}, "refused",
-                      refusal={"kind": "kv_insufficient", "max_seq_len": 8192}, expected=("booted", None))
+                      refusal={"kind": "kv_cache_too_small", "max_seq_len": 8192}, expected=("booted", None))
     b = nightly(**{a.cells[5].cell_id: None})
     b.cells.append(extra)
     d = compare_runs(a, b)

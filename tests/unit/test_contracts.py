@@ -14,7 +14,8 @@ from tests.conftest import ROOT
 
 HARNESS = ROOT / "harness"
 SOURCES = sorted(HARNESS.rglob("*.py"))
-NAMES = "|".join(sorted({*(o.value for o in Outcome), *(r.value for r in Reason)}, key=len, reverse=True))
+NAMES = "|".join(sorted({*(o.value for o in Outcome), *(r.value for r in Reason), *Reason.__members__}, key=len,
+                          reverse=True))
 #: `outcome == "booted"`, `reason != "kv_insufficient"`, `kind in ("refused", ...)`, either way round, and dicts keyed
 #: by outcomes (`{"booted": "green"}`). The left side names what it holds: a container's "exited" status is no reason.
 _HOLDER = r"(?:outcome|reason|kind|severity|expected|want|got)\w*\)?"

@@ -31,7 +31,7 @@ LONG_ID = "mml131072-mtp4-floor_env-image_patched-" + "x" * 60
 
 def cell(cid: str = "c_a", outcome: str = "booted", *, boot_s: float = 40.0, expect: str = "booted",
          vllm: str = "0.33.0", **update) -> CellResult:
-    refusal = ({"kind": "kv_insufficient", "max_seq_len": 4096, "needed_gib": 0.02, "available_gib": 0.01,
+    refusal = ({"kind": "kv_cache_too_small", "max_seq_len": 4096, "needed_gib": 0.02, "available_gib": 0.01,
                 "estimated_max_model_len": 3072} if outcome == "refused" else None)
     c = make_cell(cid, {"c": cid.removeprefix("c_")}, outcome, argv=["vllm", "serve", "--max-model-len", "4096"],
                   env={"A": "1"}, kv={"available_gib": 0.5, "kv_tokens": 10720}, refusal=refusal,
@@ -87,7 +87,7 @@ def test_since_is_the_first_run_of_the_current_streak_and_the_change_is_named(tm
     assert (h.runs[c.since].run_id, h.runs[c.before].run_id) == ("night04", "night03")
     assert ChangeName.vllm_version in [ch.name for ch in c.changes]
     line = h.line(c)
-    assert line.startswith("c_a: refused (kv_insufficient) since night04 (2026-10-04); booted until night03")
+    assert line.startswith("c_a: refused (kv_cache_too_small) since night04 (2026-10-04); booted until night03")
     assert "vLLM 0.33.0 → 0.33.1" in line
 
 
@@ -221,7 +221,7 @@ def test_exit_1_when_the_latest_run_missed_and_0_when_only_an_older_one_did(tmp_
     night(tmp_path / "b", 0, [cell()])
     night(tmp_path / "b", 1, [cell(outcome="refused")])
     assert main(["history", str(tmp_path / "b")]) == 1
-    assert "MISSED c_a: refused (kv_insufficient), expected booted" in capsys.readouterr().out
+    assert "MISSED c_a: refused (kv_cache_too_small), expected booted" in capsys.readouterr().out
 
 
 def test_markdown_and_html_show_a_row_per_cell_and_a_column_per_night(tmp_path, capsys):

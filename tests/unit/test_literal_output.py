@@ -149,7 +149,7 @@ def test_reading_commands_print_long_markup_ids_and_values_whole(world, cli, tmp
     assert code == 0
     whole(out, *ids, "v=[analysis]", "v=[/]", f"floor for {refused}: ")
     code, out, _ = cli("compare", b, "--axis", "v")
-    whole(out, "v=[analysis] refused (kv_insufficient)", "v=[/] booted", f"  {refused}: ")
+    whole(out, "v=[analysis] refused (kv_cache_too_small)", "v=[/] booted", f"  {refused}: ")
     code, out, _ = cli("compare", a, b)
     assert code == 1
     whole(out, refused)
@@ -171,7 +171,7 @@ def test_facts_and_kv_print_paths_and_log_text_as_written(tmp_path, cli):
     log.write_text(Script.refused_kv(4096, 0.02, 0.01, 3072).lines[0] + " see [red]x[/red] :thumbs_up:\n")
     code, out, _ = cli("facts", log)
     assert code == 0
-    whole(out, f"{log}  vLLM ?", "  refusal: kv_insufficient", "see [red]x[/red] :thumbs_up:")
+    whole(out, f"{log}  vLLM ?", "  refusal: kv_cache_too_small", "see [red]x[/red] :thumbs_up:")
     model = tmp_path / "model[analysis]"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({

@@ -20,24 +20,24 @@ SYNTHETIC = LOGS / "synthetic"
 EXPECTED = {
     "v0.8.5-ok.log": ("0.8.5", None, dict(device="gpu", model_load_gib=14.9889, kv_tokens=437744, max_concurrency=13.36,
                                           concurrency_tokens=32768, cuda_graph_gib=0.52, engine_init_s=39.47), True),
-    "v0.10.1-gpu-busy.log": ("0.10.1", "gpu_memory_busy", {}, False),
+    "v0.10.1-gpu-busy.log": ("0.10.1", "gpu_mem_util_exceeds_free", {}, False),
     "v0.11-kv-bytes-ok.log": ("0.11.0", None, dict(device="gpu", model_load_gib=7.1216, reserved_gib=4.0, kv_tokens=74880,
                                                    max_concurrency=9.14, concurrency_tokens=8192,
                                                    cuda_graph_gib=0.31, engine_init_s=20.08), True),
-    "v0.12-kv-insufficient.log": ("0.12.0", "kv_insufficient", dict(device="gpu", model_load_gib=60.1523, available_gib=2.12), False),
+    "v0.12-kv-insufficient.log": ("0.12.0", "kv_cache_too_small", dict(device="gpu", model_load_gib=60.1523, available_gib=2.12), False),
     "v0.19-max-len-exceeds.log": ("0.19.0", "max_len_exceeds_model", {}, False),
     "v0.22-autofit-ok.log": ("0.22.0", None, dict(device="gpu", model_load_gib=14.99, available_gib=3.5, kv_tokens=28672,
                                                   max_concurrency=1.0, concurrency_tokens=28672,
                                                   autofit_max_model_len=28672, cuda_graph_gib=0.58,
                                                   cuda_graph_estimated_gib=0.61,
                                                   engine_init_s=33.1), True),
-    "v0.30-weights-dont-fit.log": ("0.30.0", "weights_dont_fit", {}, False),
-    "v0.33-color-logo-kv-insufficient.log": ("0.33.0", "kv_insufficient", dict(device="gpu", model_load_gib=0.0, reserved_gib=0.0),
+    "v0.30-weights-dont-fit.log": ("0.30.0", "cuda_oom_weights", {}, False),
+    "v0.33-color-logo-kv-insufficient.log": ("0.33.0", "kv_cache_too_small", dict(device="gpu", model_load_gib=0.0, reserved_gib=0.0),
                                              False),
     "cpu-0.32-ok.log": ("0.32.0", None, dict(device="cpu", reserved_gib=1.0, kv_tokens=1048576, max_concurrency=512.0,
                                              concurrency_tokens=2048, engine_init_s=11.32), True),
-    "cpu-0.32-kv-insufficient-doubled.log": ("0.32.0", "kv_insufficient", dict(device="cpu", reserved_gib=0.0), False),
-    "fork-offload-capped-refusal.log": ("0.30.1.dev7+gclav", "kv_insufficient",
+    "cpu-0.32-kv-insufficient-doubled.log": ("0.32.0", "kv_cache_too_small", dict(device="cpu", reserved_gib=0.0), False),
+    "fork-offload-capped-refusal.log": ("0.30.1.dev7+gclav", "kv_cache_too_small",
                                         dict(device="gpu", available_gib=9.47, offload_cap_gib=1.74, offload_uncapped_gib=9.47), False),
     # V0 engine wordings: "Loading model weights took X GB", "Memory profiling results: … kv_cache_size=X GiB",
     # "Model loading took X GB and Y seconds", "# GPU blocks" / "# cuda blocks" (the device, no token count)
@@ -74,7 +74,7 @@ def test_a_watcher_stops_at_the_first_refusal_line_with_the_root_cause_already_k
             if parser.feed(line) is Signal.REFUSAL:
                 break
     refusal = parser.facts.refusal
-    assert (refusal.kind, refusal.max_seq_len, refusal.estimated_max_model_len) == ("kv_insufficient", 131072, 17360)
+    assert (refusal.kind, refusal.max_seq_len, refusal.estimated_max_model_len) == ("kv_cache_too_small", 131072, 17360)
 
 
 def test_the_cpu_refusal_is_counted_once_though_printed_twice():
@@ -87,10 +87,10 @@ def test_the_cpu_refusal_is_counted_once_though_printed_twice():
 
 
 REFUSAL_PHRASES = {
-    "To serve at least one request": "kv_insufficient",
-    "No available memory for the cache blocks": "no_cache_memory",
+    "To serve at least one request": "kv_cache_too_small",
+    "No available memory for the cache blocks": "no_cache_blocks",
     "Cannot auto-fit max_model_len": "autofit_impossible",
-    "Failed to load model - not enough GPU memory": "weights_dont_fit",
+    "Failed to load model - not enough GPU memory": "cuda_oom_weights",
 }
 REAL_LOGS = sorted(p for p in LOGS.rglob("*") if p.is_file() and SYNTHETIC not in p.parents and p.suffix in
                    (".log", ".txt", ".out", ".err"))

@@ -95,6 +95,6 @@ def test_a_refusal_once_seen_is_never_lost_and_never_downgraded(lines: list[str]
     seen = [k for k in kinds if k is not None]
     if seen:
         assert kinds[-1] is not None
-        specific = [k for k in seen if k != "engine_init_failed"]
+        specific = [k for k in seen if k != "engine_core_failed_root_cause_not_shown"]
         if specific:
             assert kinds[-1] == specific[0]

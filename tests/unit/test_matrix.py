@@ -361,7 +361,7 @@ EXPECT = SEED + """\
 expect:
   - where: {max_model_len: 262144, floor: none}
     outcome: refused
-    reason: kv_insufficient
+    reason: kv_cache_too_small
   - where: {mtp: mtp4}
     outcome: refused
   - outcome: booted
@@ -370,7 +370,7 @@ expect:
 
 def test_expect_rules_are_tried_in_order_and_the_first_match_wins(cells_of):
     cells = by_id(cells_of(EXPECT))
-    assert cells["mml262144-mtp4-floor_none"].expected == Expectation("refused", "kv_insufficient", rule=0)
+    assert cells["mml262144-mtp4-floor_none"].expected == Expectation("refused", "kv_cache_too_small", rule=0)
     assert cells["mml262144-mtp4-floor_env"].expected == Expectation("refused", None, rule=1)
     assert cells["mml131072-mtp_off-floor_env"].expected == Expectation("booted", None, rule=2)
 
@@ -378,11 +378,11 @@ def test_expect_rules_are_tried_in_order_and_the_first_match_wins(cells_of):
 def test_a_rule_without_reason_accepts_any_reason_a_rule_with_one_demands_it(cells_of):
     cells = by_id(cells_of(EXPECT))
     with_reason = cells["mml262144-mtp_off-floor_none"].expected
-    assert with_reason.matches("refused", "kv_insufficient")
-    assert not with_reason.matches("refused", "oom")
+    assert with_reason.matches("refused", "kv_cache_too_small")
+    assert not with_reason.matches("refused", "cuda_oom_unknown")
     assert not with_reason.matches("booted", None)
     any_reason = cells["mml131072-mtp4-floor_env"].expected
-    assert any_reason.matches("refused", "oom") and any_reason.matches("refused", None)
+    assert any_reason.matches("refused", "cuda_oom_unknown") and any_reason.matches("refused", None)
 
 
 def test_a_cell_no_rule_matches_has_no_expectation(cells_of):
@@ -565,7 +565,7 @@ def test_the_full_example_in_docs_matrix_md_is_what_it_says(tmp_path):
     cells = by_id(list(load_matrix(path, environ={}).cells))
     assert list(cells) == listed
     cell = cells["mml262144-mtp4-floor_none"]
-    assert (cell.expected.outcome, cell.expected.reason) == ("refused", "kv_insufficient")
+    assert (cell.expected.outcome, cell.expected.reason) == ("refused", "kv_cache_too_small")
     shown = doc.split("Cell `mml262144-mtp4-floor_none` runs:\n\n```text\n", 1)[1].split("```", 1)[0]
     argv = shlex.split(shown.replace("\\\n", " "))
     assert argv == ["vllm", "serve", *cell.server_args, "--host", "127.0.0.1", "--port", "PORT"]

@@ -49,7 +49,7 @@ def gpu_cell(cell_id: str = "mml2048-gpu", peak_scale: float = 1.0, **kw) -> obj
 def cpu_refused_cell() -> object:
     """A process cell refused while sizing KV: its limit is the host's whole memory, far above the peak."""
     c = make_cell("mml4096-cpu", {"max_model_len": "4096", "gpu": "none"}, "refused",
-                  refusal={"kind": "kv_insufficient", "max_seq_len": 4096, "needed_gib": 3.0, "available_gib": 2.0})
+                  refusal={"kind": "kv_cache_too_small", "max_seq_len": 4096, "needed_gib": 3.0, "available_gib": 2.0})
     return with_memory(c, [(0.0, 0), (2.0, 1 * GIB), (4.0, 3 * GIB), (5.0, 3 * GIB)],
                        milestones={"started": 0.1, "first_line": 0.8, "weights_loaded": 3.0}, verdict_s=5.5,
                        source="process", limit=128 * GIB, stopped="the server process 4242 is gone")
@@ -179,7 +179,7 @@ def test_the_markdown_has_peak_and_headroom_columns_and_the_logged_sizes_with_id
     esc = "mml2048-a\\|b-\\[bold\\]-&lt;x>&amp;y"  # as markdown shows it: no cell break, link or tag (issue 39)
     assert (f"| {esc} | booted (ready) | 7.00 GiB | 14.0 s | CUDA-graph capture | 0.20 GiB | 8.00 GiB (device_total) "
             "| nvml |  |") in md
-    assert ("| mml4096-cpu | refused (kv_insufficient) | 3.00 GiB | 4.0 s | torch.compile | 125.00 GiB | "
+    assert ("| mml4096-cpu | refused (kv_cache_too_small) | 3.00 GiB | 4.0 s | torch.compile | 125.00 GiB | "
             "128.00 GiB (host_total) | process | the server process 4242 is gone |") in md
     assert f"| {esc} | weights | weight loading | 2.00 GiB | 2.30 GiB | +0.30 GiB (+15%) |" in md
     assert "mem peak 7.00 GiB · headroom 0.20 GiB" in md and memory.MEMORY_LEGEND in md
@@ -205,7 +205,7 @@ def nights(scale_b: float, *, b_outcome: str = "booted"):
     a = make_run("night-1", [gpu_cell(), make_cell("old", {"max_model_len": "4096", "gpu": "h100"}, "booted")])
     cb = gpu_cell(peak_scale=scale_b)
     if b_outcome != "booted":
-        cb = cb.model_copy(update={"outcome": b_outcome, "reason": "oom"})
+        cb = cb.model_copy(update={"outcome": b_outcome, "reason": "cuda_oom_unknown"})
     b = make_run("night-2", [cb, make_cell("old", {"max_model_len": "4096", "gpu": "h100"}, "booted")])
     return a, b
 

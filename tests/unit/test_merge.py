@@ -30,7 +30,7 @@ def grid_matrix(tmp_path: Path, lengths=(1024, 2048, 4096, 8192), name="m.yaml")
 def cell_result(cell) -> CellResult:
     booted = cell.axes["spec"] == "off"
     return CellResult(cell_id=cell.id, axes=cell.axes, runtime="process", argv=["vllm"], env={},
-                      outcome="booted" if booted else "refused", reason="ready" if booted else "kv_insufficient",
+                      outcome="booted" if booted else "refused", reason="ready" if booted else "kv_cache_too_small",
                       expected=Expected(outcome="booted") if booted else None, matched=True if booted else None,
                       log_path=f"logs/{cell.id}.log")
 

@@ -152,7 +152,7 @@ def test_each_pasted_log_gives_the_refusal_the_kv_and_the_timeline_of_the_bare_o
     bare, pasted = parse_file(RECORDED / name), parse_file(PASTED / f"{shape}--{name}")
     assert (pasted.refusal, pasted.kv, pasted.timeline) == (bare.refusal, bare.kv, bare.timeline)
     if "refused" in name:
-        assert pasted.refusal is not None and pasted.refusal.kind == "kv_insufficient"
+        assert pasted.refusal is not None and pasted.refusal.kind == "kv_cache_too_small"
         assert pasted.kv.available_gib is not None or pasted.kv.reserved_gib is not None
     else:
         assert pasted.ready_lines and pasted.timeline.milestones.listening is not None

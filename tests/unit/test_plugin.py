@@ -40,7 +40,7 @@ def boot_runtime():
     result = pytester.runpytest_subprocess("--boot-matrix", str(matrix), "--boot-results-dir", str(tmp_path / "r"),
                                            "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*cell c_b: expected booted, got refused (kv_insufficient)*"])
+    result.stdout.fnmatch_lines(["*cell c_b: expected booted, got refused (kv_cache_too_small)*"])
     (run,) = (tmp_path / "r").iterdir()
     assert '"status": "complete"' in (run / "results.json").read_text()
 

@@ -56,7 +56,7 @@ def test_there_is_one_grid_per_image_by_default_or_per_any_axis_chosen():
 
 def test_the_terminal_grid_shows_outcome_reason_kv_numbers_and_expectation():
     text = grid_text(cpu_example_run(), width=160)
-    for needle in ("max_model_len", "spec=draft", "refused", "(kv_insufficient)", "need ≈4.00 MiB > cap 3.00 MiB",
+    for needle in ("max_model_len", "spec=draft", "refused", "(kv_cache_too_small)", "need ≈4.00 MiB > cap 3.00 MiB",
                    "est. max 1,408", "3,072 tok · 1.50x", "✓", "6 cells: 3 booted, 3 refused"):
         assert needle in text, needle
 
@@ -93,7 +93,7 @@ def test_the_html_is_one_offline_file_with_a_stable_hook_on_every_cell():
     booted = page.cells["mml131072-mtp_off-floor_none"]
     assert booted["id"] == "cell-mml131072-mtp_off-floor_none"
     assert booted["class"].split() == ["cell", "booted", "matched", "inconsistent"]
-    assert page.cells["mml262144-mtp4-floor_none"]["data-reason"] == "kv_insufficient"
+    assert page.cells["mml262144-mtp4-floor_none"]["data-reason"] == "kv_cache_too_small"
     assert all(u.startswith("data:image/png;base64,") for u in page.urls), page.urls
     assert "script" not in page.tags and "link" not in page.tags
     png = base64.b64decode(page.urls[0].split(",", 1)[1])

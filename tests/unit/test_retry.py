@@ -36,17 +36,17 @@ def test_by_default_a_memory_busy_refusal_is_booted_once_more_and_its_first_log_
 
 def test_a_second_memory_busy_refusal_is_not_booted_a_third_time(tmp_path):
     r, runtime, _ = boot(tmp_path, Script.memory_busy(), BusyRetry())
-    assert (r.outcome, r.reason, r.attempts) == (Outcome.refused, Reason.gpu_memory_busy, 2)
+    assert (r.outcome, r.reason, r.attempts) == (Outcome.refused, Reason.gpu_mem_util_exceeds_free, 2)
     assert len(runtime.started) == 2
 
 
 def test_any_other_verdict_is_the_first_attempts(tmp_path):
     r, runtime, store = boot(tmp_path, Script.refused_kv())
-    assert (r.outcome, r.reason, r.attempts) == (Outcome.refused, Reason.kv_insufficient, 1)
+    assert (r.outcome, r.reason, r.attempts) == (Outcome.refused, Reason.kv_cache_too_small, 1)
     assert runtime.started == ["c_a"] and not (store.run_dir / "logs" / "c_a.attempt1.log").exists()
 
 
 def test_no_retry_reports_a_memory_busy_refusal_as_it_came(tmp_path):
     r, runtime, _ = boot(tmp_path, [Script.memory_busy(), Script.booted()], NoRetry())
-    assert (r.outcome, r.reason, r.attempts, r.contaminated) == (Outcome.refused, Reason.gpu_memory_busy, 1, False)
+    assert (r.outcome, r.reason, r.attempts, r.contaminated) == (Outcome.refused, Reason.gpu_mem_util_exceeds_free, 1, False)
     assert runtime.started == ["c_a"]

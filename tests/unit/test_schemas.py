@@ -156,10 +156,10 @@ def sample_cells() -> list[CellResult]:
     refused = CellResult(
         cell_id="mml262144-mtp_off-floor_none", axes={"max_model_len": "262144", "mtp": "off", "floor": "none"},
         runtime="process", argv=["vllm", "serve", "--max-model-len", "262144"], env={}, outcome="refused",
-        reason="kv_insufficient", detail="needs 24.0 GiB of KV cache, 12.5 GiB available",
-        expected=Expected(outcome="refused", reason="kv_insufficient"), matched=True, exit_code=1,
+        reason="kv_cache_too_small", detail="needs 24.0 GiB of KV cache, 12.5 GiB available",
+        expected=Expected(outcome="refused", reason="kv_cache_too_small"), matched=True, exit_code=1,
         kv=KvFacts(available_gib=12.5),
-        refusal=Refusal(kind="kv_insufficient", message="To serve at least one request with the models's max seq "
+        refusal=Refusal(kind="kv_cache_too_small", message="To serve at least one request with the models's max seq "
                         "len (262144), (24.0 GiB KV cache is needed, which is larger than the available KV cache "
                         "memory (12.5 GiB).", max_seq_len=262144, needed_gib=24.0, available_gib=12.5,
                         estimated_max_model_len=136_000),

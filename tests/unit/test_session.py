@@ -23,7 +23,7 @@ def test_a_run_is_opened_booted_and_finished_with_every_cell_recorded_in_matrix_
     assert runtime.preflighted == [["c_a", "c_b"]] and session.plan.parallel == 1
     results = session.run()
     assert [(r.cell_id, r.outcome, r.reason, r.matched) for r in results] == [
-        ("c_a", "booted", "ready", True), ("c_b", "refused", "kv_insufficient", False)]
+        ("c_a", "booted", "ready", True), ("c_b", "refused", "kv_cache_too_small", False)]
     run = session.finish()
     assert [c.cell_id for c in run.cells] == ["c_a", "c_b"] and run.status == "complete"
     assert session.exit_code() == ExitCode.FAILED
@@ -32,7 +32,7 @@ def test_a_run_is_opened_booted_and_finished_with_every_cell_recorded_in_matrix_
 
 
 def test_a_memory_busy_refusal_is_booted_again_after_the_gpu_wait_on_the_sequential_path(tmp_path):
-    """`gpus: all`, one cell at a time: the first attempt is refused gpu_memory_busy; the cell waits for its GPUs and
+    """`gpus: all`, one cell at a time: the first attempt is refused gpu_mem_util_exceeds_free; the cell waits for its GPUs and
     boots once more; the record says so and keeps the first attempt's log."""
     loaded, cells = fake_cells(tmp_path, values=("a",), gpus="all")
     runtime = FakeRuntime({"c_a": [Script.memory_busy(), Script.booted()]})

@@ -116,12 +116,12 @@ def test_run_on_an_empty_shard_writes_an_empty_complete_run(tmp_path, capsys):
 
 def test_a_cell_becomes_junit_properties_without_the_facts_it_never_logged():
     r = CellResult(cell_id="mml4096-spec_draft", axes={}, runtime="process", argv=[], env={}, outcome="refused",
-                   reason="kv_insufficient", expected=Expected(outcome="refused", reason="kv_insufficient"),
+                   reason="kv_cache_too_small", expected=Expected(outcome="refused", reason="kv_cache_too_small"),
                    matched=True, gpus=[GpuInfo(index=0, name="H200", driver="570.1", total_gib=139.8, free_gib=139.2)])
     r.kv.kv_tokens = 3072
     props = dict(cell_properties(r))
-    assert props["boot.outcome"] == "refused" and props["boot.reason"] == "kv_insufficient"
-    assert props["boot.expected"] == "refused/kv_insufficient" and props["boot.matched"] == "true"
+    assert props["boot.outcome"] == "refused" and props["boot.reason"] == "kv_cache_too_small"
+    assert props["boot.expected"] == "refused/kv_cache_too_small" and props["boot.matched"] == "true"
     assert props["boot.kv.kv_tokens"] == "3072" and "boot.kv.available_gib" not in props
     assert props["boot.gpu.0"].startswith("H200 driver 570.1")
     assert all(isinstance(v, str) for v in props.values())

@@ -31,7 +31,7 @@ def test_each_night_is_a_real_boot_of_the_cpu_example_with_its_expectations_met(
     cells = {c.cell_id: c for c in run.cells}
     assert all(c.matched for c in run.cells), [(c.cell_id, c.outcome, c.reason) for c in run.cells if not c.matched]
     tight = cells["mml4096-spec_draft-kv_tight"]
-    assert (tight.outcome, tight.reason) == (Outcome.refused, Reason.kv_insufficient)
+    assert (tight.outcome, tight.reason) == (Outcome.refused, Reason.kv_cache_too_small)
     assert tight.refusal is not None and tight.refusal.estimated_max_model_len, "the refusal's own numbers"
     assert cells["mml4096-spec_draft-kv_raised"].outcome == Outcome.booted
     assert tight.vllm_version, "vLLM's version as the server logged it"

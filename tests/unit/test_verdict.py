@@ -27,7 +27,8 @@ def refusal(kind: str) -> Sighting:
 def test_every_reason_belongs_to_one_outcome_and_every_refusal_kind_is_a_reason():
     assert set(REASONS) == set(Reason)
     assert {info.outcome for info in REASONS.values()} == set(Outcome)
-    assert set(typing.get_args(RefusalKind)) <= {r.value for r in Reason}
+    literal = typing.get_args(typing.get_args(RefusalKind)[0])
+    assert set(literal) <= {r.value for r in Reason} | set(Reason.__members__)
 
 
 def test_docs_results_md_holds_the_catalogues_table():
@@ -37,8 +38,8 @@ def test_docs_results_md_holds_the_catalogues_table():
 
 
 @pytest.mark.parametrize(("evidence", "outcome", "reason"), [
-    (Evidence(sighting=refusal("kv_insufficient")), "refused", "kv_insufficient"),
-    (Evidence(sighting=refusal("engine_init_failed")), "crashed", "engine_init_failed"),
+    (Evidence(sighting=refusal("kv_cache_too_small")), "refused", "kv_cache_too_small"),
+    (Evidence(sighting=refusal("engine_core_failed_root_cause_not_shown")), "crashed", "engine_core_failed_root_cause_not_shown"),
     (Evidence(sighting=Sighting("exit", "x", exit_code=3)), "crashed", "exited"),
     (Evidence(sighting=Sighting("exit", "x", exit_code=0)), "crashed", "exited_before_ready"),
     (Evidence(sighting=Sighting("exit", "x", exit_code=-9)), "crashed", "killed"),
@@ -52,17 +53,17 @@ def test_docs_results_md_holds_the_catalogues_table():
     # the engine's OOM kill explains a crash or a hang, not a refusal vLLM printed first
     (Evidence(sighting=Sighting("exit", "x", exit_code=137), oom_killed=True), "crashed", "oom_killed"),
     (Evidence(sighting=Sighting("deadline", "x"), oom_killed=True), "crashed", "oom_killed"),
-    (Evidence(sighting=refusal("engine_init_failed"), oom_killed=True), "crashed", "oom_killed"),
-    (Evidence(sighting=refusal("kv_insufficient"), oom_killed=True), "refused", "kv_insufficient"),
+    (Evidence(sighting=refusal("engine_core_failed_root_cause_not_shown"), oom_killed=True), "crashed", "oom_killed"),
+    (Evidence(sighting=refusal("kv_cache_too_small"), oom_killed=True), "refused", "kv_cache_too_small"),
     # memory busy: the configuration's verdict unless the retry's GPUs were still held
     # the engine hung or went away: a death or a deadline then is the engine's, a refusal or a boot still the server's
     (Evidence(sighting=Sighting("exit", "x", exit_code=143), engine_trouble="docker went away"), "error", "engine_lost"),
     (Evidence(sighting=Sighting("deadline", "x"), engine_trouble="podman: `inspect` hung"), "error", "engine_lost"),
     (Evidence(sighting=Sighting("healthy", "x"), engine_trouble="podman: `inspect` hung"), "booted", "ready"),
-    (Evidence(sighting=refusal("kv_insufficient"), engine_trouble="docker went away"), "refused", "kv_insufficient"),
-    (Evidence(sighting=refusal("gpu_memory_busy")), "refused", "gpu_memory_busy"),
-    (Evidence(sighting=refusal("gpu_memory_busy"), retried_busy=True), "refused", "gpu_memory_busy"),
-    (Evidence(sighting=refusal("gpu_memory_busy"), retried_busy=True, gpus_not_idle="GPU 0 +60 GiB"),
+    (Evidence(sighting=refusal("kv_cache_too_small"), engine_trouble="docker went away"), "refused", "kv_cache_too_small"),
+    (Evidence(sighting=refusal("gpu_mem_util_exceeds_free")), "refused", "gpu_mem_util_exceeds_free"),
+    (Evidence(sighting=refusal("gpu_mem_util_exceeds_free"), retried_busy=True), "refused", "gpu_mem_util_exceeds_free"),
+    (Evidence(sighting=refusal("gpu_mem_util_exceeds_free"), retried_busy=True, gpus_not_idle="GPU 0 +60 GiB"),
      "error", "gpu_memory_held"),
 ])
 def test_the_first_rule_that_applies_decides(evidence, outcome, reason):
@@ -74,7 +75,7 @@ def test_a_misspelt_or_impossible_expected_reason_is_a_validate_error_naming_the
     from harness.errors import ConfigError
 
     base = {"name": "m", "model": "x", "axes": {"a": {"v": {}}}}
-    for reason, says in (("kv_insuficient", "did you mean 'kv_insufficient'"),
+    for reason, says in (("kv_insuficient", "did you mean 'kv_cache_too_small'"),
                          ("ready", "belongs to outcome booted, not refused")):
         path = write_matrix(tmp_path / f"{reason}.yaml",
                             {**base, "expect": [{"outcome": "refused", "reason": reason}]})

@@ -118,7 +118,7 @@ def test_health_200_and_a_served_token_is_booted(tmp_path):
 
 def test_a_refusal_line_decides_at_once_without_waiting_for_the_exit(tmp_path):
     v = watch(tmp_path, [line(30, REFUSAL), (38, Event("exit", 0, code=1)), (38.1, Event("eof", 0))])
-    assert (v.outcome, v.reason) == ("refused", "kv_insufficient")
+    assert (v.outcome, v.reason) == ("refused", "kv_cache_too_small")
     assert v.event_s == pytest.approx(30) and v.verdict_s == pytest.approx(30)
     # the exit code is still collected within linger_s
     assert v.exit_code == 1
@@ -134,7 +134,7 @@ def test_an_exit_without_a_known_refusal_is_a_crash(tmp_path):
 
 def test_a_refusal_still_in_the_pipe_when_the_process_exits_is_a_refusal(tmp_path):
     v = watch(tmp_path, [(5, Event("exit", 0, code=1)), line(5.2, REFUSAL), (5.3, Event("eof", 0))])
-    assert (v.outcome, v.reason) == ("refused", "kv_insufficient")
+    assert (v.outcome, v.reason) == ("refused", "kv_cache_too_small")
 
 
 def test_exit_zero_before_ready_is_a_crash(tmp_path):
@@ -145,7 +145,7 @@ def test_exit_zero_before_ready_is_a_crash(tmp_path):
 def test_only_the_generic_engine_failure_line_is_a_crash_named_engine_init_failed(tmp_path):
     v = watch(tmp_path, [line(3, "RuntimeError: Engine core initialization failed. See root cause above. "
                                  "Failed core proc(s): {}"), (4, Event("exit", 0, code=1)), (4.1, Event("eof", 0))])
-    assert (v.outcome, v.reason) == ("crashed", "engine_init_failed")
+    assert (v.outcome, v.reason) == ("crashed", "engine_core_failed_root_cause_not_shown")
 
 
 def test_nothing_decisive_before_the_deadline_is_a_timeout(tmp_path):

@@ -1,0 +1,389 @@
+"""Causes of kind config_refusal: the configuration cannot boot on this hardware, whatever the machine's health.
+
+Each wording is vLLM's (or its libraries') format string across releases, anchored where a look-alike exists (advice,
+an argument dump, a traceback's source line); the examples are what the tests read.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .model import SPECIFIC, WEAK, Cause, CauseKind, Numbers, Pattern, read_groups
+from .shapes import EXC, INT, NUM, named
+
+K = CauseKind.config_refusal
+_ESTIMATED = re.compile(r"estimated maximum model length is\s*" + INT)
+MAX_LEN_RAISED_MARK = "To allow overriding this maximum"
+MAX_LEN_WARNING_MARK = "Make sure the value is correct and within the model context size"
+
+
+def _kv_read(message: str, m: re.Match[str]) -> Numbers:
+    out = read_groups(message, m)
+    if est := _ESTIMATED.search(message, m.end()):
+        out["estimated_max_model_len"] = int(est.group(1).replace(",", ""))
+    return out
+
+
+def _max_len_read(message: str, m: re.Match[str]) -> Numbers | None:
+    """Raised, the sentence reads "... To allow overriding this maximum, ..." or sits behind an exception class;
+    logged as the VLLM_ALLOW_LONG_MAX_MODEL_LEN warning it has neither (≤0.11 adds "Make sure the value is correct")."""
+    raised = MAX_LEN_RAISED_MARK in message or not message.startswith("User-specified")
+    if MAX_LEN_WARNING_MARK in message or not raised:
+        return None
+    return read_groups(message, m)
+
+
+def _divisors(numbers: Numbers) -> Numbers:
+    heads = numbers.get("heads")
+    if isinstance(heads, int) and 0 < heads <= 1 << 16:
+        return {"tp_sizes": ", ".join(str(d) for d in range(1, min(heads, 64) + 1) if heads % d == 0 and d & (d - 1) == 0)}
+    return {}
+
+
+def _layers_divisors(numbers: Numbers) -> Numbers:
+    layers = numbers.get("layers")
+    if isinstance(layers, int) and 0 < layers <= 1 << 16:
+        return {"pp_sizes": ", ".join(str(d) for d in range(1, min(layers, 16) + 1) if layers % d == 0)}
+    return {}
+
+
+def _dtype(numbers: Numbers) -> Numbers:
+    cap = numbers.get("capability")
+    return {"dtype": "half"} if isinstance(cap, str) and cap < "8.0" else {}
+
+
+KV_CACHE_TOO_SMALL = Cause(
+    "kv_cache_too_small", K,
+    "the KV cache cannot hold one request of max_model_len (\"To serve at least one request ...\"; V0: \"The model's "
+    "max seq len (N) is larger than the maximum number of tokens that can be stored in KV cache (M)\")",
+    (Pattern("To serve at least one request",
+             EXC + r"To serve at least one request with the models?'s max seq len\s*\(\s*" + named("max_seq_len", INT)
+             + r"\s*\)(?:,\s*\(?\s*" + named("needed_gib", NUM) + r"\s*GiB KV cache is needed, which is larger than "
+             r"the available KV cache memory\s*\(\s*" + named("available_gib", NUM) + r"\s*GiB\))?", read=_kv_read),
+     Pattern("that can be stored in KV cache",
+             r"max seq len\s*\(\s*" + named("max_seq_len", INT) + r"\s*\) is larger than the maximum number of tokens "
+             r"that can be stored in KV cache\s*\(\s*" + named("estimated_max_model_len", INT) + r"\s*\)")),
+    ("largest max_model_len that fits: {estimated_max_model_len}",
+     "max_model_len {max_seq_len} needs {needed_gib} GiB of KV cache, {available_gib} GiB is available",
+     "the KV cache cannot hold one request of max_model_len {max_seq_len}: lower it or raise gpu_memory_utilization",
+     "the KV cache cannot hold one request of max_model_len: lower it or raise gpu_memory_utilization"),
+    numbers=("max_seq_len", "needed_gib", "available_gib", "estimated_max_model_len"),
+    aliases=("kv_insufficient",), stops=True,
+    examples=(
+        "ValueError: To serve at least one request with the models's max seq len (32768), (4.00 GiB KV cache is "
+        "needed, which is larger than the available KV cache memory (1.56 GiB). Based on the available memory, the "
+        "estimated maximum model length is 12768. Try increasing `gpu_memory_utilization` or decreasing "
+        "`max_model_len` when initializing the engine.",
+        "ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that can be stored "
+        "in KV cache (7344). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing "
+        "the engine."))
+
+NO_CACHE_BLOCKS = Cause(
+    "no_cache_blocks", K,
+    "no memory is left for a single KV block after the weights and activations (\"No available memory for the cache "
+    "blocks\"; or a negative \"Available KV cache memory\" / \"# GPU blocks: 0\" the engine died on)",
+    (Pattern("No available memory for the cache blocks", EXC + r"No available memory for the cache blocks"),
+     Pattern("No available memory for the cache blocks",
+             r"\Araise \w{0,60}Error\(\s*f?[\"']No available memory for the cache blocks"),
+     Pattern("Available KV cache memory", r"Available KV cache memory:\s*" + named("available_gib", r"(-\d{1,15}(?:\.\d{1,15})?)")
+             + r"\s*GiB", rank=WEAK, any_level=True),
+     Pattern("blocks:", r"\A#\s*(?:GPU|cuda|rocm|CUDA|ROCM) blocks:\s*0\b", rank=WEAK, any_level=True)),
+    ("no memory left for one KV block ({available_gib} GiB available for the KV cache): shrink the weights' share "
+     "(quantize, more GPUs) or raise gpu_memory_utilization",
+     "no memory left for one KV block: shrink the weights' share (quantize, more GPUs) or raise gpu_memory_utilization"),
+    numbers=("available_gib",), aliases=("no_cache_memory",), stops=True,
+    examples=("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+              "initializing the engine.",
+              'raise ValueError("No available memory for the cache blocks. "',
+              "INFO 05-01 10:00:00 [gpu_worker.py:227] Available KV cache memory: -2.14 GiB",
+              "INFO 05-01 10:00:00 executor_base.py:110] # GPU blocks: 0, # CPU blocks: 2048"))
+
+AUTOFIT_IMPOSSIBLE = Cause(
+    "autofit_impossible", K, "auto-fit found no room for even one token (\"Cannot auto-fit max_model_len\")",
+    (Pattern("Cannot auto-fit", EXC + r"Cannot auto-fit max_model_len"),),
+    ("auto-fit found no room for one token: the weights leave no KV memory",), stops=True,
+    examples=("ValueError: Cannot auto-fit max_model_len: not enough memory for even a single token.",))
+
+MAX_LEN_EXCEEDS_MODEL = Cause(
+    "max_len_exceeds_model", K,
+    "max_model_len is above what the model's config allows (\"User-specified max_model_len (N) is greater than the "
+    "derived max_model_len\")",
+    (Pattern("User-specified max_model_len",
+             EXC + r"User-specified max_model_len\s*\(\s*" + named("max_seq_len", INT) + r"\s*\) is greater than the "
+             r"derived max_model_len(?:\s*\([^=()]{0,100}=\s*(?:" + named("derived_max_model_len", INT)
+             + r"|[^\s()]{1,40}))?", read=_max_len_read),
+     Pattern("max_model_len", r"\A(?:\w+Error:\s*)?max_model_len\s*\(?\s*" + named("max_seq_len", INT)
+             + r"\s*\)? (?:is greater than|exceeds) (?:the )?(?:model's |derived )?(?:max_model_len|maximum)\s*\(?\s*"
+             + named("derived_max_model_len", INT))),
+    ("the model allows at most max_model_len {derived_max_model_len} (asked {max_seq_len})",
+     "max_model_len {max_seq_len} is above the model's limit"),
+    numbers=("max_seq_len", "derived_max_model_len"), stops=True,
+    examples=("ValueError: User-specified max_model_len (40000) is greater than the derived max_model_len "
+              "(max_position_embeddings=32768 or model_max_length=None in model's config.json). To allow overriding "
+              "this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",
+              "Value error, User-specified max_model_len (40000) is greater than the derived max_model_len "
+              "(max_position_embeddings=32768.0 or model_max_length=None in model's config.json). To allow "
+              "overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 [type=value_error]"))
+
+TP_NOT_DIVISIBLE = Cause(
+    "tp_not_divisible", K,
+    "tensor_parallel_size does not divide the model's attention heads (\"Total number of attention heads (H) must be "
+    "divisible by tensor parallel size (T)\")",
+    (Pattern("must be divisible by tensor parallel size",
+             r"Total number of attention heads\s*\(\s*" + named("heads", INT) + r"\s*\) must be divisible by tensor "
+             r"parallel size\s*\(\s*" + named("tp", INT) + r"\s*\)"),
+     Pattern("must be divisible by tensor parallel size"),
+     Pattern("divisible by tensor parallel size", r"num(?:ber of|_)? ?(?:key[_ ]value|kv)[_ ]heads?\s*\(?\s*"
+             + named("heads", INT) + r"\s*\)? (?:must be|is not) divisible by (?:the )?tensor parallel size\s*\(?\s*"
+             + named("tp", INT), flags=re.I)),
+    ("tensor_parallel_size {tp} does not divide the {heads} attention heads: use {tp_sizes}",
+     "tensor_parallel_size {tp} does not divide the {heads} attention heads",
+     "tensor_parallel_size does not divide the attention heads"),
+    numbers=("heads", "tp", "tp_sizes"), derive=_divisors,
+    examples=("ValueError: Total number of attention heads (14) must be divisible by tensor parallel size (4).",))
+
+PP_NOT_DIVISIBLE = Cause(
+    "pp_not_divisible", K,
+    "pipeline_parallel_size does not divide the model's layers (\"Total number of hidden layers (L) must be divisible "
+    "by pipeline parallel size (P)\"; vLLM can split unevenly from 0.6.2 with VLLM_PP_LAYER_PARTITION)",
+    (Pattern("must be divisible by pipeline parallel size",
+             r"Total number of hidden layers\s*\(\s*" + named("layers", INT) + r"\s*\) must be divisible by pipeline "
+             r"parallel size\s*\(\s*" + named("pp", INT) + r"\s*\)"),),
+    ("pipeline_parallel_size {pp} does not divide the {layers} layers: use {pp_sizes}",
+     "pipeline_parallel_size does not divide the model's layers"),
+    numbers=("layers", "pp", "pp_sizes"), derive=_layers_divisors,
+    examples=("NotImplementedError: Total number of hidden layers (30) must be divisible by pipeline parallel size "
+              "(4).",))
+
+QUANT_TP_MISALIGNED = Cause(
+    "quant_tp_misaligned", K,
+    "a quantized weight's shape does not divide after the tensor-parallel split (\"The input size is not aligned with "
+    "the quantized weight shape\", Marlin's \"input_size_per_partition = N is not divisible by min_thread_k\")",
+    (Pattern("aligned with the quantized weight shape"),
+     Pattern("size_per_partition", r"(?:input|output)_size_per_partition\s*=\s*" + named("size", INT)
+             + r"\s*is not divisible by\s*(?:min_thread_[kn]|group_size|tile_size|[\w ]{1,40})?\s*=?\s*"
+             + named("divisor", INT)),
+     Pattern("is not divisible by weight quantization block", r"is not divisible by weight quantization block")),
+    ("a quantized weight ({size}) does not divide by {divisor} after the tensor-parallel split: use a smaller "
+     "tensor_parallel_size",
+     "a quantized weight does not divide after the tensor-parallel split: use a smaller tensor_parallel_size"),
+    numbers=("size", "divisor"),
+    examples=("ValueError: The input size is not aligned with the quantized weight shape. This can be caused by too "
+              "large tensor parallel size.",
+              "ValueError: Weight input_size_per_partition = 1280 is not divisible by min_thread_k = 128. Consider "
+              "reducing tensor_parallel_size or running with --quantization gptq."))
+
+NOT_ENOUGH_GPUS = Cause(
+    "not_enough_gpus", K,
+    "the world size (tensor × pipeline × data parallel) is above the GPUs this server sees (\"please set "
+    "tensor_parallel_size to less than max local gpu count\"; on a multi-node Ray cluster this check can be vLLM's "
+    "own bug: it counts the local GPUs only)",
+    (Pattern("max local gpu count", r"world_size\s*\(\s*" + named("world_size", INT) + r"\s*\) is less than than max "
+             r"local gpu count\s*\(\s*" + named("gpus", INT)),
+     Pattern("max local gpu count"),
+     Pattern("exceeds the total number of available GPUs"),
+     Pattern("is larger than the number of available GPUs", r"\(\s*" + named("world_size", INT) + r"\s*\) is larger "
+             r"than the number of available GPUs\s*\(\s*" + named("gpus", INT)),
+     Pattern("is greater than the number of available GPUs"),
+     Pattern("exceeds available GPUs", r"(?:Tensor|Pipeline|Data) parallel size\s*\(\s*" + named("world_size", INT)
+             + r"\s*\) exceeds available GPUs\s*\(\s*" + named("gpus", INT))),
+    ("world size {world_size} is above the {gpus} GPUs visible: lower tensor/pipeline parallel sizes",
+     "the world size is above the GPUs visible: lower tensor/pipeline parallel sizes (or show the server more GPUs)"),
+    numbers=("world_size", "gpus"),
+    examples=("AssertionError: please set tensor_parallel_size to less than max local gpu count",
+              "ValueError: The number of required GPUs exceeds the total number of available GPUs in the placement "
+              "group."))
+
+EP_NOT_DIVISIBLE = Cause(
+    "ep_not_divisible", K, "the expert count does not divide by the expert-parallel size",
+    (Pattern("ivisible by", r"(?:number of |num_|n_routed_|global_num_)?experts?\s*\(?\s*=?\s*"
+             + named("experts", INT) + r"\s*\)? (?:must be|is not|should be) (?:evenly )?divisible by (?:the )?"
+             r"(?:expert[ _]parallel(?:ism)?(?:[ _]size)?|ep[ _]size|EP size|ep)\s*\(?\s*=?\s*" + named("ep", INT),
+             flags=re.I),),
+    ("{experts} experts do not divide by expert-parallel size {ep}",
+     "the experts do not divide by the expert-parallel size"),
+    numbers=("experts", "ep"),
+    examples=("ValueError: Number of experts (60) must be divisible by expert parallel size (8).",))
+
+DTYPE_UNSUPPORTED_GPU = Cause(
+    "dtype_unsupported_gpu", K,
+    "the dtype needs a newer GPU (\"Bfloat16 is only supported on GPUs with compute capability of at least 8.0\")",
+    (Pattern("is only supported on GPUs with compute capability",
+             r"(?P<dtype_asked>Bfloat16|bfloat16|FP8|fp8|\w+) is only supported on GPUs with compute capability of at "
+             r"least (?P<min_capability>\d{1,2}\.\d)\.(?: Your (?P<gpu>[^.]{1,80}?) GPU has compute capability "
+             r"(?P<capability>\d{1,2}\.\d))?"),
+     Pattern("is not supported on this GPU", r"(?P<dtype_asked>bfloat16|float16|fp8|BF16|FP16) is not supported on "
+             r"this GPU", flags=re.I)),
+    ("{gpu} (compute capability {capability}) has no {dtype_asked}: use --dtype {dtype}",
+     "this GPU has no {dtype_asked}: use another --dtype (half)",
+     "this GPU does not support the dtype: use another --dtype (half)"),
+    numbers=("dtype_asked", "min_capability", "gpu", "capability", "dtype"), derive=_dtype,
+    examples=("ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla T4 "
+              "GPU has compute capability 7.5. You can use float16 instead by explicitly setting the`dtype` flag in "
+              "CLI, for example: --dtype=half.",))
+
+QUANTIZATION_UNSUPPORTED_GPU = Cause(
+    "quantization_unsupported_gpu", K,
+    "the quantization method needs a newer GPU (\"The quantization method fp8 is not supported for the current GPU. "
+    "Minimum capability: 89. Current capability: 86.\")",
+    (Pattern("is not supported for the current GPU",
+             r"quantization method (?P<method>[\w-]{1,40}) is not supported for the current GPU\.?(?:\s*Minimum "
+             r"capability:\s*(?P<min_capability>\d{1,4})\.?\s*Current capability:\s*(?P<capability>\d{1,4}))?"),
+     Pattern("not supported on this GPU", r"(?P<method>Marlin|Machete|CUTLASS|FP8|fp8|AWQ|GPTQ|MXFP4|NVFP4)\w* "
+             r"(?:is |are )?not supported on this GPU")),
+    ("{method} needs compute capability {min_capability}, this GPU has {capability}: pick another quantization or GPU",
+     "{method} is not supported on this GPU: pick another quantization or GPU",),
+    numbers=("method", "min_capability", "capability"),
+    examples=("ValueError: The quantization method fp8 is not supported for the current GPU. Minimum capability: 89. "
+              "Current capability: 86.",))
+
+QUANTIZATION_MISMATCH = Cause(
+    "quantization_mismatch", K,
+    "--quantization names another method than the checkpoint's (\"Quantization method specified in the model config "
+    "(A) does not match the quantization method specified in the `quantization` argument (B)\"), or one vLLM does not "
+    "know",
+    (Pattern("does not match the quantization method specified",
+             r"model config \((?P<checkpoint>[\w-]{1,40})\) does not match the quantization method specified in the "
+             r"`?quantization`? argument \((?P<asked>[\w-]{1,40})\)"),
+     Pattern("Unknown quantization method", r"Unknown quantization method:?\s*(?P<asked>[\w-]{1,40})"),
+     Pattern("Cannot find the config file for", r"Cannot find the config file for (?P<asked>[\w-]{1,40})")),
+    ("the checkpoint is {checkpoint}-quantized, --quantization says {asked}: drop the flag or match it",
+     "the quantization {asked} does not fit this checkpoint",),
+    numbers=("checkpoint", "asked"),
+    examples=("ValueError: Quantization method specified in the model config (fp8) does not match the quantization "
+              "method specified in the `quantization` argument (awq).",))
+
+QUANTIZATION_DTYPE_MISMATCH = Cause(
+    "quantization_dtype_mismatch", K,
+    "the dtype is not one the quantization method supports (\"torch.bfloat16 is not supported for quantization "
+    "method awq\")",
+    (Pattern("is not supported for quantization method",
+             r"(?P<dtype_asked>torch\.\w{1,20}) is not supported for quantization method (?P<method>[\w-]{1,40})"),),
+    ("{method} does not run in {dtype_asked}: use --dtype half", "the dtype does not suit the quantization"),
+    numbers=("dtype_asked", "method"),
+    examples=("ValueError: torch.bfloat16 is not supported for quantization method awq. Supported dtypes: "
+              "[torch.float16]",))
+
+QUANT_CONFIG_MISSING = Cause(
+    "quant_config_missing", K,
+    "the checkpoint has no quantization config for the method asked (\"Cannot find any of ['quant_config.json', "
+    "'quantize_config.json']\")",
+    (Pattern("Cannot find any of", r"Cannot find any of \[[^\]]{0,200}quant[^\]]{0,200}\]"),
+     Pattern("quantization config", r"(?:No|Cannot find|missing) (?:the )?quantization config", flags=re.I)),
+    ("the checkpoint has no quantization config: drop --quantization or use a quantized checkpoint",),
+    examples=("ValueError: Cannot find any of ['quant_config.json', 'quantize_config.json'] in the model's "
+              "directory",))
+
+UNSUPPORTED_ARCHITECTURE = Cause(
+    "unsupported_architecture", K,
+    "this vLLM has no implementation of the model's architecture (\"Model architectures ['X'] are not supported for "
+    "now\")",
+    (Pattern("are not supported for now", r"Model architectures?\s*\[?'?(?P<architecture>[\w.]{1,80})'?\]? (?:are|is) "
+             r"not supported for now"),
+     Pattern("has no vLLM implementation", r"(?P<architecture>[\w.]{1,80}) has no vLLM implementation")),
+    ("this vLLM does not know {architecture}: upgrade vLLM or serve another model",
+     "this vLLM does not know the model's architecture"),
+    numbers=("architecture",),
+    examples=("ValueError: Model architectures ['Qwen3ForCausalLM'] are not supported for now. Supported "
+              "architectures: dict_keys(['AquilaModel', 'LlamaForCausalLM'])",))
+
+TRUST_REMOTE_CODE = Cause(
+    "trust_remote_code", K,
+    "the model's code lives in its repository and the server was not told to run it (\"set the option "
+    "`trust_remote_code=True`\")",
+    (Pattern("trust_remote_code=True"),
+     Pattern("contains custom code which must be executed"),
+     Pattern("trust-remote-code", r"(?:requires|pass|set|add) `?--trust-remote-code`?", rank=SPECIFIC)),
+    ("add --trust-remote-code (the model ships its own code)",),
+    examples=("ValueError: Loading /models/x requires you to execute the configuration file in that repo on your "
+              "local machine. Make sure you have read the code there to avoid malicious use, then set the option "
+              "`trust_remote_code=True` to remove this error.",
+              "ValueError: The repository for internlm/internlm2-chat-7b contains custom code which must be executed "
+              "to correctly load the model. You can inspect the repository content at "
+              "https://hf.co/internlm/internlm2-chat-7b."))
+
+UNRECOGNIZED_ARGUMENT = Cause(
+    "unrecognized_argument", K,
+    "the server does not know a flag, or a flag's value (argparse: \"error: unrecognized arguments: --x\", \"error: "
+    "argument --x: invalid choice\")",
+    (Pattern("error: unrecognized arguments:", r"error: unrecognized arguments:\s*(?P<argument>\S{1,200})"),
+     Pattern("error: argument ", r"error: argument (?P<argument>[^:]{1,100}):\s*(?P<problem>[^\n]{1,200})"),
+     Pattern("error: the following arguments are required", r"required:\s*(?P<argument>\S{1,100})")),
+    ("this vLLM does not accept {argument}: drop it or use a release that has it",
+     "the server rejected its command line"),
+    numbers=("argument", "problem"),
+    examples=("vllm: error: unrecognized arguments: --no-such-flag",
+              "api_server.py: error: argument --dtype: invalid choice: 'bf17' (choose from 'auto', 'half')"))
+
+ENGINE_ARGS_MISMATCH = Cause(
+    "engine_args_mismatch", K,
+    "an engine argument this vLLM's engine does not take (a launcher built for another release: \"EngineArgs.__init__"
+    "() got an unexpected keyword argument 'x'\")",
+    (Pattern("got an unexpected keyword argument",
+             r"(?:Engine|Model|Cache|Parallel|Scheduler|Load|Vllm)\w{0,20}(?:Args|Config)\.__init__\(\) got an "
+             r"unexpected keyword argument '(?P<argument>\w{1,100})'"),),
+    ("this vLLM's engine does not take {argument}: the launcher and the vLLM release disagree",),
+    numbers=("argument",),
+    examples=("TypeError: AsyncEngineArgs.__init__() got an unexpected keyword argument 'disable_log_requests'",))
+
+CONFIG_INVALID_BATCHED_TOKENS = Cause(
+    "config_invalid_batched_tokens", K,
+    "max_num_batched_tokens is below max_model_len with chunked prefill off (or below max_num_seqs)",
+    (Pattern("is smaller than max_model_len", r"max_num_batched_tokens\s*\(\s*" + named("batched", INT)
+             + r"\s*\) is smaller than max_model_len\s*\(\s*" + named("max_model_len", INT)),
+     Pattern("must be greater than or equal to max_num_seqs", r"max_num_batched_tokens\s*\(\s*" + named("batched", INT)
+             + r"\s*\) must be greater than or equal to max_num_seqs\s*\(\s*" + named("max_num_seqs", INT))),
+    ("max_num_batched_tokens must be at least {max_model_len} (was {batched}), or turn chunked prefill on",
+     "max_num_batched_tokens must be at least max_num_seqs {max_num_seqs} (was {batched})",
+     "max_num_batched_tokens is too small for this configuration"),
+    numbers=("batched", "max_model_len", "max_num_seqs"),
+    examples=("ValueError: max_num_batched_tokens (2048) is smaller than max_model_len (4096). This effectively "
+              "limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject longer sequences. "
+              "Please increase max_num_batched_tokens or decrease max_model_len.",))
+
+V1_UNSUPPORTED = Cause(
+    "v1_unsupported", K,
+    "a feature the engine does not support in this mode (\"... is not supported by the V1 Engine\", \"not supported "
+    "in V1\")",
+    (Pattern("not supported by the V1 Engine", r"\A(?:\w+(?:Error|Exception):\s*)?(?P<feature>.{1,160}?) (?:is |are )?"
+             r"not supported by the V1 Engine"),
+     Pattern("supported", r"\A(?:\w+(?:Error|Exception):\s*)(?P<feature>.{1,160}?) (?:is |are )?not (?:yet )?supported "
+             r"(?:in|on|with|by) (?:vLLM )?V1\b"),
+     Pattern("VLLM_USE_V1=1 is not supported", r"VLLM_USE_V1=1 is not supported with (?P<feature>[^.]{1,160})")),
+    ("not supported by this engine: {feature}", "a feature this engine does not support"),
+    numbers=("feature",),
+    examples=("NotImplementedError: VLLM_USE_V1=1 is not supported with --speculative-model.",
+              "ValueError: LoRA with pooling models is not supported in V1."))
+
+ATTENTION_BACKEND_UNSUPPORTED = Cause(
+    "attention_backend_unsupported", K,
+    "the attention backend asked (or the only one that fits) does not run on this GPU or with this configuration",
+    (Pattern("FlashAttention only supports Ampere GPUs or newer"),
+     Pattern("is not valid for this configuration", r"Selected backend (?P<backend>\S{1,60}) is not valid for this "
+             r"configuration"),
+     Pattern("Invalid attention backend", r"Invalid attention backend:?\s*'?(?P<backend>[\w-]{1,60})"),
+     Pattern("No valid attention backend"),
+     Pattern("attention backend", r"\A\w+(?:Error|Exception):.{0,120}attention backend.{0,80}not supported")),
+    ("attention backend {backend} does not fit this GPU or configuration: pick another (VLLM_ATTENTION_BACKEND)",
+     "no attention backend fits this GPU or configuration"),
+    numbers=("backend",),
+    examples=("RuntimeError: FlashAttention only supports Ampere GPUs or newer.",
+              "ValueError: Selected backend AttentionBackendEnum.FLASHINFER is not valid for this configuration. "
+              "Reason: ['head_size not supported']"))
+
+WEIGHT_LOADING_KEYERROR = Cause(
+    "weight_loading_keyerror", K,
+    "the checkpoint holds a weight this vLLM's model code does not expect (a checkpoint layout, or a quantization, "
+    "the model class does not handle; can be vLLM's own bug)",
+    (Pattern("KeyError: '", r"\AKeyError: '(?P<weight>(?:\w{1,80}\.){2,16}\w{0,60}(?:weight|bias|scales?|qzeros|"
+             r"g_idx|proj|experts)\w{0,40})'"),),
+    ("this vLLM's model code has no weight {weight}: the checkpoint's layout or quantization is not supported",),
+    numbers=("weight",),
+    examples=("KeyError: 'model.layers.0.mlp.experts.w2_weight'",))
+
+CAUSES: tuple[Cause, ...] = (
+    KV_CACHE_TOO_SMALL, NO_CACHE_BLOCKS, AUTOFIT_IMPOSSIBLE, MAX_LEN_EXCEEDS_MODEL, TP_NOT_DIVISIBLE, PP_NOT_DIVISIBLE,
+    QUANT_TP_MISALIGNED, NOT_ENOUGH_GPUS, EP_NOT_DIVISIBLE, DTYPE_UNSUPPORTED_GPU, QUANTIZATION_UNSUPPORTED_GPU,
+    QUANTIZATION_MISMATCH, QUANTIZATION_DTYPE_MISMATCH, QUANT_CONFIG_MISSING, UNSUPPORTED_ARCHITECTURE,
+    TRUST_REMOTE_CODE, UNRECOGNIZED_ARGUMENT, ENGINE_ARGS_MISMATCH, CONFIG_INVALID_BATCHED_TOKENS, V1_UNSUPPORTED,
+    ATTENTION_BACKEND_UNSUPPORTED, WEIGHT_LOADING_KEYERROR)

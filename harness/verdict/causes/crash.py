@@ -1,0 +1,36 @@
+"""Causes of kind crash: the server died and the log says why only in general terms (a wrapper), in a model's own
+code, or in an exception the catalogue does not know. `crashed`, with the line that shows the most."""
+
+from __future__ import annotations
+
+from .model import GENERIC, Cause, CauseKind, Pattern
+
+K = CauseKind.crash
+
+ENGINE_CORE_FAILED_ROOT_CAUSE_NOT_SHOWN = Cause(
+    "engine_core_failed_root_cause_not_shown", K,
+    "only the API server's wrapper is in the log (\"Engine core initialization failed. See root cause above\"): the "
+    "root cause is not in the log, the engine core's output was not captured",
+    (Pattern("Engine core initialization failed", rank=GENERIC),
+     Pattern("Engine process failed to start", rank=GENERIC),
+     Pattern("Failed core proc", rank=GENERIC)),
+    ("the root cause is not in the log: the engine core's output was not captured (keep the engine's stderr)",),
+    aliases=("engine_init_failed",), stops=True,
+    examples=("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+              "RuntimeError: Engine process failed to start. See stack trace for the root cause."))
+
+MODEL_CODE_ERROR = Cause(
+    "model_code_error", K,
+    "an exception raised inside a model's implementation (vllm/model_executor/models/…): a bug or an unsupported "
+    "variant of the model, told by the traceback's frames (decide.py)",
+    (), ("{exception} in the model's code ({where}): a vLLM bug or an unsupported variant of this model",
+         "an exception in the model's code: a vLLM bug or an unsupported variant of this model"),
+    numbers=("exception", "message", "where"))
+
+UNCAUGHT_EXCEPTION = Cause(
+    "uncaught_exception", K,
+    "the boot ended on an exception the catalogue does not know: the line names it (type and message)",
+    (), ("the boot ended on {exception}: {message}", "the boot ended on an exception the catalogue does not know"),
+    numbers=("exception", "message"))
+
+CAUSES: tuple[Cause, ...] = (ENGINE_CORE_FAILED_ROOT_CAUSE_NOT_SHOWN, MODEL_CODE_ERROR, UNCAUGHT_EXCEPTION)

@@ -1,0 +1,141 @@
+"""The decisive line of a whole log: the root cause, not the last frame.
+
+Multi-process logs interleave the API server, the engine core, the workers and Ray's actors, and end with a generic
+wrapper. The first line of the highest rank decides (model.SPECIFIC > WEAK > GENERIC), whichever process said it; a
+CUDA OOM takes its phase from the frames of its own traceback (per process: tracebacks interleave too); with only the
+wrapper, the finding says the root cause is not in the log; with no cause at all, the last exception line is named.
+"""
+
+from __future__ import annotations
+
+import re
+
+from . import BY_ID, GENERIC_CAUSE, UNCAUGHT
+from .crash import MODEL_CODE_ERROR
+from .match import FRAME_NEEDLE, TRACEBACK_START, Match, match
+from .model import GENERIC, WEAK, Cause, Finding, Numbers
+from .resource import (CUDA_OOM_GRAPH_CAPTURE, CUDA_OOM_KV_ALLOCATION, CUDA_OOM_PROFILING, CUDA_OOM_SAMPLER_WARMUP,
+                       CUDA_OOM_UNKNOWN, CUDA_OOM_WEIGHTS)
+
+MAX_LINE = 2000
+MAX_FRAMES = 64
+MAX_PROCESSES = 64
+_FRAME = re.compile(r'\AFile "(?P<file>[^"]{1,500})", line \d{1,9}, in (?P<func>[\w<>.]{1,200})')
+_EXCEPTION = re.compile(r"\A(?P<type>[A-Za-z_][\w.]{0,100}(?:Error|Exception|Exit|Interrupt))(?::\s*(?P<message>.*))?\Z")
+
+#: The functions whose frames say which phase a CUDA OOM happened in, checked in this order (a graph capture runs a
+#: dummy forward pass, which the profiling run does too: the deeper phase's own function wins).
+OOM_FRAMES: tuple[tuple[Cause, frozenset[str]], ...] = (
+    (CUDA_OOM_GRAPH_CAPTURE, frozenset({"capture_model", "_capture_cudagraphs", "capture", "_warmup_and_capture",
+                                        "capture_graphs"})),
+    (CUDA_OOM_SAMPLER_WARMUP, frozenset({"_dummy_sampler_run"})),
+    (CUDA_OOM_KV_ALLOCATION, frozenset({"initialize_kv_cache", "_allocate_kv_cache", "allocate_kv_cache",
+                                        "_allocate_kv_cache_tensors", "initialize_kv_cache_tensors",
+                                        "_init_cache_engine", "initialize_cache", "_reshape_kv_cache_tensors",
+                                        "_init_cache"})),
+    (CUDA_OOM_PROFILING, frozenset({"profile_run", "determine_available_memory", "determine_num_available_blocks",
+                                    "_dummy_run"})),
+    (CUDA_OOM_WEIGHTS, frozenset({"load_model", "load_weights", "get_model", "initialize_model", "_initialize_model",
+                                  "weight_loader", "process_weights_after_loading", "create_weights"})),
+)
+#: The log's own phase (harness.logfacts.timeline.PHASES) where no frame tells it.
+OOM_LOG_PHASES: dict[str, Cause] = {
+    "weight loading": CUDA_OOM_WEIGHTS,
+    "CUDA-graph capture": CUDA_OOM_GRAPH_CAPTURE,
+}
+MODEL_CODE = "/model_executor/models/"
+
+
+def oom_phase(frames: list[tuple[str, str]]) -> Cause | None:
+    funcs = {func.rpartition(".")[2] for _, func in frames}
+    for cause, names in OOM_FRAMES:
+        if funcs & names:
+            return cause
+    return None
+
+
+def finding(cause: Cause, line: str, numbers: Numbers, process: str = "") -> Finding:
+    return Finding(id=cause.id, kind=cause.kind, outcome=cause.outcome, line=line[:MAX_LINE], numbers=numbers,
+                   hint=cause.hint(numbers), process=process)
+
+
+def exception_numbers(line: str) -> Numbers | None:
+    """`ValueError: boom` → {exception: ValueError, message: boom}; None when the line is not an exception's."""
+    m = _EXCEPTION.match(line)
+    if m is None:
+        return None
+    out: Numbers = {"exception": m.group("type")}
+    if m.group("message"):
+        out["message"] = m.group("message")[:500]
+    return out
+
+
+class CauseReader:
+    """Fed every cleaned message (with its process prefix and level), in log order; `finding` says the root cause."""
+
+    def __init__(self) -> None:
+        self._best: Match | None = None
+        self._best_process = ""
+        self._frames: dict[str, list[tuple[str, str]]] = {}
+        self._code_error: tuple[Numbers, str, str] | None = None  # a model's own code raised: numbers, line, process
+
+    @property
+    def best(self) -> Match | None:
+        return self._best
+
+    def feed(self, process: str, message: str, quiet: bool) -> Match | None:
+        """Take one message; the Match it is, if any (refined: an OOM's phase from its traceback's frames)."""
+        if not quiet:
+            if message.startswith(TRACEBACK_START):
+                self._frames_of(process).clear()
+                return None
+            if message.startswith(FRAME_NEEDLE):
+                if (m := _FRAME.match(message)) and len(frames := self._frames_of(process)) < MAX_FRAMES:
+                    frames.append((m.group("file"), m.group("func")))
+                return None
+        found = match(message, quiet)
+        if found is None:
+            if not quiet and self._code_error is None and (numbers := exception_numbers(message)):
+                where = [f for f, _ in self._frames.get(process, []) if MODEL_CODE in f]
+                if where:
+                    numbers["where"] = where[-1].rpartition(MODEL_CODE)[2]
+                    self._code_error = (numbers, message, process)
+            return None
+        if found.cause is CUDA_OOM_UNKNOWN and (phase := oom_phase(self._frames.get(process, []))) is not None:
+            found = Match(phase, found.rank, found.numbers, found.line, found.stops)
+        if self._best is None or found.rank > self._best.rank:
+            self._best, self._best_process = found, process
+        return found
+
+    def _frames_of(self, process: str) -> list[tuple[str, str]]:
+        frames = self._frames.get(process)
+        if frames is None:
+            if len(self._frames) >= MAX_PROCESSES:
+                self._frames.clear()
+            frames = self._frames[process] = []
+        return frames
+
+    def finding(self, error_line: str | None = None, log_phase: str | None = None) -> Finding | None:
+        """The root cause: the first line of the highest rank; a model's own code raising beats a generic wrapper
+        and an exception the catalogue does not know; that exception beats the wrapper alone; the wrapper alone says
+        the root cause is not in the log. `error_line`: the log's last exception line (the parser keeps it);
+        `log_phase`: the phase the log stopped in, for an OOM no frame placed."""
+        best = self._best
+        if best is not None and best.rank > GENERIC:
+            cause = best.cause
+            if cause is CUDA_OOM_UNKNOWN and log_phase in OOM_LOG_PHASES:
+                cause = OOM_LOG_PHASES[log_phase]
+            if best.rank > WEAK or self._code_error is None:
+                return finding(cause, best.line, best.numbers, self._best_process)
+        if self._code_error is not None:
+            numbers, line, process = self._code_error
+            return finding(MODEL_CODE_ERROR, line, numbers, process)
+        if error_line and (numbers := exception_numbers(error_line)) is not None:
+            return finding(UNCAUGHT, error_line, numbers)
+        if best is not None:
+            return finding(GENERIC_CAUSE, best.line, best.numbers, self._best_process)
+        return None
+
+
+def by_id(cause_id: str) -> Cause:
+    return BY_ID[cause_id]

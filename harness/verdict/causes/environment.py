@@ -1,0 +1,379 @@
+"""Causes of kind environment: the machine, the install, the network or the Hub failed the boot. The cell is `error`
+(the run still exits 1): nothing here says the configuration cannot boot, and a night must not read it so.
+
+Most of these words are not vLLM's: huggingface_hub's and transformers' errors, torch's and the CUDA runtime's, NCCL's,
+argparse's and the OS's, as each library words them.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .model import WEAK, Cause, CauseKind, Pattern
+
+K = CauseKind.environment
+_REPO = r"(?:https?://huggingface\.co/(?:api/models/)?)?(?P<model>[\w.-]{1,96}/[\w.-]{1,96})"
+
+GATED_MODEL = Cause(
+    "gated_model", K,
+    "the Hub refused the download: a gated or private model and no (or a wrong) token (401/403, GatedRepoError)",
+    (Pattern("GatedRepoError"),
+     Pattern("gated repo", r"[Gg]ated repo(?: for url)?[^\n]{0,40}?" + _REPO + r"|ated repo"),
+     Pattern("401 Client Error", r"401 Client Error[^\n]{0,120}?(?:" + _REPO + r"|\Z|\.)"),
+     Pattern("403 Client Error", r"403 Client Error[^\n]{0,120}?(?:" + _REPO + r"|\Z|\.)"),
+     Pattern("is restricted", r"Access to model (?P<model>\S{1,200}) is restricted"),
+     Pattern("Invalid credentials in Authorization header"),
+     Pattern("Invalid user token")),
+    ("the Hub refused {model}: accept its licence on the Hub and pass HF_TOKEN",
+     "the Hub refused the download: accept the model's licence and pass HF_TOKEN"),
+    numbers=("model",),
+    examples=("huggingface_hub.errors.GatedRepoError: 401 Client Error. (Request ID: Root=1-6)",
+              "Cannot access gated repo for url https://huggingface.co/meta-llama/Llama-3.1-8B/resolve/main/"
+              "config.json.",
+              "OSError: You are trying to access a gated repo.",
+              "requests.exceptions.HTTPError: 403 Client Error: Forbidden for url: https://huggingface.co/api/models/"
+              "google/gemma-2-9b"))
+
+MODEL_NOT_FOUND = Cause(
+    "model_not_found", K,
+    "the model id is not on the Hub (a typo, a private repo without access, a wrong revision: 404, "
+    "RepositoryNotFoundError)",
+    (Pattern("RepositoryNotFoundError"),
+     Pattern("Repository Not Found", r"Repository Not Found for url:?\s*" + _REPO + r"|Repository Not Found"),
+     Pattern("404 Client Error", r"404 Client Error[^\n]{0,120}?(?:" + _REPO + r"|\Z|\.)"),
+     Pattern("is not a valid model identifier", r"'?(?P<model>[^'\s]{1,200})'? is not a local folder and is not a "
+             r"valid model identifier"),
+     Pattern("RevisionNotFoundError"),
+     Pattern("EntryNotFoundError")),
+    ("{model} is not on the Hub (or not visible to this token): check the id", "the model is not on the Hub"),
+    numbers=("model",),
+    examples=("huggingface_hub.errors.RepositoryNotFoundError: 404 Client Error. (Request ID: Root=1-66)",
+              "OSError: facebook/opt-126m is not a local folder and is not a valid model identifier listed on "
+              "'https://huggingface.co/models'"))
+
+BAD_LOCAL_PATH = Cause(
+    "bad_local_path", K,
+    "the model path is neither a directory on this machine nor a Hub id, or it holds no weight files (\"Invalid "
+    "repository ID or local directory specified\", HFValidationError, \"Cannot find any model weights\")",
+    (Pattern("Invalid repository ID or local directory", r"Invalid repository ID or local directory specified:?\s*"
+             r"'?(?P<path>[^'\s]{1,300})"),
+     Pattern("Repo id must", r"Repo id must (?:be in the form|use alphanumeric)[^\n]{0,200}?(?::\s*'(?P<path>[^']"
+             r"{1,300})')?"),
+     Pattern("HFValidationError"),
+     Pattern("Cannot find any model weights", r"Cannot find any model weights with `?(?P<path>[^`\s]{1,300})")),
+    ("the model path {path} is not a model directory here: mount it or fix the path",
+     "the model path is not a model directory here: mount it or fix the path"),
+    numbers=("path",),
+    examples=("ValueError: Invalid repository ID or local directory specified: '/models/nope'. Please verify the "
+              "following requirements:",
+              "huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or "
+              "'namespace/repo_name': '/models/nope/x'. Use `repo_type` argument if needed.",
+              "RuntimeError: Cannot find any model weights with `/models/empty`"))
+
+MISSING_CONFIG_JSON = Cause(
+    "missing_config_json", K,
+    "the model directory (or repo) has no config.json (\"does not appear to have a file named config.json\")",
+    (Pattern("does not appear to have a file named", r"(?P<path>\S{1,300}) does not appear to have a file named "
+             r"(?P<file>[\w-]{1,60}(?:\.[A-Za-z]\w{0,9})?)"),
+     Pattern("Can't load the configuration of", r"Can't load the configuration of '(?P<path>[^']{1,300})'"),
+     Pattern("No supported config format found", r"No supported config format found in (?P<path>\S{1,300})")),
+    ("{path} has no {file}: point the server at the model's directory",
+     "{path} has no config.json: point the server at the model's directory",
+     "the model has no config.json"),
+    numbers=("path", "file"),
+    examples=("OSError: /models/x does not appear to have a file named config.json. Checkout "
+              "'https://huggingface.co//models/x/tree/None' for available files.",
+              "ValueError: No supported config format found in /models/x"))
+
+HF_OFFLINE_NO_CACHE = Cause(
+    "hf_offline_no_cache", K,
+    "the Hub could not be reached (offline mode, no network, a proxy) and the files are not in the cache",
+    (Pattern("We couldn't connect to"),
+     Pattern("LocalEntryNotFoundError"),
+     Pattern("outgoing traffic has been disabled"),
+     Pattern("Cannot find an appropriate cached snapshot folder"),
+     Pattern("offline mode is enabled", flags=re.I),
+     Pattern("Max retries exceeded with url", r"host='huggingface\.co'.{0,80}Max retries exceeded|Max retries exceeded"
+             r" with url: /(?:api/models|[\w.-]{1,96}/[\w.-]{1,96}/resolve)"),
+     Pattern("huggingface.co", r"(?:ConnectionError|ConnectTimeout|ReadTimeout|NameResolutionError)\W.{0,200}"
+             r"huggingface\.co", rank=WEAK)),
+    ("the Hub is unreachable and the model is not cached: download it first or mount the cache (HF_HOME)",),
+    examples=("OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't find it in the "
+              "cached files and it looks like Qwen/Qwen2-7B is not the path to a directory containing a file named "
+              "config.json.",
+              "huggingface_hub.errors.LocalEntryNotFoundError: Cannot find an appropriate cached snapshot folder for "
+              "the specified revision on the local disk and outgoing traffic has been disabled."))
+
+TOKENIZER_ERROR = Cause(
+    "tokenizer_error", K,
+    "the tokenizer's files will not load (missing, or a tokenizers/transformers release that cannot read them)",
+    (Pattern("Can't load tokenizer", r"Can't load tokenizer(?: for '(?P<model>[^']{1,200})')?"),
+     Pattern("Failed to load the tokenizer"),
+     Pattern("Couldn't instantiate the backend tokenizer"),
+     Pattern("did not match any variant of untagged enum"),
+     Pattern("does not exist or is not currently imported", r"Tokenizer class (?P<tokenizer>\w{1,80}) does not exist "
+             r"or is not currently imported")),
+    ("the tokenizer will not load: check the model's tokenizer files and the tokenizers release",),
+    numbers=("model", "tokenizer"),
+    examples=("OSError: Can't load tokenizer for 'mistralai/x'. If you were trying to load it from "
+              "'https://huggingface.co/models', make sure you don't have a local directory with the same name.",
+              "Exception: data did not match any variant of untagged enum ModelWrapper at line 1251003 column 3"))
+
+TRANSFORMERS_TOO_OLD = Cause(
+    "transformers_too_old", K,
+    "the installed transformers does not know the model's type (\"Transformers does not recognize this "
+    "architecture\")",
+    (Pattern("does not recognize this architecture", r"has model type `?(?P<model_type>[\w-]{1,80})`? but Transformers "
+             r"does not recognize this architecture|does not recognize this architecture"),
+     Pattern("pip install --upgrade transformers"),
+     Pattern("requires transformers", r"requires `?transformers\s*>=?\s*(?P<version>[\d.]{1,20})"),
+     Pattern("Unrecognized model in", r"Unrecognized model in (?P<path>\S{1,300})\. Should have a `model_type` key")),
+    ("transformers does not know model type {model_type}: upgrade transformers (or vLLM)",
+     "transformers is too old for this model: upgrade it (or vLLM)"),
+    numbers=("model_type", "version"),
+    examples=("ValueError: The checkpoint you are trying to load has model type `qwen3` but Transformers does not "
+              "recognize this architecture. This could be because of an issue with the checkpoint, or because your "
+              "version of Transformers is out of date.",))
+
+MODEL_INSPECTION_FAILED = Cause(
+    "model_inspection_failed", K,
+    "the subprocess vLLM inspects the model's class in crashed (\"Model architectures ['X'] failed to be inspected\"); "
+    "its own error, when shown, is printed above it",
+    (Pattern("failed to be inspected", r"Model architectures?\s*\[?'?(?P<architecture>[\w.]{1,80})'?\]? failed to be "
+             r"inspected", rank=WEAK),
+     Pattern("Error raised in subprocess", rank=WEAK),
+     Pattern("Error in inspecting model architecture", rank=WEAK)),
+    ("inspecting {architecture} crashed in a subprocess: its error is above, or run `python -c 'import vllm'`",
+     "inspecting the model crashed in a subprocess: its error is above, or run `python -c 'import vllm'`"),
+    numbers=("architecture",),
+    examples=("ValueError: Model architectures ['Qwen2ForCausalLM'] failed to be inspected. Please check the logs for "
+              "more details.",))
+
+NO_GPU_VISIBLE = Cause(
+    "no_gpu_visible", K,
+    "the server sees no GPU (no device passed to the container, CUDA_VISIBLE_DEVICES empty, no driver): \"Failed to "
+    "infer device type\", \"No CUDA GPUs are available\"",
+    (Pattern("Failed to infer device type"),
+     Pattern("No CUDA GPUs are available"),
+     Pattern("Found no NVIDIA driver"),
+     Pattern("no CUDA-capable device is detected"),
+     Pattern("NVIDIA Driver was not detected"),
+     Pattern("Torch not compiled with CUDA enabled"),
+     Pattern("CUDA driver initialization failed"),
+     Pattern("device_count() is 0", rank=WEAK)),
+    ("no GPU is visible to the server: pass the devices (--gpus / CUDA_VISIBLE_DEVICES) and check the driver",),
+    examples=("RuntimeError: Failed to infer device type", "RuntimeError: No CUDA GPUs are available"))
+
+INVALID_DEVICE_ORDINAL = Cause(
+    "invalid_device_ordinal", K,
+    "a GPU index beyond the visible devices (\"CUDA error: invalid device ordinal\"): CUDA_VISIBLE_DEVICES names fewer "
+    "GPUs than the server uses",
+    (Pattern("invalid device ordinal"),),
+    ("a GPU index is beyond the visible devices: check CUDA_VISIBLE_DEVICES against the parallel sizes",),
+    examples=("RuntimeError: CUDA error: invalid device ordinal",))
+
+DRIVER_MISMATCH = Cause(
+    "driver_mismatch", K,
+    "the NVIDIA driver is older than the CUDA runtime the image was built for (\"The NVIDIA driver on your system is "
+    "too old\", \"CUDA driver version is insufficient\", error 803)",
+    (Pattern("driver on your system is too old", r"driver on your system is too old \(found version "
+             r"(?P<driver_version>\d{1,8})\)|driver on your system is too old"),
+     Pattern("CUDA driver version is insufficient"),
+     Pattern("cudaErrorInsufficientDriver"),
+     Pattern("unsupported display driver / cuda driver combination"),
+     Pattern("forward compatibility was attempted on non supported HW")),
+    ("the driver (found {driver_version}) is too old for this image's CUDA: upgrade the driver or use an older image",
+     "the driver is too old for this image's CUDA: upgrade the driver or use an older image"),
+    numbers=("driver_version",),
+    examples=("RuntimeError: The NVIDIA driver on your system is too old (found version 11040). Please update your GPU "
+              "driver by downloading and installing a new version from the URL: http://www.nvidia.com/Download/"
+              "index.aspx",
+              "RuntimeError: CUDA driver version is insufficient for CUDA runtime version"))
+
+CUDA_LIB_MISMATCH = Cause(
+    "cuda_lib_mismatch", K,
+    "a CUDA library is missing or of another version than the build expects (\"libcudart.so.12: cannot open shared "
+    "object file\", nvJitLink's undefined symbols)",
+    (Pattern("cannot open shared object file", r"(?P<library>lib(?:cuda|cudart|cublas\w{0,8}|cudnn\w{0,12}|nccl|nvrtc|"
+             r"cusparse\w{0,8}|cufft|curand|cusolver|nvJitLink|nvToolsExt|nvidia-ml)[\w.]{0,20}): cannot open shared "
+             r"object file"),
+     Pattern("undefined symbol", r"undefined symbol: (?P<symbol>__nvJitLink\w{1,80}|cuda\w{1,80}|nccl\w{1,80})"),
+     Pattern("CUDA version mismatch", flags=re.I)),
+    ("{library} is missing or of another CUDA version: use the image's own CUDA libraries",
+     "a CUDA library does not match the build ({symbol}): use the image's own CUDA libraries",
+     "a CUDA library is missing or mismatched"),
+    numbers=("library", "symbol"),
+    examples=("ImportError: libcudart.so.12: cannot open shared object file: No such file or directory",
+              "ImportError: /usr/local/lib/python3.10/dist-packages/torch/lib/../../nvidia/cusparse/lib/"
+              "libcusparse.so.12: undefined symbol: __nvJitLinkAddData_12_1, version libnvJitLink.so.12"))
+
+NO_KERNEL_IMAGE = Cause(
+    "no_kernel_image", K,
+    "the build has no kernels for this GPU's architecture (\"no kernel image is available for execution on the "
+    "device\"): a wheel or image built for other compute capabilities",
+    (Pattern("no kernel image is available"),
+     Pattern("is not compatible with the current PyTorch installation", r"with CUDA capability (?P<capability>sm_\d{2,3})"
+             r" is not compatible with the current PyTorch installation")),
+    ("this build has no kernels for {capability}: use a build for this GPU",
+     "this build has no kernels for this GPU's architecture: use a build (image, wheel) for it"),
+    numbers=("capability",),
+    examples=("RuntimeError: CUDA error: no kernel image is available for execution on the device",))
+
+EXTENSION_ABI_MISMATCH = Cause(
+    "extension_abi_mismatch", K,
+    "a compiled extension (vLLM's _C, flash-attn, xformers) was built against another torch (\"undefined symbol\")",
+    (Pattern("undefined symbol", r"(?P<extension>[\w./-]{0,200}\.so)\S*: undefined symbol: (?P<symbol>\w{1,200})"),
+     Pattern("undefined symbol"),
+     Pattern("was compiled against a different", flags=re.I)),
+    ("{extension} was built against another torch: reinstall it for this torch",
+     "a compiled extension does not match this torch: reinstall it"),
+    numbers=("extension", "symbol"),
+    examples=("ImportError: /usr/local/lib/python3.10/dist-packages/vllm/_C.abi3.so: undefined symbol: "
+              "_ZN3c104cuda9SetDeviceEi",))
+
+BROKEN_INSTALL = Cause(
+    "broken_install", K,
+    "the install is incomplete or inconsistent (a module missing, a name missing from a module: packages of "
+    "different releases)",
+    (Pattern("No module named", r"No module named '?(?P<module>[\w.]{1,120})"),
+     Pattern("cannot import name", r"cannot import name '(?P<name>\w{1,120})' from '(?P<module>[\w.]{1,120})'"),
+     Pattern("Please install", r"\A\w*(?:Error|Exception):.{0,200}Please install (?P<module>[\w.-]{1,80})", rank=WEAK)),
+    ("the install is broken: {module} is missing or of another release ({name}): reinstall vLLM's pinned set",
+     "the install is broken: {module} is missing: reinstall vLLM's pinned set",
+     "the install is broken: reinstall vLLM's pinned set"),
+    numbers=("module", "name"),
+    examples=("ModuleNotFoundError: No module named 'vllm._C'",
+              "ImportError: cannot import name 'cached_property' from 'transformers.utils'"))
+
+NCCL_ERROR = Cause(
+    "nccl_error", K,
+    "NCCL failed between the ranks (a network, a P2P/IB setting, a peer that died first: its cause is above when "
+    "shown)",
+    (Pattern("NCCL error", r"NCCL error[^\n]{0,200}?(?::\s*(?P<nccl>unhandled (?:system|cuda) error|internal error|"
+             r"invalid usage|remote process exited or there was a network error)|\Z|\.)", rank=WEAK),
+     Pattern("ncclUnhandledCudaError", rank=WEAK),
+     Pattern("ncclSystemError", rank=WEAK),
+     Pattern("ncclInternalError", rank=WEAK),
+     Pattern("ncclRemoteError", rank=WEAK),
+     Pattern("DistBackendError", rank=WEAK)),
+    ("NCCL failed ({nccl}): run with NCCL_DEBUG=INFO; try NCCL_P2P_DISABLE=1 or check the interconnect",
+     "NCCL failed between the ranks: run with NCCL_DEBUG=INFO; try NCCL_P2P_DISABLE=1 or check the interconnect"),
+    numbers=("nccl",),
+    examples=("RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version "
+              "2.21.5",))
+
+SHM_TOO_SMALL = Cause(
+    "shm_too_small", K,
+    "/dev/shm is too small for the workers' shared memory (a container's 64 MB default: a \"Bus error\", "
+    "\"Insufficient space in /dev/shm\")",
+    (Pattern("/dev/shm", r"(?:Insufficient space|No space left|Error while creating shared memory segment|unable to "
+             r"(?:write|allocate)|No such file or directory)[^\n]{0,120}/dev/shm|/dev/shm[^\n]{0,120}(?:too small|"
+             r"insufficient|No space left)"),
+     Pattern("Bus error", r"\A(?:.{0,200}\s)?Bus error(?: \(core dumped\))?\s*\Z|unexpected bus error", flags=re.I),
+     Pattern("bus error", r"unexpected bus error", flags=re.I),
+     Pattern("insufficient shared memory", flags=re.I),
+     Pattern("unable to write to file </torch_")),
+    ("/dev/shm is too small: run the container with --ipc=host or --shm-size (e.g. 16g)",),
+    examples=("RuntimeError: Insufficient space in /dev/shm to create shared memory buffer",
+              "Bus error (core dumped)",
+              "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory "
+              "(shm)."))
+
+TIMEOUT_DISTRIBUTED_INIT = Cause(
+    "timeout_distributed_init", K,
+    "the ranks never met: the distributed init (the TCP store, the first collective) timed out (a peer that died, a "
+    "firewall, a wrong master address)",
+    (Pattern("DistStoreError", rank=WEAK),
+     Pattern("client socket has timed out", rank=WEAK),
+     Pattern("Watchdog caught collective operation timeout", rank=WEAK),
+     Pattern("timed out after", r"(?:init_process_group|TCPStore|rendezvous|store)\b.{0,200}timed out after", rank=WEAK,
+             flags=re.I)),
+    ("the ranks never met: check the master address/port, the firewall, and the other ranks' logs",),
+    examples=("torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. 1/2 clients "
+              "joined.",))
+
+TIMEOUT_ENGINE_STARTUP = Cause(
+    "timeout_engine_startup", K,
+    "the API server gave up waiting for the engine process (\"Timed out waiting for engine core processes to start\")",
+    (Pattern("Timed out waiting for engine", rank=WEAK),
+     Pattern("Did not receive response from", rank=WEAK),
+     Pattern("waiting for engines to send initial message", rank=WEAK)),
+    ("the engine did not start in time: its own log (above, or the engine's) names why; raise "
+     "VLLM_ENGINE_READY_TIMEOUT_S if it was only slow",),
+    examples=("TimeoutError: Timed out waiting for engine core processes to start. This is often caused by slow "
+              "weight loading for large models.",))
+
+RAY_PLACEMENT_ERROR = Cause(
+    "ray_placement_error", K,
+    "Ray could not place the workers (no node has the GPUs asked, the cluster is short of them)",
+    (Pattern("placement group", r"(?:Cannot provide a placement group|placement group.{0,120}(?:timed out|cannot be "
+             r"(?:scheduled|satisfied)|infeasible)|No available node types can fulfill)", flags=re.I),
+     Pattern("No available node types can fulfill"),
+     Pattern("Current node has no GPU available"),
+     Pattern("Ray does not allocate any GPUs on the driver node")),
+    ("Ray cannot place the workers: the cluster lacks the GPUs the parallel sizes ask",),
+    examples=("ValueError: Cannot provide a placement group of placement_group_specs=[{'GPU': 1.0}] within 1800 "
+              "seconds. See `ray status` to make sure the cluster has enough resources.",))
+
+CUDA_FORK_REINIT = Cause(
+    "cuda_fork_reinit", K,
+    "CUDA was initialised before the workers were forked (\"Cannot re-initialize CUDA in forked subprocess\"): a "
+    "launcher that touches CUDA first, or VLLM_WORKER_MULTIPROC_METHOD=fork",
+    (Pattern("Cannot re-initialize CUDA in forked subprocess"),),
+    ("set VLLM_WORKER_MULTIPROC_METHOD=spawn (something initialised CUDA before the fork)",),
+    examples=("RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must "
+              "use the 'spawn' start method",))
+
+PORT_IN_USE = Cause(
+    "port_in_use", K,
+    "the port is taken (\"Address already in use\"): another server, or vLLM's own earlier process still holding it",
+    (Pattern("ddress already in use", r"address \('?(?P<host>[^',)]{0,100})'?, (?P<port>\d{1,5})\)[^\n]{0,80}?"
+             r"ddress already in use"),
+     Pattern("ddress already in use"),
+     Pattern("Errno 98"),
+     Pattern("EADDRINUSE")),
+    ("port {port} is taken (another server, or a previous vLLM still holding it): free it or pick another port",
+     "the port is taken (another server, or a previous vLLM still holding it): free it or pick another port"),
+    numbers=("host", "port"),
+    examples=("OSError: [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already in use",
+              "OSError: [Errno 98] Address already in use"))
+
+COMPILE_FAILED = Cause(
+    "compile_failed", K,
+    "the torch.compile / Triton / inductor toolchain failed (no C compiler, a Triton or ptxas error, a dynamo "
+    "backend failure): --enforce-eager boots without it",
+    (Pattern("BackendCompilerFailed"),
+     Pattern("InductorError"),
+     Pattern("torch._inductor.exc"),
+     Pattern("torch._dynamo.exc", r"torch\._dynamo\.exc\.(?!Unsupported)\w+"),
+     Pattern("triton.compiler.errors"),
+     Pattern("CompilationError", r"\A(?:[\w.]{0,80}\.)?CompilationError\b"),
+     Pattern("ptxas"),
+     Pattern("Failed to find C compiler"),
+     Pattern("command not found", r"\b(?:gcc|cc|g\+\+|clang|nvcc): (?:command )?not found")),
+    ("the compile toolchain failed: --enforce-eager skips it; else install a C compiler / fix Triton's cache",),
+    examples=("torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:",
+              "RuntimeError: Failed to find C compiler. Please specify via CC environment variable."))
+
+CORRUPT_CHECKPOINT = Cause(
+    "corrupt_checkpoint", K,
+    "a weight file is truncated or corrupt (an interrupted download, a Git LFS pointer instead of the file)",
+    (Pattern("Error while deserializing header"),
+     Pattern("HeaderTooLarge"),
+     Pattern("MetadataIncompleteBuffer"),
+     Pattern("incomplete metadata"),
+     Pattern("invalid load key"),
+     Pattern("failed finding central directory"),
+     Pattern("PytorchStreamReader failed")),
+    ("a weight file is corrupt or incomplete: download it again (check for LFS pointers)",),
+    examples=("safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooLarge",
+              "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory"))
+
+#: Order: the finer readings first (a nvJitLink symbol before any undefined symbol; offline before a bare connection
+#: error; a missing config.json before the "not a valid model identifier" of the same OSError).
+CAUSES: tuple[Cause, ...] = (
+    GATED_MODEL, HF_OFFLINE_NO_CACHE, MISSING_CONFIG_JSON, MODEL_NOT_FOUND, BAD_LOCAL_PATH, TOKENIZER_ERROR,
+    TRANSFORMERS_TOO_OLD, NO_GPU_VISIBLE, INVALID_DEVICE_ORDINAL, DRIVER_MISMATCH, CUDA_LIB_MISMATCH, NO_KERNEL_IMAGE,
+    EXTENSION_ABI_MISMATCH, CUDA_FORK_REINIT, SHM_TOO_SMALL, PORT_IN_USE, CORRUPT_CHECKPOINT, COMPILE_FAILED,
+    BROKEN_INSTALL, RAY_PLACEMENT_ERROR, NCCL_ERROR, TIMEOUT_DISTRIBUTED_INIT, TIMEOUT_ENGINE_STARTUP,
+    MODEL_INSPECTION_FAILED)

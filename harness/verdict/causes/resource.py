@@ -1,0 +1,132 @@
+"""Causes of kind resource: memory ran out, GPU or host. The configuration does not fit this hardware: refused, with
+the phase it ran out in (the traceback's frames or the log's phase tell it; match.py/decide.py), and what it tried.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .model import Cause, CauseKind, Numbers, Pattern, read_groups
+from .shapes import EXC, NUM, UNIT_GIB, named
+
+K = CauseKind.resource
+_TRIED = re.compile(r"Tried to allocate\s*" + NUM + r"\s*(B|KiB|MiB|GiB|TiB)")
+_FREE = re.compile(r"of which\s*" + NUM + r"\s*(B|KiB|MiB|GiB|TiB) is free")
+_TOTAL = re.compile(r"total capacity of\s*" + NUM + r"\s*(B|KiB|MiB|GiB|TiB)")
+_REQUESTED = re.compile(r"is less than [^()]{0,120}\((?:[^,()]{0,40},\s*)?" + NUM + r"(?:\s*/\s*" + NUM + r")?\s*GiB\)")
+
+
+def _allocation(message: str, m: re.Match[str]) -> Numbers:
+    """torch's "Tried to allocate X MiB. GPU 0 has a total capacity of T GiB of which F MiB is free", in GiB."""
+    out = read_groups(message, m)
+    for key, rx in (("needed_gib", _TRIED), ("available_gib", _FREE), ("total_gib", _TOTAL)):
+        if found := rx.search(message):
+            out[key] = float(found.group(1)) * UNIT_GIB[found.group(2)]
+    return out
+
+
+def _busy(message: str, m: re.Match[str]) -> Numbers:
+    out = read_groups(message, m)
+    if req := _REQUESTED.search(message, max(0, m.end() - len("is less than"))):
+        out["needed_gib"] = float(req.group(1))
+    return out
+
+
+GPU_MEM_UTIL_EXCEEDS_FREE = Cause(
+    "gpu_mem_util_exceeds_free", K,
+    "free memory at start-up was below what gpu_memory_utilization asks, usually held by another process (\"Free "
+    "memory on device ... is less than desired\", \"Error in memory profiling\")",
+    (Pattern("memory on device",
+             EXC + r"Free memory on device(?: [^\s(]{1,40})?\s*\(\s*" + named("available_gib", NUM) + r"\s*/\s*"
+             + named("total_gib", NUM) + r"\s*GiB\) on startup is less than", read=_busy),
+     Pattern("memory on node",
+             EXC + r"Available memory on node\s*\d+\s*\(\s*" + named("available_gib", NUM) + r"\s*/\s*"
+             + named("total_gib", NUM) + r"\s*GiB\) on (?:startup|kv cache allocation) is less than", read=_busy),
+     Pattern("Error in memory profiling",
+             EXC + r"Error in memory profiling\.\s*Initial free memory\s*" + named("available_gib", NUM)
+             + r"\s*GiB,\s*current free memory\s*" + named("current_free_gib", NUM) + r"\s*GiB")),
+    ("free memory {available_gib} GiB is below the {needed_gib} GiB asked: lower gpu_memory_utilization or free the "
+     "GPU",
+     "free memory {available_gib} GiB is below what gpu_memory_utilization asks: lower it or free the GPU",
+     "another process's memory use changed while vLLM profiled: run alone on the GPU"),
+    numbers=("available_gib", "total_gib", "needed_gib", "current_free_gib"), aliases=("gpu_memory_busy",),
+    stops=True,
+    examples=("ValueError: Free memory on device (10.5/79.1 GiB) on startup is less than desired GPU memory "
+              "utilization (0.9, 71.2 GiB). Decrease GPU memory utilization or reduce GPU memory used by other "
+              "processes.",))
+
+_OOM_NUMBERS = ("needed_gib", "available_gib", "total_gib")
+_OOM_HINTS = ("{phase}: tried {needed_gib:.2f} GiB with {available_gib:.2f} GiB free",
+              "{phase}: tried {needed_gib:.2f} GiB",)
+_TORCH_OOM = (r"\A(?:[A-Za-z_][\w.]{0,60}\.)?OutOfMemoryError\b"
+              r"|" + EXC + r"(?:CUDA|HIP|XPU|NPU|MPS)(?: error:)? out of memory\b")
+
+
+def _oom(cause_id: str, phase: str, meaning: str, patterns: tuple[Pattern, ...] = (), aliases: tuple[str, ...] = (),
+         examples: tuple[str, ...] = ()) -> Cause:
+    hints = tuple(h.replace("{phase}", phase) for h in _OOM_HINTS) + (phase,)
+    return Cause(cause_id, K, meaning, patterns, hints, numbers=_OOM_NUMBERS, aliases=aliases, stops=True,
+                 examples=examples)
+
+
+CUDA_OOM_WEIGHTS = _oom(
+    "cuda_oom_weights", "the weights do not fit in GPU memory: more GPUs, a quantized checkpoint, or a smaller model",
+    "the weights do not fit (\"Failed to load model - not enough GPU memory\", or CUDA out of memory while loading)",
+    (Pattern("Failed to load model", EXC + r"Failed to load model - not enough GPU memory", read=_allocation),),
+    aliases=("weights_dont_fit",),
+    examples=("ValueError: Failed to load model - not enough GPU memory. Tried to allocate 2.00 GiB ... (original "
+              "error: CUDA out of memory. Tried to allocate 2.00 GiB.)",))
+CUDA_OOM_PROFILING = _oom(
+    "cuda_oom_profiling", "out of GPU memory in the profiling run: lower max_num_batched_tokens or max_num_seqs",
+    "CUDA out of memory in the profiling run (the dummy forward pass at max_num_batched_tokens)")
+CUDA_OOM_KV_ALLOCATION = _oom(
+    "cuda_oom_kv_allocation", "out of GPU memory allocating the KV cache: lower gpu_memory_utilization",
+    "CUDA out of memory allocating the KV cache (the memory vLLM measured was gone by then)")
+CUDA_OOM_GRAPH_CAPTURE = _oom(
+    "cuda_oom_graph_capture", "out of GPU memory capturing CUDA graphs: --enforce-eager, fewer capture sizes, or "
+    "lower gpu_memory_utilization",
+    "CUDA out of memory capturing CUDA graphs (after the KV cache took its share)")
+CUDA_OOM_SAMPLER_WARMUP = _oom(
+    "cuda_oom_sampler_warmup", "out of GPU memory warming up the sampler: lower max_num_seqs or gpu_memory_utilization",
+    "CUDA out of memory warming up the sampler with max_num_seqs dummy requests",
+    (Pattern("when warming up sampler", read=_allocation),),
+    examples=("RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy requests. Please try "
+              "lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.",))
+CUDA_OOM_UNKNOWN = _oom(
+    "cuda_oom_unknown", "out of GPU memory (the phase is not in the log)",
+    "an allocation ran out of GPU memory where the log does not show the phase (torch OutOfMemoryError, \"CUDA error: "
+    "out of memory\")",
+    (Pattern("OutOfMemoryError", _TORCH_OOM, read=_allocation),
+     Pattern("ut of memory", _TORCH_OOM, read=_allocation),
+     Pattern("CUBLAS_STATUS_ALLOC_FAILED", read=_allocation),
+     # a wrapper's own words before torch's ("Failed to create unquantized linear weights: CUDA out of memory. ...")
+     Pattern("ut of memory", r"\bCUDA out of memory\. Tried to allocate", read=_allocation)),
+    aliases=("oom",),
+    examples=("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity of "
+              "23.54 GiB of which 1.02 GiB is free.",
+              "RuntimeError: CUDA error: out of memory"))
+
+HOST_OOM = Cause(
+    "host_oom", K,
+    "host memory ran out (the kernel's OOM killer, a failed CPU allocation, Ray's memory monitor)",
+    (Pattern("can't allocate memory", r"DefaultCPUAllocator: can't allocate memory(?:: you tried to allocate "
+             r"(?P<needed_bytes>\d{1,20}) bytes)?"),
+     Pattern("Cannot allocate memory", r"\[Errno 12\] Cannot allocate memory"),
+     Pattern("node running low on memory"),
+     Pattern("Killed", r"\A(?:Killed|.{0,200}\bline \d+:\s+\d+ Killed\b.*)\Z"),
+     Pattern("Out of memory: Killed process"),
+     Pattern("MemoryError", r"\AMemoryError\b")),
+    ("host memory ran out: give the server more RAM (or a smaller swap/CPU KV space)",),
+    numbers=("needed_bytes",),
+    examples=("RuntimeError: [enforce fail at alloc_cpu.cpp:114] data. DefaultCPUAllocator: can't allocate memory: "
+              "you tried to allocate 4294967296 bytes. Error code 12 (Cannot allocate memory)",
+              "Killed",
+              "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory."))
+
+#: Most specific first: the weights' and the sampler's own wordings carry torch's words too, and Ray's memory monitor
+#: raises an OutOfMemoryError of its own.
+CAUSES: tuple[Cause, ...] = (GPU_MEM_UTIL_EXCEEDS_FREE, HOST_OOM, CUDA_OOM_WEIGHTS, CUDA_OOM_SAMPLER_WARMUP,
+                             CUDA_OOM_PROFILING, CUDA_OOM_KV_ALLOCATION, CUDA_OOM_GRAPH_CAPTURE, CUDA_OOM_UNKNOWN)
+#: The OOM causes a traceback's frames (or the log's phase) refine cuda_oom_unknown into.
+OOM_PHASES = (CUDA_OOM_WEIGHTS, CUDA_OOM_PROFILING, CUDA_OOM_KV_ALLOCATION, CUDA_OOM_GRAPH_CAPTURE,
+              CUDA_OOM_SAMPLER_WARMUP)
