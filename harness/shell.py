@@ -5,7 +5,7 @@ the user's environment that holds it (`--api-key "$VLLM_API_KEY"`, `HF_ENDPOINT=
 `***` where none does. `secret_safe_command` renders a whole `ENV… argv…` line; the container renderer
 (harness.runtime.container_spec) uses `SecretRenderer` for its `-e` and argument tokens. `format_script` joins the
 commands `repro` prints: the steps that make what the server needs, then the server. Every word is terminal-safe as
-printed: one holding a control character is written `$'…\\x1b…'` (harness.report.escape), the same word to a
+printed: one holding a control character is written `$'…\\x1b…'` (harness.escape), the same word to a
 shell."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from harness.masking import MASK, Masker, is_secret_key, secret_values
-from harness.report.escape import dq_controls, shell_quote
+from harness.escape import dq_controls, shell_quote
 
 
 class Raw(str):

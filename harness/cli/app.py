@@ -125,7 +125,7 @@ def _first_line(error: str) -> str:
 def _say_error(error: str, argv: list[str] | None) -> None:
     """One line on stderr: masked, then its control characters shown as escapes (a path or a value it quotes may hold
     a CR that would hide the line, an OSC that retitles the terminal)."""
-    from harness.report.escape import terminal_line
+    from harness.escape import terminal_line
 
     print(terminal_line(_masked(error, argv)), file=sys.stderr)
 

@@ -52,15 +52,15 @@ def stderr() -> Console:
 
 def echo(text: str, *, line: bool = False, file: Any = None, flush: bool = False) -> None:
     """print() for what a command writes as plain text (ids, shell commands, a streamed log): control characters
-    shown as escapes, \n and \t too with `line` (one value, a `# comment`), never raw (harness.report.escape)."""
-    from harness.report.escape import terminal, terminal_line
+    shown as escapes, \n and \t too with `line` (one value, a `# comment`), never raw (harness.escape)."""
+    from harness.escape import terminal, terminal_line
 
     print(terminal_line(text) if line else terminal(text), file=file, flush=flush)
 
 
 def say_to(console: Console):
     """A line printer for library messages and command output: literal (no markup, no emoji codes: `sha256:…:` is no
-    emoji, no highlighting), control characters shown as escapes (harness.report.escape), and never wrapped
+    emoji, no highlighting), control characters shown as escapes (harness.escape), and never wrapped
     (soft_wrap), on any console. A line may be rich Text, for its style."""
     return lambda line: console.print(literal(line), highlight=False, markup=False, emoji=False, soft_wrap=True)
 

@@ -86,7 +86,7 @@ def cmd_facts(args: argparse.Namespace, out: Console) -> int:
     from rich.text import Text
 
     from harness.logfacts import parse_file
-    from harness.report.escape import terminal, terminal_line
+    from harness.escape import terminal, terminal_line
 
     facts = parse_file(args.logfile)  # a missing, non-regular or unreadable file: one line naming it
     cause = facts.cause

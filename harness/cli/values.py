@@ -77,7 +77,7 @@ def vllm_version(text: str) -> str:
     if not _VERSION.fullmatch(text.strip()):
         raise argparse.ArgumentTypeError(f"{text!r} is not a vLLM version (write X.Y.Z, e.g. {DEFAULT_VERSION})")
     if why := outside_known(text):
-        from harness.report.escape import terminal_line
+        from harness.escape import terminal_line
 
         print(terminal_line(f"warning: --vllm-version {text}: {why}"), file=sys.stderr)
     return text.strip()

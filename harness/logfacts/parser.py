@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from harness.verdict.causes.decide import CauseReader
-from harness.verdict.causes.match import PREFILTER, match
+from harness.verdict.causes.match import PREFILTER, STOP_NEEDLES, match
 
 from . import patterns as p
 from . import phases
@@ -50,7 +50,7 @@ _KEYWORDS = tuple(k for k in _ALL if not any(o != k and o in k for o in _ALL))
 
 #: Past the parser's bound, what a line must hold to be read at all: a refusal's needle or a readiness line's words
 #: (always read: they decide the verdict) ...
-_DECISIVE = tuple(dict.fromkeys((*PREFILTER, "Starting vLLM", "Application startup complete")))
+_DECISIVE = tuple(dict.fromkeys((*STOP_NEEDLES, "Starting vLLM", "Application startup complete")))
 #: ... or the words of an exception's line (a crash's "last error") or of a KV figure (what the record is for): read
 #: for the first SKIM_TELLING lines past the bound only, so a flood of them costs no more than any other.
 _TELLING = ("Error: ", "Exception: ", "KV cache", "KV Cache", "blocks:", "Maximum concurrency",

@@ -49,7 +49,7 @@ QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "WARN"})
 
 def strip_ansi(line: str) -> str:
     """`line` without its colour codes and Buildkite's timestamp marks, and without any other ESC: the text a log
-    line says (what is left may still hold other control characters: harness.report.escape shows them)."""
+    line says (what is left may still hold other control characters: harness.escape shows them)."""
     return _ANSI.sub("", line).replace("\x1b", "") if "\x1b" in line else line
 
 

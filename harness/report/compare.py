@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harness.analysis.compare import Change, Pair, RunDiff
-from harness.report.escape import terminal
+from harness.escape import terminal
 from harness.report.style import outcome_text
 from harness.results.model import CellResult
 from harness.units import fmt_bytes, fmt_seconds

@@ -149,7 +149,7 @@ def grid_renderable(run: RunResult, split: str | None = None, length_override: s
     from rich.console import Group
     from rich.text import Text
 
-    from harness.report.escape import terminal, terminal_line
+    from harness.escape import terminal, terminal_line
     from harness.report.text import PlainTable, literal
 
     from harness.analysis.fit import no_cells

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from harness.analysis.history import CellHistory, History
 from harness.analysis.history_runs import TOTAL, Entry, Night
-from harness.report.escape import md_code, md_text
+from harness.escape import md_code, md_text
 from harness.report.html import COLOURS, _css
 from harness.report.markdown import BADGE
 from harness.report.style import STYLE, SYMBOL
@@ -99,7 +99,7 @@ def render_table(h: History) -> Group:
 
 def render_markdown(h: History) -> str:
     """Every value a code span (ids) or escaped text (verdicts, what changed: argv and env as recorded, warnings):
-    harness.report.escape."""
+    harness.escape."""
     first, last = h.runs[0], h.runs[-1]
     lines = ["## History", "",
              f"{len(h.runs)} runs from {md_code(first.run_id)} ({first.started_at:%Y-%m-%d}) to "

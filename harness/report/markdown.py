@@ -1,12 +1,12 @@
 """The report as GitHub-flavoured markdown, for a CI job summary (`>> $GITHUB_STEP_SUMMARY`): the grids as tables,
 then the KV analysis. Images are not inlined (job summaries do not show data: URLs); pass `--plot FILE` to link one.
-Every value (ids, axis keys and values, the matrix name, notes) is text or a code span by harness.report.escape: no
+Every value (ids, axis keys and values, the matrix name, notes) is text or a code span by harness.escape: no
 tag, link or control character of a value reaches the page."""
 
 from __future__ import annotations
 
 from harness.analysis.fit import Analysis, Severity, no_cells
-from harness.report.escape import md_code, md_text
+from harness.escape import md_code, md_text
 from harness.units import fmt_bytes
 from harness.report.grid import Grid, expectation_mark, key_numbers, numbers_legend, outcome_counts
 from harness.report import memory, timeline

@@ -95,7 +95,7 @@ def markdown(run: RunResult) -> list[str]:
     """`### Memory`: the table, then what vLLM logged beside the measured steps; nothing when no cell has a curve."""
     if not has_memory(run):
         return []
-    from harness.report.escape import md_text as esc
+    from harness.escape import md_text as esc
 
     header, rows = table_rows(run)
     lines = ["### Memory", ""]

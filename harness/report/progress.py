@@ -16,7 +16,7 @@ from harness.matrix.cells import Cell
 from harness.logfacts.timeline import Milestone, Milestones, phase_at, skipped
 from harness.predict.serve_flags import eager
 from harness.report.style import outcome_text
-from harness.report.escape import terminal
+from harness.escape import terminal
 from harness.report.text import PlainTable, literal, plain_console
 from harness.results.model import CellResult, RunResult
 from harness.units import fmt_seconds, fmt_tokens

@@ -9,7 +9,7 @@ from harness.verdict import Outcome
 if TYPE_CHECKING:
     from rich.text import Text
 
-    from harness.report.escape import terminal
+    from harness.escape import terminal
 
 #: rich styles, by outcome (the grid shows them bold).
 STYLE: dict[Outcome, str] = {Outcome.booted: "green", Outcome.refused: "yellow", Outcome.crashed: "red",
@@ -23,7 +23,7 @@ def outcome_text(outcome: Outcome | str, label: str | None = None, *, bold: bool
     characters shown as escapes)."""
     from rich.text import Text
 
-    from harness.report.escape import terminal
+    from harness.escape import terminal
 
     style = STYLE.get(outcome, "")
     if bold and style and "bold" not in style.split():

@@ -7,7 +7,7 @@ every table is a `PlainTable` (its str title, headers and cells become Text, lit
 plugin's and a caller's too), and styling is Text spans (harness.report.style.outcome_text), never markup.
 
 They may also hold control characters (an OSC 0 title, an OSC 8 hyperlink, BEL, CR): every str a table, `literal` or
-`say_to` takes is shown through harness.report.escape.terminal first (so a column is measured as printed), and the
+`say_to` takes is shown through harness.escape.terminal first (so a column is measured as printed), and the
 consoles (`SafeConsole`) escape whatever other text reaches them the same way, rich's own cursor controls aside.
 
 Through a pipe (a CI log, `| tee`, `| grep ID`) `show` lays a renderable out at its own width, not the 80 columns rich
@@ -23,7 +23,7 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Span, Text
 
-from harness.report.escape import has_control, terminal
+from harness.escape import has_control, terminal
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

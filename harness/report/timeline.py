@@ -113,7 +113,7 @@ def markdown(run: RunResult) -> list[str]:
     header, rows = table_rows(run)
     if not rows:
         return []
-    from harness.report.escape import md_text as esc
+    from harness.escape import md_text as esc
 
     lines = ["### Boot timeline", ""]
     if (d := dominant(run)) is not None:

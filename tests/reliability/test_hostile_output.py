@@ -82,7 +82,7 @@ def rendered(md: str) -> str:
 
 def shown(value: str) -> str:
     """How the page shows a value as text (control characters as their escapes)."""
-    from harness.report.escape import terminal_line
+    from harness.escape import terminal_line
 
     return html.escape(terminal_line(value), quote=True)
 
@@ -126,9 +126,10 @@ def world(tmp_path_factory):
     (run_dir,) = [p for p in results.iterdir() if (p / "results.json").exists()]
     run, _ = load_run(run_dir)
 
-    # a second night: the same cells, a hostile run id, argv and env that changed, a detail that says BAD
+    # a second night (a minute later: not in the future of this host's clock): the same cells, a hostile run id, argv
+    # and env that changed, a detail that says BAD
     night2 = run.model_copy(update={
-        "run_id": "n2`" + NAME, "started_at": run.started_at + timedelta(days=1), "status": RunStatus.complete,
+        "run_id": "n2`" + NAME, "started_at": run.started_at + timedelta(minutes=1), "status": RunStatus.complete,
         "cells": [c.model_copy(update={"argv": [*c.argv, "--y", BAD], "env": {**c.env, "X" + BAD: BAD},
                                        "detail": BAD, **_flipped(c)}) for c in run.cells]})
     nights = root / "nights"
@@ -294,7 +295,7 @@ def test_markdown_holds_no_tag_link_or_control_and_its_code_spans_hold(which, wo
 def test_a_markdown_code_span_outlasts_any_backtick_run():
     from markdown_it import MarkdownIt
 
-    from harness.report.escape import md_code
+    from harness.escape import md_code
 
     for value in ("`", "``", "a```b", "`x`", " x ", "x|y", "", BAD):
         page = MarkdownIt("commonmark").render(md_code(value))

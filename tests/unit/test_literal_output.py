@@ -154,7 +154,7 @@ def test_reading_commands_print_long_markup_ids_and_values_whole(world, cli, tmp
     assert code == 1
     whole(out, refused)
     merged = tmp_path / "out[bold]x[/]"
-    code, out, _ = cli("merge", a, "--out", merged)
+    code, out, _ = cli("merge", world["a"], "--out", merged)  # a run of the matrix: merge refuses cells it has not
     whole(out, f"into {merged}: complete", f"results: {merged / 'results.json'}")
 
     monkeypatch.setattr("harness.report.plot.available", lambda: False)

@@ -226,7 +226,7 @@ def test_a_server_that_dies_after_a_late_refusal_line_is_a_crash_not_a_refusal(t
 
 def test_a_refusal_line_before_the_listening_line_still_decides(tmp_path):
     v = watch(tmp_path, [line(1, REFUSAL), line(1.1, READY), (3, Event("healthy", 0))])
-    assert (v.outcome, v.reason) == ("refused", "kv_insufficient")
+    assert (v.outcome, v.reason) == ("refused", "kv_cache_too_small")
 
 
 def test_health_200_ends_the_refusal_watch_of_a_server_that_never_logs_a_listening_line():

@@ -27,6 +27,9 @@ FRAME_NEEDLE = 'File "'
 _TABLE: tuple[tuple[Cause, Pattern], ...] = tuple((c, p) for c in CAUSES for p in c.patterns)
 _ANY_LEVEL: tuple[tuple[Cause, Pattern], ...] = tuple((c, p) for c, p in _TABLE if p.any_level)
 NEEDLES: tuple[str, ...] = tuple(dict.fromkeys(p.needle for _, p in _TABLE))
+#: The needles of the lines that stop the watch (a refusal vLLM prints as it gives up): what a log line past the
+#: parser's bound must hold to be read at all.
+STOP_NEEDLES: tuple[str, ...] = tuple(dict.fromkeys(p.needle for c, p in _TABLE if c.stops and not p.any_level))
 PREFILTER: tuple[str, ...] = (*STEMS, *(n for n in NEEDLES if not any(s in n for s in STEMS)),
                               TRACEBACK_START, FRAME_NEEDLE)
 
