@@ -21,7 +21,7 @@ from pathlib import Path
 
 from harness.bisect.candidates import BuildKind, Candidate
 from harness.bisect.oracle import Mark, On, Oracle, Said, verdict_key
-from harness.bisect.search import Found, Step, bisect
+from harness.bisect.search import EndsDisagree, Found, Step, bisect
 from harness.boot.session import RunOptions, RunSession
 from harness.boot.signals import Interrupted
 from harness.errors import HarnessError, RuntimeUnavailable, UsageError
@@ -144,6 +144,7 @@ class BisectRunner:
         self.probed: dict[int, Probed] = {}
         self.steps: list[Step] = []
         self.status = "running"
+        self.answer: dict | None = None
 
     @property
     def run_dir(self) -> Path:
@@ -241,7 +242,7 @@ class BisectRunner:
             raise
         except HarnessError as exc:
             if self.status == "running":
-                self.status = "ends_disagree" if type(exc).__name__ == "EndsDisagree" else "stopped"
+                self.status = "ends_disagree" if isinstance(exc, EndsDisagree) else "stopped"
             self._write()
             self.session.finish(RunStatus.complete)
             raise
@@ -276,7 +277,7 @@ class BisectRunner:
                           "lo": s.lo, "hi": s.hi,
                           "cells": [r.cell_id for r in (self.probed[s.index].records if s.index in self.probed
                                                          else [])]} for s in self.steps]}
-        if getattr(self, "answer", None) is not None:
+        if self.answer is not None:
             doc["answer"] = self.answer
         atomic_write_text(self.run_dir / PLAN_FILE, dump_json(doc))
 
