@@ -80,7 +80,7 @@ class TimeChange:
                 "relative": None if self.rel is None else round(self.rel, 4)}
 
 
-def _times(c: CellResult) -> dict[str, float]:
+def boot_times(c: CellResult) -> dict[str, float]:
     out: dict[str, float] = {}
     if c.timings.verdict_s is not None:
         out[BOOT] = c.timings.verdict_s
@@ -93,7 +93,7 @@ def time_changes(a: CellResult, b: CellResult, tol: TimeTolerance) -> tuple[list
     """(slower, faster) between two records of one cell: the verdict time and every phase both timed."""
     if a.outcome != b.outcome:
         return [], []
-    ta, tb = _times(a), _times(b)
+    ta, tb = boot_times(a), boot_times(b)
     slower, faster = [], []
     for what in [w for w in tb if w in ta]:
         if tol.exceeded(ta[what], tb[what]):

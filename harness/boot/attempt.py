@@ -112,7 +112,7 @@ class CellRunner:
 
     def run(self, cell: Cell, attempt: Attempt = Attempt()) -> CellResult:
         m = self.loaded.matrix  # the command/entrypoint too: `sh -c "HF_TOKEN=… vllm serve …"` is one
-        masker = Masker(self.base_masker_values | secret_values(cell.env, [*m.command, *(m.entrypoint or []),
+        masker = Masker(self.base_masker_values | secret_values(cell.env, [*(cell.command or m.command), *(m.entrypoint or []),
                                                                             *cell.server_args]))
         sink = LogSink(self.store.log_path(cell.id), masker, echo=self.echo, max_bytes=self.config.log_max_bytes,
                        anchor=self.store.run_dir)

@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _build() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
-    from harness.cli import analysis_cmds, maintenance, matrix_cmds, predict_cmds, run_cmds
+    from harness.cli import analysis_cmds, bisect_cmds, maintenance, matrix_cmds, predict_cmds, run_cmds
 
     parser = Parser(
         prog="boot-harness", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -74,7 +74,7 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
     parser.add_argument("--version", action="version", version=f"boot-harness {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     handlers: dict[str, Handler] = {}
-    for module in (matrix_cmds, run_cmds, maintenance, analysis_cmds, predict_cmds):
+    for module in (matrix_cmds, run_cmds, maintenance, analysis_cmds, predict_cmds, bisect_cmds):
         handlers.update(module.register(sub))
     return parser, handlers
 

@@ -32,6 +32,17 @@ def port(text: str) -> int:
     return value
 
 
+def repeat(text: str) -> int:
+    """A number of boots: 1 to 100."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count (an integer from 1 to 100)") from None
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count (an integer from 1 to 100)")
+    return value
+
+
 def length(text: str) -> int:
     """A positive token count as vLLM writes it (131072, 128k, 128K), at most MAX_TOKENS."""
     from harness.units import human_int

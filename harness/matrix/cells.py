@@ -61,6 +61,8 @@ class Cell:
     expected: Expectation | None = None
     #: `--model MODEL` + args: exactly what the server is given after the runtime's own command/entrypoint.
     server_args: list[str] = field(default_factory=list)
+    #: The process runtime's command for this cell alone (a bisect's candidate build); empty: the matrix's `command`.
+    command: tuple[str, ...] = ()
 
 
 def axis_label(name: str, label: str | None) -> str:

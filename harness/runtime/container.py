@@ -118,6 +118,10 @@ class ContainerRuntime:
     def resolve_image(self, ref: str) -> tuple[str, str | None]:
         return self.images.resolve(ref)
 
+    def image_labels(self, ref: str) -> dict[str, str]:
+        """The image's labels (pulled first as `pull:` says): a bisect's candidate names its build by them."""
+        return self.images.labels(ref)
+
     def mount_source(self, mount: Mount) -> Path:
         return mount_source(self.loaded.base_dir, mount)
 

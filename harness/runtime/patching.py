@@ -47,6 +47,11 @@ class PatchError(HarnessError):
     """A patch that does not apply, or a file whose hash is not the one the matrix promised."""
 
 
+class PatchMismatch(UsageError):
+    """A PatchError met while preparing a cell's image: bad input for a run (exit 2), and for a bisect a finding of
+    its own about that candidate (harness.bisect.runner)."""
+
+
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -221,7 +226,7 @@ class Patches:
                 prepared = patch_file(pristine, self.source(spec), spec.target, spec.base_sha256,
                                       spec.patched_sha256, out)
             except PatchError as exc:
-                raise UsageError(f"{self.matrix_path}: patches: {exc}") from None
+                raise PatchMismatch(f"{self.matrix_path}: patches: {exc}") from None
             self._prepared[key] = prepared
             for warning in prepared.warnings:
                 self.notes.append(f"patches: {Path(spec.patch).name} on {spec.target}: GNU patch: {warning}")

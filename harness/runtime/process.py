@@ -322,15 +322,20 @@ class ProcessRuntime:
         self.pull_observer: PullObserver | None = None  # nothing to pull: a process runs what is installed
 
     def preflight(self, cells: list[Cell], gpu_checks: bool = True) -> None:
-        exe = self.command[0]
-        if os.sep in exe:
-            if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
-                raise RuntimeUnavailable(f"command: {exe} is not an executable file")
-        elif shutil.which(exe, path=self.base_env.get("PATH")) is None:
-            raise RuntimeUnavailable(f"command: {exe!r} is not on PATH")
+        """Each command the cells run (the matrix's, or a cell's own) names an executable."""
+        for exe in dict.fromkeys(self.command_of(c)[0] for c in cells) if cells else [self.command[0]]:
+            if os.sep in exe:
+                if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+                    raise RuntimeUnavailable(f"command: {exe} is not an executable file")
+            elif shutil.which(exe, path=self.base_env.get("PATH")) is None:
+                raise RuntimeUnavailable(f"command: {exe!r} is not on PATH")
+
+    def command_of(self, cell: Cell) -> list[str]:
+        """The cell's own command (a bisect's candidate build) or the matrix's."""
+        return list(cell.command or self.command)
 
     def argv(self, cell: Cell, port: int) -> list[str]:
-        return [*self.command, *cell.server_args, "--host", HOST, "--port", str(port)]
+        return [*self.command_of(cell), *cell.server_args, "--host", HOST, "--port", str(port)]
 
     def start(self, cell: Cell, ctx: CellContext, on_line: LineSink) -> ProcessServer:
         port = self.pick_port()

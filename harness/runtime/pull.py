@@ -135,6 +135,11 @@ class Images:
                 self._files[key] = None
         return self._files[key]
 
+    def labels(self, ref: str) -> dict[str, str]:
+        """The image's labels (`org.opencontainers.image.revision`, …): what a bisect names a build by."""
+        image_id, _ = self.resolve(ref)
+        return dict(self.conn.client.images.get(image_id).attrs.get("Config", {}).get("Labels") or {})
+
     def entrypoint(self, image_id: str) -> list[str]:
         """The image's own entrypoint (a matrix without `entrypoint:` runs the server after it)."""
         return self.conn.client.images.get(image_id).attrs.get("Config", {}).get("Entrypoint") or []

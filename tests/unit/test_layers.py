@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.results",),
     ("harness.analysis", "harness.scale", "harness.matrix.selection"),
     ("harness.report",),
-    ("harness.boot",),
+    ("harness.boot", "harness.bisect"),
     ("harness.cli",),
     ("harness.pytest_plugin",),
 ]
