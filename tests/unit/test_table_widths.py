@@ -176,3 +176,14 @@ def test_plan_says_what_is_not_modelled_once(tmp_path, capsys, monkeypatch):
     planned = [PlannedCell(c, None, None, f"no KV size; not modelled: {gap}", None, (gap,)) for c in cells]
     text = render_plan(planned)
     assert text.count(gap) == 1 and text.count("not modelled: [1]") == 2, text
+
+
+@pytest.mark.parametrize(("top", "axes", "says"), [
+    ({"timeout_sec": 10}, {"spec": {"off": {}}}, ["timeout_sec: unknown key (did you mean 'timeout_s'?)"]),
+    ({}, {"max_model_len": {"flg": "--max-model-len", "values": ["1024", "2048"]}},
+     ["axes.max_model_len.flg: unknown key (did you mean 'flag'?)"]),
+])
+def test_a_misspelt_key_is_one_line_with_the_key_it_meant(top, axes, says, tmp_path, capsys):
+    m = write_matrix(tmp_path / "m.yaml", {"name": "k", "command": ["x"], "model": "m", **top, "axes": axes})
+    assert main(["validate", "--matrix", str(m)]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"{m}:{line}" for line in says]
