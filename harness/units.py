@@ -54,3 +54,8 @@ def human_int(text: str) -> int | None:
         return int(text)
     except ValueError:
         return None
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """`1 run`, `3 runs` (`words`: a plural that is not `word` + s)."""
+    return f"{n:,} {word if n == 1 else words or word + 's'}"

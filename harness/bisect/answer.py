@@ -2,7 +2,7 @@
 verdicts, and what changed between them — the image's digest, its OCI labels (`org.opencontainers.image.revision`,
 `.version`, `.created`, …), the vLLM version the server logged, the KV figures — as one dict (`--json`, bisect.json),
 terminal text and markdown. Every value a build or a server wrote is escaped where it is printed
-(harness.report.escape)."""
+(harness.escape)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from harness.bisect.candidates import Candidate
 from harness.bisect.oracle import Oracle
 from harness.bisect.search import Found
-from harness.report.escape import md_code, md_text, terminal_line
+from harness.escape import md_code, md_text, terminal_line
 from harness.results.model import CellResult
 
 #: The OCI annotations a build is named by, shown first (the rest of org.opencontainers.* after them).

@@ -257,7 +257,7 @@ class BisectRunner:
         self.say(self.step_line(step))
 
     def step_line(self, step: Step) -> str:
-        from harness.report.escape import terminal_line
+        from harness.escape import terminal_line
 
         cand = self.cands[step.index]
         role = " (good end)" if step.index == 0 else " (bad end)" if step.index == self.n - 1 else ""

@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
-from harness.report.text import literal, plain_console
+from harness.report.text import literal, plain_console, say_line
 
 
 def add_matrix(p: argparse.ArgumentParser) -> None:
@@ -58,11 +58,14 @@ def echo(text: str, *, line: bool = False, file: Any = None, flush: bool = False
     print(terminal_line(text) if line else terminal(text), file=file, flush=flush)
 
 
-def say_to(console: Console):
+def say_to(console: Console, *, whole: bool = False):
     """A line printer for library messages and command output: literal (no markup, no emoji codes: `sha256:…:` is no
-    emoji, no highlighting), control characters shown as escapes (harness.escape), and never wrapped
-    (soft_wrap), on any console. A line may be rich Text, for its style."""
-    return lambda line: console.print(literal(line), highlight=False, markup=False, emoji=False, soft_wrap=True)
+    emoji, no highlighting), control characters shown as escapes (harness.escape), wrapped at the output's
+    width at spaces only, never inside an id or a path (harness.report.text.say_line), on any console. A line may be
+    rich Text, for its style. `whole`: lines that quote a log, never wrapped."""
+    if whole:
+        return lambda line: console.print(literal(line), highlight=False, markup=False, emoji=False, soft_wrap=True)
+    return lambda line: say_line(console, line)
 
 
 def add_command(sub: argparse._SubParsersAction, name: str, purpose: str, examples: list[str],

@@ -99,7 +99,7 @@ def cmd_facts(args: argparse.Namespace, out: Console) -> int:
     if args.json:
         print(json.dumps(record, indent=2))
         return ExitCode.OK
-    say = say_to(out)
+    say = say_to(out, whole=True)  # the log's own lines, quoted: whole
     say(Text.assemble((terminal_line(str(args.logfile)), "bold"),
                       terminal(f"  vLLM {facts.vllm_version or '?'}  ({facts.lines} lines)")))
     for key, value in record["kv"].items():

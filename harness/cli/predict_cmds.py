@@ -101,7 +101,8 @@ def cmd_plan(args: argparse.Namespace, out: Console) -> int:
         print(json.dumps({"matrix": str(args.matrix), "platform": {"platform": chosen.platform, "why": chosen.why},
                           "cells": [p.to_dict() for p in planned]}, indent=2))
     else:
-        say_to(out)(render_plan(planned, said))
+        for line in render_plan(planned, said).split("\n"):  # each wrapped at the output's width
+            say_to(out)(line)
     return ExitCode.FAILED if any(p.agrees is False for p in planned) else ExitCode.OK
 
 

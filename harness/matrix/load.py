@@ -185,6 +185,7 @@ def _pair_misspelt_keys(errors: list[tuple[str, str]]) -> list[tuple[str, str]]:
         return parent, key
 
     missing = {loc: msg for loc, msg in errors if msg == "required key is missing"}
+    unknown_under = {split(loc)[0] for loc, msg in errors if msg == "unknown key"}
     dropped: set[str] = set()
     out = []
     for loc, msg in errors:
@@ -195,8 +196,28 @@ def _pair_misspelt_keys(errors: list[tuple[str, str]]) -> list[tuple[str, str]]:
             if near:
                 dropped.add(f"{parent}.{near[0]}" if parent else near[0])
                 msg = f"unknown key (did you mean {near[0]!r}, which is required?)"
+            elif near := difflib.get_close_matches(key, _known_keys(), n=1, cutoff=0.75):
+                msg = f"unknown key (did you mean {near[0]!r}?)"
+        elif loc in unknown_under and msg.startswith("Input should be a valid dictionary"):
+            # `flg:` beside `values:`: pydantic tried the other kind of axis too; the misspelt key is the mistake
+            continue
         out.append((loc, msg))
     return [(loc, msg) for loc, msg in out if loc not in dropped]
+
+
+def _known_keys() -> list[str]:
+    """Every key a matrix file may hold somewhere (each strict model's fields and aliases): a misspelt key's nearest
+    one is what it meant (`timeout_sec` → `timeout_s`, `flg` → `flag`)."""
+    from pydantic import BaseModel
+
+    import harness.matrix.model as models
+
+    keys: set[str] = set()
+    for value in vars(models).values():
+        if isinstance(value, type) and issubclass(value, BaseModel) and value.__module__ == models.__name__:
+            for name, field in value.model_fields.items():
+                keys.update(k for k in (name, field.alias) if k)
+    return sorted(keys)
 
 
 def read_yaml(text: str) -> Any:

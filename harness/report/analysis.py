@@ -14,7 +14,7 @@ def render(analysis: Analysis):
     from rich.console import Group
     from rich.text import Text
 
-    from harness.report.text import PlainTable, literal
+    from harness.report.text import PlainTable, Prose, literal
 
     blocks: list = [literal(f"run {analysis.run_id}: {len(analysis.groups)} group(s) over {analysis.length_axis}",
                          style="bold")]
@@ -30,7 +30,8 @@ def render(analysis: Analysis):
         blocks.append(t)
         inputs = PlainTable(show_header=True, header_style="dim", box=None, pad_edge=False, title_justify="left")
         for col in ("cell", "length", "outcome", "cap", "need", "need from", "residual"):
-            inputs.add_column(col, justify="right" if col in ("length", "cap", "need", "residual") else "left")
+            inputs.add_column(col, justify="right" if col in ("length", "cap", "need", "residual") else "left",
+                              id=col == "cell", drop={"residual": 2, "need from": 1}.get(col))
         resid = {}
         for line, tag in ((g.need_line, "need"), (g.cap_line, "cap")):
             for p in (line.points if line else []):
@@ -46,8 +47,9 @@ def render(analysis: Analysis):
             est = f"vLLM's estimated max length {f.vllm_estimate:,}" if f.vllm_estimate else "no vLLM estimate"
             fit = f", fitted {f.fitted_max_len:,}" if f.fitted_max_len is not None else ""
             if f.floor_bytes is not None:
-                blocks.append(literal(f"floor for {f.cell_id}: {fmt_bytes(f.floor_bytes)} → "
-                                      f"{'  or  '.join(f.paste())}   ({f.basis}; {est}{fit})"))
+                # the flags to paste are never broken across lines
+                blocks.append(Prose(f"floor for {f.cell_id}: {fmt_bytes(f.floor_bytes)} → "
+                                    f"{'  or  '.join(f.paste())}   ({f.basis}; {est}{fit})", keep=tuple(f.paste())))
             else:
                 blocks.append(literal(f"floor for {f.cell_id}: unknown — {f.basis} ({est}{fit})"))
             for n in f.notes:

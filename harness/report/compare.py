@@ -52,7 +52,7 @@ def render_pairs(pairs: list[Pair], run_id: str):
             out.append(t)
         for c in (p.a, p.b):
             if c.detail and c.outcome != Outcome.booted:
-                out.append(literal(f"  {c.cell_id}: {c.detail[:300]}", style="dim"))
+                out.append(literal(f"  {c.cell_id}: {c.detail[:300]}", style="dim", whole=True))  # the log's words
     return Group(*out)
 
 
@@ -77,8 +77,8 @@ def render_diff(d: RunDiff):
         if not items:
             return
         t = PlainTable(title=title, title_justify="left", title_style=style, box=None, pad_edge=False)
-        for col in ("cell", "A", "B", "why"):
-            t.add_column(col, overflow="fold")
+        for col in ("cell", "A", "B", "why"):  # narrow, A and B give way: `why` says both
+            t.add_column(col, id=col == "cell", drop={"A": 2, "B": 1}.get(col))
         for c in items:
             t.add_row(c.cell_id, _o(c.a), _o(c.b), c.why)
         out.extend([Text(""), t])
@@ -95,7 +95,7 @@ def render_diff(d: RunDiff):
         if rows:
             t = PlainTable(title=title, title_justify="left", title_style=style, box=None, pad_edge=False)
             for col in columns:
-                t.add_column(col, justify="right" if col in ("A", "B", "change") else "left", overflow="fold")
+                t.add_column(col, justify="right" if col in ("A", "B", "change") else "left", id=col == "cell")
             for row in rows:
                 t.add_row(*row)
             out.extend([Text(""), t])
@@ -116,7 +116,7 @@ def render_diff(d: RunDiff):
         t = PlainTable(title=f"KV drift beyond {d.tolerance:.1%}", title_justify="left", title_style="bold", box=None,
                   pad_edge=False)
         for col in ("cell", "number", "A", "B", "change"):
-            t.add_column(col, justify="right" if col in ("A", "B", "change") else "left", overflow="fold")
+            t.add_column(col, justify="right" if col in ("A", "B", "change") else "left", id=col == "cell")
         for x in d.drift:
             change = ("appeared" if x.a is None else "disappeared" if x.b is None
                       else f"{x.rel:+.1%}" if x.rel is not None else "from 0")

@@ -16,7 +16,8 @@ def render_frontiers(found: list[GroupFrontier], run_dir: Path | None = None):
 
     t = PlainTable()
     for col in ("group", "frontier", "refuses at", "boots", "probes", "status"):
-        t.add_column(col, justify="right" if col in ("frontier", "refuses at", "boots") else "left")
+        t.add_column(col, justify="right" if col in ("frontier", "refuses at", "boots") else "left", id=col == "group",
+                     drop=1 if col == "probes" else None)
     for g in found:
         s = g.search
         t.add_row(g.label, "—" if s.frontier is None else f"{s.frontier:,}",

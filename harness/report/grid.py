@@ -159,8 +159,9 @@ def grid_renderable(run: RunResult, split: str | None = None, length_override: s
     tables = []
     for g in build_grids(run, split, length_override):
         title = f"{g.title}  ({run.run_id})" if g.split_axis else g.title
-        t = PlainTable(title=title, title_justify="left", show_lines=True)
-        t.add_column(g.row_axis or "", justify="right", style="bold")
+        # too wide, the columns go on in another table below, the rows' values repeated: no column is left out
+        t = PlainTable(title=title, title_justify="left", show_lines=True, split=True)
+        t.add_column(g.row_axis or "", justify="right", style="bold", id=True)
         for col in g.cols:
             t.add_column(g.col_label(col, "\n"))
         for row in g.rows:

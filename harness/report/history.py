@@ -23,8 +23,8 @@ from harness.escape import md_code, md_text
 from harness.report.html import COLOURS, _css
 from harness.report.markdown import BADGE
 from harness.report.style import STYLE, SYMBOL
-from harness.report.text import PlainTable, literal
-from harness.units import fmt_seconds
+from harness.report.text import PlainTable, Prose, literal
+from harness.units import fmt_seconds, plural
 from harness.verdict import Outcome
 
 GAP = "·"
@@ -80,17 +80,23 @@ def _changes(c: CellHistory) -> str:
 
 def render_table(h: History) -> Group:
     first, last = h.runs[0], h.runs[-1]
-    table = PlainTable(title=f"{len(h.runs)} runs, {first.started_at:%Y-%m-%d %H:%M} → "
+    table = PlainTable(title=f"{plural(len(h.runs), 'run')}, {first.started_at:%Y-%m-%d %H:%M} → "
                              f"{last.started_at:%Y-%m-%d %H:%M} (oldest first; {GAP} not run)")
-    for col in ("cell", "nights", "verdict", "since", "until", "changed", "boot time"):
-        table.add_column(col, overflow="fold" if col in ("changed", "boot time") else "ignore")
+    # narrow, the run ids and what changed give way (until first, since last): the cell id and its verdict never
+    table.add_column("cell", id=True)
+    table.add_column("nights")
+    table.add_column("verdict")
+    for col, drop in (("since", 1), ("until", 4)):
+        table.add_column(col, whole=True, drop=drop)
+    table.add_column("changed", drop=2)
+    table.add_column("boot time", drop=3)
     for c in h.cells:
         latest = c.latest
         table.add_row(c.cell_id, _strip(h, c), latest.verdict if latest else "—", _since(h, c),
                       "—" if c.before is None else h.runs[c.before].run_id, _changes(c), _boot(c))
     parts: list = [table]
     for cid, why in h.missed():
-        parts.append(literal(f"MISSED {cid}: {why}", style="bold red"))
+        parts.append(Prose(literal(f"MISSED {cid}: {why}", style="bold red")))
     return Group(*parts)
 
 
@@ -102,7 +108,7 @@ def render_markdown(h: History) -> str:
     harness.escape."""
     first, last = h.runs[0], h.runs[-1]
     lines = ["## History", "",
-             f"{len(h.runs)} runs from {md_code(first.run_id)} ({first.started_at:%Y-%m-%d}) to "
+             f"{plural(len(h.runs), 'run')} from {md_code(first.run_id)} ({first.started_at:%Y-%m-%d}) to "
              f"{md_code(last.run_id)} ({last.started_at:%Y-%m-%d}), oldest first; {GAP} not run, **✗** missed its "
              "expectation.", ""]
     lines += ["| cell | nights | verdict | since | changed | boot time |", "|---|---|---|---|---|---|"]
@@ -206,7 +212,7 @@ def render_html(h: History) -> str:
                     f'<td class="changes">{escape(_changes(c))}</td><td>{_spark(h, c, at)}</td>'
                     f"<td>{escape(_boot(c))}</td></tr>")
     legend = "".join(f'<span class="{o}">{SYMBOL[o]} {o}</span>' for o in Outcome)
-    body = [f"<h1>boot-harness history: {len(h.runs)} runs</h1>",
+    body = [f"<h1>boot-harness history: {plural(len(h.runs), 'run')}</h1>",
             f'<p class="meta">matrix <b>{escape(h.runs[0].matrix)}</b> · {escape(h.runs[0].run_id)} → '
             f"{escape(h.runs[-1].run_id)} · oldest first</p>",
             f'<p class="legend">{legend} <span>{GAP} not run</span> <span>red outline: missed its expectation'

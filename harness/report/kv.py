@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harness.predict.prediction import KvPrediction
-from harness.units import fmt_bytes, fmt_tokens
+from harness.units import fmt_bytes, fmt_tokens, plural
 
 _KIND = {"full": "full attention", "mla": "MLA (one latent per token)", "sliding": "sliding window", "state": "state"}
 
@@ -56,13 +56,19 @@ def render_plan(planned, platform: str | None = None) -> str:
     """One line per cell, whole ids (pipes and CI logs): predicted outcome (and reason), the expectation, why; first
     the platform whose rules apply and why (`platform`), so a CPU matrix is never silently planned on GPU rules."""
     lines = [f"platform: {platform}"] if platform else []
+    gaps: dict[str, int] = {}  # what is not modelled, said once under the cells and named by number on each line
     for p in planned:
         mark = {True: "=", False: "≠", None: " "}[p.agrees]
         want = p.cell.expected.reason if p.cell.expected and p.cell.expected.reason else None
         expected = f" {mark} expected {p.expected}" + (f" ({want})" if want else "") if p.expected else ""
         got = f"{p.outcome} ({p.reason})" if p.outcome and p.reason else (p.outcome or "unknown")
-        lines.append(f"{p.cell.id}: predicted {got}{expected} — {p.why}")
+        why, tail = p.why, "; not modelled: " + "; ".join(p.not_modelled)
+        if p.not_modelled and why.endswith(tail):
+            refs = " ".join(f"[{gaps.setdefault(g, len(gaps) + 1)}]" for g in p.not_modelled)
+            why = why[:-len(tail)] + f"; not modelled: {refs}"
+        lines.append(f"{p.cell.id}: predicted {got}{expected} — {why}")
     known = [p for p in planned if p.agrees is not None]
-    lines.append(f"{len(planned)} cells: {sum(p.outcome is not None for p in planned)} predicted, "
+    lines.append(f"{plural(len(planned), 'cell')}: {sum(p.outcome is not None for p in planned)} predicted, "
                  f"{sum(bool(p.agrees) for p in known)} of {len(known)} as the matrix expects")
+    lines += [f"not modelled [{n}]: {gap}" for gap, n in gaps.items()]
     return "\n".join(lines)

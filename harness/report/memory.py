@@ -120,8 +120,11 @@ def renderable(run: RunResult):
 
     header, rows = table_rows(run)
     t = PlainTable(title="memory", title_justify="left")
+    # narrow, these are left out (the highest first): the cell, its verdict and its peak stay
+    drops = {"source": 6, "curve stopped": 5, "limit": 4, "at": 3, "headroom": 2, "in phase": 1}
     for h in header:
-        t.add_column(h, justify="right" if h in ("peak", "at", "headroom", "limit") else "left")
+        t.add_column(h, justify="right" if h in ("peak", "at", "headroom", "limit") else "left", id=h == "cell",
+                     drop=drops.get(h))
     for row in rows:
         t.add_row(*row)
     return t

@@ -4,6 +4,7 @@ the next line. One time per cell: when the verdict came, seconds after the cell 
 
 from __future__ import annotations
 
+import re
 import time
 
 from rich.console import Console, RenderableType
@@ -17,10 +18,14 @@ from harness.logfacts.timeline import Milestone, Milestones, phase_at, skipped
 from harness.predict.serve_flags import eager
 from harness.report.style import outcome_text
 from harness.escape import terminal
-from harness.report.text import PlainTable, literal, plain_console
+from harness.report.text import PlainTable, plain_console, say_line, show
 from harness.results.model import CellResult, RunResult
 from harness.units import fmt_seconds, fmt_tokens
 from harness.verdict import Outcome
+
+
+#: What a wrapped event or summary line never breaks: a figure and its unit, a KV number and its name.
+KEEP = (re.compile(r"KV (?:needed|pool|tokens) (?:—|\S+(?: [KMGT]?i?B)?)|-?\d[\d.,]* (?:s|[KMGT]?i?B)\b"),)
 
 
 def _verdict(r: CellResult) -> str:
@@ -82,7 +87,7 @@ class LiveProgress:
     def __rich__(self) -> Table:
         done = sum(1 for s in self.state.values() if s not in ("pending", "booting"))
         table = PlainTable(title=f"{done}/{len(self.cells)} cells")
-        table.add_column("cell", overflow="fold")
+        table.add_column("cell", id=True)
         table.add_column("state", overflow="fold")
         table.add_column("verdict after start", justify="right")
         table.add_column("phase: now, or the longest", overflow="fold")
@@ -101,7 +106,7 @@ class LiveProgress:
         return table
 
     def _say(self, text: str) -> None:
-        self.console.print(literal(text), highlight=False, markup=False, emoji=False, soft_wrap=True)
+        say_line(self.console, text, keep=KEEP)
 
     def cell_started(self, cell: Cell) -> None:
         self.reached.pop(cell.id, None)  # a retry starts its timeline again
@@ -140,10 +145,11 @@ def summary(run: RunResult, console: Console) -> RenderableType | str:
                          f"KV tokens {tokens} — {_times(r)}")
         return "\n".join(lines)
     table = PlainTable(title=f"run {run.run_id} ({run.status})")
+    drops = {"longest phase": 1, "KV tokens": 2, "verdict after start": 3}  # narrow, these give way first
     for col in ("cell", "verdict", "expected", "KV needed", "KV pool", "KV tokens", "verdict after start",
                 "longest phase"):
-        table.add_column(col, overflow="fold", justify="right" if col.startswith("KV") or col.startswith("verdict a")
-                         else "left")
+        table.add_column(col, id=col == "cell", drop=drops.get(col),
+                         justify="right" if col.startswith("KV") or col.startswith("verdict a") else "left")
     for r in run.cells:
         need, cap, tokens = _numbers(r, axis)
         mark = {True: ("✓ ", "green"), False: ("✗ ", "red"), None: ""}[r.matched]
@@ -155,6 +161,7 @@ def summary(run: RunResult, console: Console) -> RenderableType | str:
 def print_summary(run: RunResult, console: Console) -> None:
     shown = summary(run, console)
     if isinstance(shown, str):
-        console.print(literal(shown), highlight=False, markup=False, emoji=False, soft_wrap=True)
+        for line in shown.split("\n"):
+            say_line(console, line, keep=KEEP)
     else:
-        console.print(shown)
+        show(console, shown)

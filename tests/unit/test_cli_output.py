@@ -37,20 +37,35 @@ def long_matrix(tmp_path: Path) -> Path:
         "expect": [{"outcome": "booted"}]})
 
 
+def joined(text: str) -> list[str]:
+    """Wrapped lines joined again: a line that starts with two spaces goes on the one before."""
+    out: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("  ") and out:
+            out[-1] += " " + line.strip()
+        else:
+            out.append(line)
+    return out
+
+
 def test_a_piped_run_log_keeps_every_long_id_whole_with_its_verdict_on_one_line(tmp_path):
     m = long_matrix(tmp_path)
     ids = [c.id for c in list(load_matrix(m).cells)]
     assert all(len(i) > 60 for i in ids), "ids whose event lines are far longer than a pipe's 80 columns"
     proc = boot_harness("run", "--matrix", m, "--results-dir", tmp_path / "r", program=STANDIN_CLI)
     assert proc.returncode == 0, proc.stderr
-    events = proc.stderr.splitlines()
+    # through a pipe stdout is held to 120 columns (COLUMNS unset; issue 42): a summary row goes on, indented, on the
+    # lines below its first, which holds the id and its verdict; an event on stderr is one line to grep
+    assert all(len(s) <= 120 for s in proc.stdout.splitlines()), proc.stdout
+    events, rows = proc.stderr.splitlines(), joined(proc.stdout)
     for cell_id in ids:
         assert f"{cell_id} booting" in events
         (line,) = [e for e in events if e.startswith(f"{cell_id} booted")]
         assert line.startswith(f"{cell_id} booted (ready) — verdict ") and " s after start, teardown " in line
         assert line.endswith(" — matched")
-        (row,) = [s for s in proc.stdout.splitlines() if s.startswith(cell_id)]
+        (row,) = [s for s in rows if s.startswith(cell_id)]
         assert row.startswith(f"{cell_id}: booted (ready) — matched — KV needed")
+        assert any(s.startswith(f"{cell_id}: booted (ready)") for s in proc.stdout.splitlines())
     assert any(s.startswith("run directory: ") and s.endswith("(4 of 4 cells to boot)") for s in events)
 
 

@@ -128,12 +128,13 @@ def test_run_and_frontier_print_their_directories_as_written(world, cli, tmp_pat
     code, out, err = cli("run", "--matrix", world["matrix"], "--results-dir", results)
     assert code == 0, err
     (run_dir,) = results.iterdir()
-    whole(err, f"run directory: {run_dir}", cut="")  # the live table's `12.0 s …` is a clock, not a cut
-    whole(out, f"results: {run_dir / 'results.json'}")
+    # at 80 columns the label and a path wider than the rest of its line go on two (issue 42): the path whole
+    whole(err, "run directory:", str(run_dir), cut="")  # the live table's `12.0 s …` is a clock, not a cut
+    whole(out, "results:", str(run_dir / "results.json"))  # a label and its path: one line where both fit
     code, out, err = cli("frontier", "--matrix", world["matrix"], "--select", "v=[analysis]", "--hi", "4096",
                          "--no-prediction", "--results-dir", results)
     assert code == 0, err
-    whole(out, "v=[analysis]", f"frontier ({results}", f"boots: 1; results: {results}")
+    whole(out, "v=[analysis]", "frontier", f"({results}")
 
 
 def test_reading_commands_print_long_markup_ids_and_values_whole(world, cli, tmp_path, monkeypatch):
@@ -144,24 +145,23 @@ def test_reading_commands_print_long_markup_ids_and_values_whole(world, cli, tmp
 
     code, out, _ = cli("check", b)
     assert code == 1
-    whole(out, f"{refused}: ", f"{b}: FAIL")
+    whole(out, refused, f"{b}: FAIL")
     code, out, _ = cli("analyze", b)
     assert code == 0
-    whole(out, *ids, "v=[analysis]", "v=[/]", f"floor for {refused}: ")
+    whole(out, *ids, "v=[analysis]", "v=[/]", "floor for")
     code, out, _ = cli("compare", b, "--axis", "v")
-    whole(out, "v=[analysis] refused (kv_cache_too_small)", "v=[/] booted", f"  {refused}: ")
+    whole(out, "v=[analysis]", "refused (kv_cache_too_small)", "v=[/]", f"  {refused}")
     code, out, _ = cli("compare", a, b)
     assert code == 1
     whole(out, refused)
     merged = tmp_path / "out[bold]x[/]"
     code, out, _ = cli("merge", world["a"], "--out", merged)  # a run of the matrix: merge refuses cells it has not
-    whole(out, f"into {merged}: complete", f"results: {merged / 'results.json'}")
+    whole(out, f"{merged}:", str(merged / "results.json"))
 
     monkeypatch.setattr("harness.report.plot.available", lambda: False)
     code, out, err = cli("report", b, "--html", tmp_path / "r[bold].html")
     assert code == 0, err
-    whole(out, "[analysis]", "[/]",
-          "note: matplotlib is not installed: pip install -e '.[analysis]' (in the checkout) for the plot")
+    whole(out, "[analysis]", "[/]", "note: matplotlib is not installed:", "'.[analysis]'")
     whole(err, f"html: {tmp_path / 'r[bold].html'}")
 
 
@@ -191,9 +191,13 @@ def test_gc_names_what_it_removed_as_written_and_its_summary_is_one_line(tmp_pat
     monkeypatch.setattr("harness.runtime.engine.DEFAULT_HOSTS", {})  # no engine: the machine's containers stay
     code, out, _ = cli("gc", "--results-dir", tmp_path / "res[bold]")
     assert code == 0 and not work.exists()
-    assert out.splitlines() == [f"removed work dir {work}", "gc: 0 container(s), 0 process group(s), 0 other "
-                                                            "process(es), 1 work dir(s) removed (engines swept: none "
-                                                            "answered)"]
+    summary = ("gc: 0 container(s), 0 process group(s), 0 other process(es), 1 work dir(s) removed (engines swept: "
+               "none answered)")
+    lines = out.splitlines()
+    assert lines[0] == f"removed work dir {work}" or lines[:2] == ["removed work dir", f"  {work}"], lines
+    # through a pipe at COLUMNS=80 the summary is wrapped at spaces (issue 42); at a terminal of 400 one line
+    assert " ".join(s.strip() for s in lines[1 + (lines[1] == f"  {work}"):]) == summary, lines
+    assert all(len(s) <= 80 for s in lines if str(work) not in s) or cli.mode == "terminal"
 
 
 def test_the_live_table_the_summary_and_the_grid_show_markup_ids_as_written_at_a_terminal(world):

@@ -186,11 +186,19 @@ def test_the_markdown_has_peak_and_headroom_columns_and_the_logged_sizes_with_id
     assert "mml8192-old |" not in md.split("### Memory")[1].split("###")[0], "no row for a cell without a curve"
 
 
-def test_the_terminal_grid_shows_the_memory_line_and_table_and_a_pipe_keeps_long_ids_whole(tmp_path, capsys):
+def test_the_terminal_grid_shows_the_memory_line_and_table_and_a_pipe_keeps_long_ids_whole(tmp_path, capsys,
+                                                                                              monkeypatch):
     long_id = "mml2048-" + "x" * 140
     run = make_run("mem", [gpu_cell(long_id), cpu_refused_cell()])
     text = grid_text(run, width=240)
     assert "mem peak 3.00 GiB · headroom 125.00 GiB" in text
+    # through a pipe at 120 columns (COLUMNS unset) the id is whole and the columns that cannot fit beside it are
+    # left out, said so (issue 42); at COLUMNS=400 the row is whole
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert cli("report", str(write_run(run, tmp_path))) == 0
+    out = capsys.readouterr().out
+    assert any(long_id in ln for ln in out.splitlines()) and "left out at 120 columns:" in out
+    monkeypatch.setenv("COLUMNS", "400")
     assert cli("report", str(write_run(run, tmp_path))) == 0
     out = capsys.readouterr().out
     (row,) = [ln for ln in out.splitlines() if long_id in ln and "nvml" in ln]
