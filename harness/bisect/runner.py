@@ -29,6 +29,7 @@ from harness.files import parse_json, read_bytes
 from harness.matrix.cells import MAX_ID_CHARS, Cell
 from harness.names import Named
 from harness.results.model import CellResult, RunStatus
+from harness.verdict import Outcome
 from harness.results.store import atomic_write_text, dump_json, new_run_id
 from harness.runtime.patching import PatchMismatch
 
@@ -211,7 +212,7 @@ class BisectRunner:
         good, bad = self._first(0), self._first(self.n - 1)
         assert good is not None
         verdict = self.oracle.on == On.verdict
-        if r.outcome == "error" or index not in (0, self.n - 1):
+        if r.outcome == Outcome.error or index not in (0, self.n - 1):
             return self.oracle.judge(r, good, bad)
         expected = self.template.expected if verdict else None
         first = r is (good if index == 0 else bad)

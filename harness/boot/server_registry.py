@@ -177,3 +177,6 @@ class TrackingRuntime:
 
     def read_server_file(self, cell: Cell, path: str) -> bytes | None:
         return self._inner.read_server_file(cell, path)
+
+    def image_labels(self, ref: str) -> dict[str, str]:
+        return self._inner.image_labels(ref)

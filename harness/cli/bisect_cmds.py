@@ -158,13 +158,13 @@ def cmd_bisect(args: argparse.Namespace, out: Console) -> int:
     except (Interrupted, KeyboardInterrupt):
         say(f"interrupted: booted candidates are kept in {runner.run_dir} (continue with --resume {runner.run_dir})")
         return ExitCode.INTERRUPTED
-    labels_of = getattr(runner.session.runtime, "image_labels", None)
+    labels_of = runner.session.runtime.image_labels
 
     def facts(i: int) -> dict:
         cand = plan.candidates[i]
         p = runner.probed.get(i)
         labels = None
-        if labels_of is not None and cand.image:
+        if cand.image:
             try:
                 labels = labels_of(cand.image)
             except Exception:  # noqa: BLE001 - labels are a courtesy of the engine; the answer stands without them

@@ -110,6 +110,10 @@ class Runtime(Protocol):
         """A file as the cell's server sees it at `path` (a model's config.json, for the KV prediction): the host's
         file for a process, a bind mount's source or the image's own file for a container; None when unreadable."""
 
+    def image_labels(self, ref: str) -> dict[str, str]:
+        """An image's labels as its engine has them (OCI revision, version, created: what `bisect` says changed
+        between two builds); empty for a runtime that runs no images. Raises on an engine error."""
+
 
 def read_host_file(path: Path) -> bytes | None:
     """`path` on this host (a directory means its config.json), or None: what a process server would read."""

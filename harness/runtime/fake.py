@@ -285,3 +285,6 @@ class FakeRuntime:
 
     def read_server_file(self, cell: Cell, path: str) -> bytes | None:
         return read_host_file(Path(path))
+
+    def image_labels(self, ref: str) -> dict[str, str]:
+        return {}

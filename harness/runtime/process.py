@@ -378,6 +378,9 @@ class ProcessRuntime:
     def read_server_file(self, cell: Cell, path: str) -> bytes | None:
         return read_host_file(Path(path))
 
+    def image_labels(self, ref: str) -> dict[str, str]:
+        return {}  # a process runs no image
+
     def planned_command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> tuple[list[str], list[str]]:
         """A local process needs nothing prepared: the plan is the command itself."""
         return self.command_line(cell, ctx, host_port), []

@@ -64,7 +64,7 @@ def test_a_fork_nightly_bisected_over_sixteen_images_names_the_build_and_its_lab
     assert changed["org.opencontainers.image.version"] == (f"1.{FIRST_BAD - 1}.0", f"1.{FIRST_BAD}.0")
     assert changed["org.opencontainers.image.revision"][1].startswith(f"{FIRST_BAD:02d}c0ffee")
     assert changed["image digest"][0] != changed["image digest"][1]
-    assert changed["verdict"] == ("booted (ready)", "refused (kv_insufficient)")
+    assert changed["verdict"] == ("booted (ready)", "refused (kv_cache_too_small)")
     run_dir = a["run_dir"]
     assert harness_cli("report", run_dir, env=env, timeout=120).returncode == 0
     assert harness_cli("history", run_dir, env=env, timeout=120).returncode in (0, 1)

@@ -90,7 +90,7 @@ def test_the_first_bad_build_is_found_in_four_boots_after_the_ends(found):
     code, a, runtime, _ = found
     assert code == 0 and a["status"] == "found"
     assert (a["first_bad"]["ref"], a["last_good"]["ref"]) == (REFS[9], REFS[8])
-    assert (a["first_bad"]["verdict"], a["last_good"]["verdict"]) == ("refused (kv_insufficient)", "booted (ready)")
+    assert (a["first_bad"]["verdict"], a["last_good"]["verdict"]) == ("refused (kv_cache_too_small)", "booted (ready)")
     assert len(runtime.started) == a["boots"] == 6 and runtime.started[:2] == [f"{CELL}-b00_build_00",
                                                                                f"{CELL}-b15_build_15"]
     changed = {c["what"]: (c["good"], c["bad"]) for c in a["changed"]}
@@ -103,7 +103,7 @@ def test_every_boot_is_a_cell_record_of_one_run_that_report_history_check_and_fa
     run = json.loads((d / "results.json").read_text())
     assert run["status"] == "complete" and [c["cell_id"] for c in run["cells"]] == runtime.started
     rec = json.loads((d / "cells" / f"{CELL}-b09_build_09.json").read_text())
-    assert rec["axes"] == {"c": "a", "candidate": "09_build_09"} and rec["reason"] == "kv_insufficient"
+    assert rec["axes"] == {"c": "a", "candidate": "09_build_09"} and rec["reason"] == "kv_cache_too_small"
     plan, doc = read_plan(d)
     assert doc["status"] == "found" and doc["answer"]["first_bad"]["ref"] == REFS[9] and len(plan.candidates) == 16
     capsys.readouterr()
@@ -114,7 +114,7 @@ def test_every_boot_is_a_cell_record_of_one_run_that_report_history_check_and_fa
     assert main(["check", str(d)]) == 0  # candidates carry no expectation: measurements
     capsys.readouterr()
     assert main(["facts", str(d / "logs" / f"{CELL}-b09_build_09.log"), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["refusal"]["kind"] == "kv_insufficient"
+    assert json.loads(capsys.readouterr().out)["refusal"]["kind"] == "kv_cache_too_small"
 
 
 def test_an_interrupted_bisect_resumes_to_the_same_answer_booting_only_what_it_lacks(tmp_path, capsys):
@@ -140,7 +140,7 @@ def test_a_resume_that_asks_another_question_is_one_line(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("first_bad, words", [(0, "the good end cmd:/opt/build-00/vllm serve is not good: it gave "
-                                                   "refused (kv_insufficient) (misses the cell's expectation)"),
+                                                   "refused (kv_cache_too_small) (misses the cell's expectation)"),
                                               (16, "the bad end cmd:/opt/build-15/vllm serve is not bad: it gave "
                                                    "booted (ready) (meets the cell's expectation)")])
 def test_ends_that_disagree_are_exit_2_with_what_each_gave(tmp_path, capsys, first_bad, words):

@@ -145,9 +145,9 @@ def test_validate_lists_every_mistake_of_a_file_one_line_each(tmp_path):
     assert proc.returncode == 2
     lines = proc.stderr.splitlines()
     assert sorted(lines) == sorted([
-        f"{m}:timeout: unknown key",
+        f"{m}:timeout: unknown key (did you mean 'timeout_s'?)",
         f"{m}:axes.a.value: unknown key (did you mean 'values', which is required?)",
-        f"{m}:axes.b.v.arg: unknown key"]), lines
+        f"{m}:axes.b.v.arg: unknown key (did you mean 'args'?)"]), lines
 
 
 def test_repro_of_an_excluded_or_misspelt_cell_says_which_and_suggests(capsys, vllm_cpu_or_placeholders):

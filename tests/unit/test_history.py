@@ -496,7 +496,7 @@ def test_memory_samples_are_not_history_s_to_read(tmp_path):
 
 
 def test_phase_times_are_the_timelines_spans(tmp_path):
-    from harness.analysis.timing import BOOT, _times
+    from harness.analysis.timing import BOOT, boot_times
     from harness.logfacts.timeline import Milestones, Timeline
 
     for ms in [{}, {"started": 0.1, "first_line": 2.0, "weights_loaded": 47.123456, "decided": 50.0},
@@ -504,7 +504,7 @@ def test_phase_times_are_the_timelines_spans(tmp_path):
                {"pulled": 30.0, "started": 31.0, "decided": 1.0, "served": 40.0005}]:
         for verdict in (None, 41.0):
             c = cell(timings=Timings(verdict_s=verdict), timeline=Timeline(milestones=Milestones(**ms)))
-            want = {TOTAL if k == BOOT else k: v for k, v in _times(c).items()}
+            want = {TOTAL if k == BOOT else k: v for k, v in boot_times(c).items()}
             assert phase_times(c) == want and list(phase_times(c)) == list(want)
 
 

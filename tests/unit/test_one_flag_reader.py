@@ -219,9 +219,10 @@ def _readings(tmp_path: Path, axes: dict, args: list[str], frontier_args: list[s
 
 
 @pytest.mark.parametrize("axes,frontier_args", VARIANTS)
-def test_every_command_reads_a_spelt_length_as_the_canonical_one(tmp_path, axes, frontier_args, capsys):
+def test_every_command_reads_a_spelt_length_as_the_canonical_one(tmp_path, axes, frontier_args, capsys, monkeypatch):
     """Before issue 31, `--max_model_len` gave "no max_model_len axis" from analyze and "KV needed —" on each cell;
     `--kv_cache_memory_bytes=1G` left the pool unknown."""
+    monkeypatch.setenv("COLUMNS", "400")  # the grids' cells compared, not how ids of other lengths fold them
     canonical = _readings(tmp_path / "canonical", BASELINE, CANONICAL_ARGS, [], capsys)
     spelt = _readings(tmp_path / "spelt", axes, SPELT_ARGS, frontier_args, capsys)
     assert canonical["run summary"] == ["KV needed ≈0.50 GiB, KV pool 1.00 GiB",

@@ -134,9 +134,10 @@ def table_at(width: int, rows: int = 3):
     t.add_column("verdict")
     t.add_column("since", whole=True, drop=1)
     t.add_column("changed", drop=2)
-    ids = [f"mml{n}-spec_draft_two-kv_budget_tight"[:34] for n in range(1000, 1000 + rows)]
+    # 33-character ids: with the verdict's longest word, "(kv_cache_too_small)" (20), and the borders, 60 columns hold
+    ids = [f"mml{n}-spec_draft_two-kv_budget_tight"[:33] for n in range(1000, 1000 + rows)]
     for i in ids:
-        t.add_row(i, "refused (kv_insufficient)", "20261204-220002-cpu-tiny-2efb", "argv --max-model-len 2048 → 4096")
+        t.add_row(i, "refused (kv_cache_too_small)", "20261204-220002-cpu-tiny-2efb", "argv --max-model-len 2048 → 4096")
     buf = io.StringIO()
     show(plain_console(file=buf, width=width), Group(t, Text("a line " * 40)))
     return buf.getvalue(), ids
@@ -146,7 +147,7 @@ def table_at(width: int, rows: int = 3):
 def test_a_table_folds_then_leaves_columns_out_and_says_so_never_cutting_an_id(width):
     text, ids = table_at(width)
     held(text, width, ids)
-    assert "refused" in text and "(kv_insufficient)" in text  # a verdict wraps at its space, never inside a word
+    assert "refused" in text and "(kv_cache_too_small)" in text  # a verdict wraps at its space, never inside a word
     if "left out" in text:
         assert "since" not in text.split("left out")[0] or "changed" in text.split("left out")[1]
     else:
