@@ -11,7 +11,6 @@ from rich.console import Console
 from harness.cli.common import USAGE_EXIT, add_command, say_to, stderr
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
-from harness.verdict import Reason
 
 
 def register(sub: argparse._SubParsersAction) -> dict:
@@ -86,6 +85,7 @@ def cmd_facts(args: argparse.Namespace, out: Console) -> int:
     from rich.text import Text
 
     from harness.logfacts import parse_file
+    from harness.verdict import Reason
     from harness.escape import terminal, terminal_line
 
     facts = parse_file(args.logfile)  # a missing, non-regular or unreadable file: one line naming it
