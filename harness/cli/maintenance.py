@@ -124,6 +124,8 @@ def _print_timeline(t, out: Console) -> None:
     if reached:
         say("  timeline (seconds since the log's first timestamp): "
             + ", ".join(f"{m.value} {at:g}" for m, at in reached if at is not None))
+    if (slow := t.longest()) is not None:
+        say(f"  longest phase: {slow.name}, {slow.seconds:g} s (it ends at {slow.ends.value})")
     durations = t.durations.model_dump(exclude_none=True)
     if durations:
         say("  durations vLLM logged: " + ", ".join(f"{k} {v}" for k, v in durations.items()))
