@@ -86,7 +86,7 @@ def test_facts_reads_a_real_refusal_log(capsys):
     facts = json.loads(capsys.readouterr().out)
     assert facts["vllm_version"] == "0.32.0" and facts["reason"] == "kv_insufficient"
     assert facts["refusal"]["max_seq_len"] == 2048 and facts["refusal"]["estimated_max_model_len"] == 1408
-    assert set(facts) == {"vllm_version", "reason", "kv", "refusal", "timeline"}
+    assert set(facts) == {"vllm_version", "reason", "kv", "refusal", "stated", "timeline"}
 
 
 def test_facts_on_a_booted_log_reports_the_kv_numbers(capsys):
