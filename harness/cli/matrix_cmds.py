@@ -14,7 +14,8 @@ from harness.exitcodes import ExitCode
 def register(sub: argparse._SubParsersAction) -> dict:
     p = add_command(sub, "validate", "check a matrix file: every mistake is one line `FILE:key.path: what is wrong`",
                     ["boot-harness validate --matrix matrix.yaml"],
-                    {0: "the file is a valid matrix (a variable the environment does not set is a note: `run` needs it)",
+                    {0: "the file is a valid matrix (a variable the environment does not set is a note: `run` "
+                        "needs it)",
              2: "it is not (every mistake listed, one line each)"})
     add_matrix(p)
     p = add_command(sub, "cells", "list the matrix's cell ids, one a line (--json: argv, env, expectation too)",

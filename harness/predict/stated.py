@@ -118,7 +118,8 @@ def gib_shown(value: float, derived: Bytes | None = None, what: str = "derived")
         text = f"{value} GiB"
     elif value > 0:  # printed to as many decimals as it shows: 0.01 is 0.005-0.015 GiB
         half = 0.5 * 10 ** -len(repr(value).partition(".")[2])
-        text = f"{value} GiB as logged (rounded: {Bytes(low=int((value - half) * GIB), high=int((value + half) * GIB)).show()})"
+        rounded = Bytes(low=int((value - half) * GIB), high=int((value + half) * GIB))
+        text = f"{value} GiB as logged (rounded: {rounded.show()})"
     else:
         text = f"{value} GiB as logged (rounded to zero)"
     return text + (f"; {what}: {derived.show()}" if derived is not None else "")

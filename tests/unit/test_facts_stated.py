@@ -52,7 +52,8 @@ def test_the_terminal_shows_the_cap_and_mib_never_a_bare_zero(capsys):
     assert "reserved_gib: 0.0 GiB as logged (rounded to zero); the cap: 3.00 MiB" in lines
     assert "needed_gib: 0.0 GiB as logged (rounded to zero); derived: 3.69–4.00 MiB" in lines
     assert "available_gib: 0.0 GiB as logged (rounded to zero); derived: 2.75–2.77 MiB" in lines
-    assert any(ln.startswith("derived: 2,048 tokens are 16 blocks of 128; 11 blocks and the null block fit") for ln in lines)
+    assert any(ln.startswith("derived: 2,048 tokens are 16 blocks of 128; 11 blocks and the null block fit")
+               for ln in lines)
     assert not [ln for ln in lines if ln.endswith(": 0.0") or ln.endswith(": 0")], out
 
 

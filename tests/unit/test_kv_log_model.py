@@ -6,7 +6,6 @@ too little asks for `--same-model`, which says "this is the model"."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
