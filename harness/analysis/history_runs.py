@@ -24,7 +24,7 @@ from pathlib import Path
 
 from harness.analysis.history_read import read_run
 from harness.errors import ConfigError, FileRefused, UsageError
-from harness.logfacts.timeline import ORDER, PHASES, Milestone
+from harness.logfacts.timeline import ORDER, Milestone, span_name
 from harness.results.model import SCHEMA_VERSION, CellResult, RunResult, RunStatus
 from harness.results.store import load_run, now as wall_now
 from harness.verdict import Reason
@@ -125,7 +125,7 @@ def kv_figures(c: CellResult) -> dict[str, float]:
     return {k: float(v) for k, v in figures.items() if v is not None}
 
 
-_SPANS = [(m.value, PHASES[m]) for m in ORDER[:ORDER.index(Milestone.decided)]]
+_SPANS = [(m.value, m) for m in ORDER[:ORDER.index(Milestone.decided)]]
 
 
 def phase_times(c: CellResult) -> dict[str, float]:
@@ -134,14 +134,15 @@ def phase_times(c: CellResult) -> dict[str, float]:
     out: dict[str, float] = {}
     if c.timings.verdict_s is not None:
         out[TOTAL] = c.timings.verdict_s
-    ms, last = c.timeline.milestones.__dict__, 0.0
-    for key, name in _SPANS:  # the order a boot passes them; `decided` (the harness's) and after are no server's
+    ms, last, before = c.timeline.milestones.__dict__, 0.0, None
+    for key, m in _SPANS:  # the order a boot passes them; `decided` (the harness's) and after are no server's
         t = ms[key]
         if t is not None:
             d = t - last
-            out[name] = round(d, 3) if d > 0.0 else 0.0  # round(max(0.0, d), 3)
+            out[span_name(before, m)] = round(d, 3) if d > 0.0 else 0.0  # round(max(0.0, d), 3)
             if t > last:
                 last = t
+            before = m
     return out
 
 

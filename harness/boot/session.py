@@ -173,6 +173,10 @@ class RunSession:
         before this leaves it to the next run's sweep."""
         if self.compile_cache is not None:
             self.compile_cache.close(self.keep_work)
+        try:  # each cell's scratch went with its cell: the folder that held them is left only when it holds one
+            (self.store.run_dir / "work").rmdir()
+        except OSError:
+            pass  # absent, or it holds a kept cell's scratch
         if self.lock is not None:
             self.lock.release()
 

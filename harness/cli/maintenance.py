@@ -85,16 +85,21 @@ def cmd_facts(args: argparse.Namespace, out: Console) -> int:
     from rich.text import Text
 
     from harness.logfacts import parse_file
-    from harness.verdict import Reason
     from harness.escape import terminal, terminal_line
+    from harness.logfacts.engine_config import read_engine_config
+    from harness.logfacts.parser import iter_file_lines
+    from harness.predict.stated import Bytes, gib_shown, stated
+    from harness.verdict import Reason
 
     facts = parse_file(args.logfile)  # a missing, non-regular or unreadable file: one line naming it
+    said = stated(facts, read_engine_config(iter_file_lines(args.logfile)))
     cause = facts.cause
     reason = (cause.id if cause is not None and cause.id is not None else facts.refusal.kind if facts.refusal
               else Reason.ready if facts.ready_lines else None)
     record = {"vllm_version": facts.vllm_version, "reason": reason, "kv": facts.kv.model_dump(),
               "cause": cause.model_dump(mode="json") if cause is not None else None,
               "refusal": facts.refusal.model_dump() if facts.refusal else None,
+              "stated": said.model_dump(mode="json"),
               "timeline": facts.timeline.model_dump(mode="json")}
     if args.json:
         print(json.dumps(record, indent=2))
@@ -102,9 +107,15 @@ def cmd_facts(args: argparse.Namespace, out: Console) -> int:
     say = say_to(out, whole=True)  # the log's own lines, quoted: whole
     say(Text.assemble((terminal_line(str(args.logfile)), "bold"),
                       terminal(f"  vLLM {facts.vllm_version or '?'}  ({facts.lines} lines)")))
+    if said.cap_bytes is not None:
+        say(f"  {said.cap_key}: {said.cap_bytes:,} ({Bytes(low=said.cap_bytes, high=said.cap_bytes).show()}, "
+            f"from {said.cap_source})")
+    exact = None if said.cap_bytes is None else Bytes(low=said.cap_bytes, high=said.cap_bytes)
     for key, value in record["kv"].items():
-        if value is not None:
-            say(f"  {key}: {value}")
+        if value is not None and key != said.cap_key:
+            shown = gib_shown(value, exact if key == "reserved_gib" else None, "the cap") if key.endswith("_gib") \
+                else value
+            say(f"  {key}: {shown}")
     if cause is not None:
         say(Text.assemble("  cause: ", (cause.id or "(not in the catalogue)", "yellow"),
                           f"  {cause.kind} → {cause.outcome}", f"  {cause.process}" if cause.process else ""))
@@ -115,9 +126,12 @@ def cmd_facts(args: argparse.Namespace, out: Console) -> int:
     if facts.refusal:
         r = facts.refusal
         say(Text.assemble("  refusal: ", (terminal(str(r.kind)), "yellow")))
+        derived = {"needed_gib": said.need_bytes, "available_gib": said.available_bytes}
         for key in ("max_seq_len", "needed_gib", "available_gib", "estimated_max_model_len", "derived_max_model_len"):
-            if getattr(r, key) is not None:
-                say(f"    {key}: {getattr(r, key)}")
+            if (value := getattr(r, key)) is not None:
+                say(f"    {key}: {gib_shown(value, derived[key]) if key in derived else value}")
+        if said.how:
+            say(f"    derived: {said.how}")
         say(f"    message: {r.message}")
     elif facts.ready_lines:
         say("  ready: " + facts.ready_lines[-1])
@@ -134,6 +148,8 @@ def _print_timeline(t, out: Console) -> None:
     if reached:
         say("  timeline (seconds since the log's first timestamp): "
             + ", ".join(f"{m.value} {at:g}" for m, at in reached if at is not None))
+    if (slow := t.longest()) is not None:
+        say(f"  longest phase: {slow.name}, {slow.seconds:g} s (it ends at {slow.ends.value})")
     durations = t.durations.model_dump(exclude_none=True)
     if durations:
         say("  durations vLLM logged: " + ", ".join(f"{k} {v}" for k, v in durations.items()))

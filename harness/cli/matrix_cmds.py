@@ -14,7 +14,9 @@ from harness.exitcodes import ExitCode
 def register(sub: argparse._SubParsersAction) -> dict:
     p = add_command(sub, "validate", "check a matrix file: every mistake is one line `FILE:key.path: what is wrong`",
                     ["boot-harness validate --matrix matrix.yaml"],
-                    {0: "the file is a valid matrix", 2: "it is not (every mistake listed, one line each)"})
+                    {0: "the file is a valid matrix (a variable the environment does not set is a note: `run` "
+                        "needs it)",
+             2: "it is not (every mistake listed, one line each)"})
     add_matrix(p)
     p = add_command(sub, "cells", "list the matrix's cell ids, one a line (--json: argv, env, expectation too)",
                     ["boot-harness cells --matrix matrix.yaml", "boot-harness cells --matrix matrix.yaml --select mtp=mtp4 --json"],
@@ -32,7 +34,9 @@ def register(sub: argparse._SubParsersAction) -> dict:
 def cmd_validate(args: argparse.Namespace, out: Console) -> int:
     from harness.matrix.selection import selected
 
-    sel = selected(args.matrix, None)  # an unset variable is an error here, naming the matrix's `setup:` command
+    # an unset variable is no mistake in the file: it reads as <NAME>, and the note names it (`run` refuses it)
+    sel = selected(args.matrix, None, placeholders=True)
+    _unset_note(sel)
     expected = sum(1 for c in sel.cells if c.expected)
     say_to(out)(f"{args.matrix}: ok — {len(sel.cells)} cells on {len(sel.loaded.matrix.axes)} axes, "
                 f"{expected} with an expectation")

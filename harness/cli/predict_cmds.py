@@ -37,7 +37,8 @@ def register(sub: argparse._SubParsersAction) -> dict:
                     "environment; when it fits, the largest max_model_len that fits is printed. With --log, the "
                     "release, the flags and the KV memory come from a saved server log, flags after `--` override "
                     "the log's, and every KV figure the log printed is held against the prediction (exit 2 when the "
-                    "log serves another model than MODEL). Formulas and their vLLM sources: docs/kv-model.md.")
+                    "log states another model than MODEL: its architecture, the KV bytes a token its figures imply; "
+                    "--same-model when it states too little). Formulas and their vLLM sources: docs/kv-model.md.")
     p.add_argument("model", metavar="MODEL", help="a model directory with config.json, or the config file")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--available-bytes", metavar="N", type=values.byte_count, help="KV memory per rank in bytes (4294967296, 4G)")
@@ -52,6 +53,9 @@ def register(sub: argparse._SubParsersAction) -> dict:
                    "and compare each figure")
     p.add_argument("--draft", metavar="DIR", help="the draft model's directory when --speculative-config names a "
                    "path that is not readable here")
+    p.add_argument("--same-model", action="store_true", help="with --log: MODEL is the model the log served, "
+                   "whatever its name (needed when the log states too little to tell: no architecture line and no "
+                   "KV figure)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.add_argument("serve_flags", nargs="*", metavar="-- FLAGS", help="vLLM serve flags, after `--`")
 
@@ -116,6 +120,8 @@ def cmd_kv(args: argparse.Namespace, out: Console) -> int:
 
     if args.log is not None:
         return _kv_log(args, out)
+    if args.same_model:
+        raise UsageError("--same-model: only with --log LOG (it says MODEL is the model the log served)")
     args.platform = args.platform or "gpu"
     version = args.vllm_version or DEFAULT_VERSION
     try:
@@ -160,7 +166,7 @@ def _kv_log(args: argparse.Namespace, out: Console) -> int:
     from harness.report.kv import render_prediction
 
     checked = check_log(args.model, args.log, args.serve_flags, version=args.vllm_version, platform=args.platform,
-                        draft=args.draft, available=_available_arg(args))
+                        draft=args.draft, available=_available_arg(args), same_model=args.same_model)
     if args.json:
         print(json.dumps(checked.to_dict(), indent=2))
     else:

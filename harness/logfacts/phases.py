@@ -29,6 +29,10 @@ def _c(pattern: str) -> re.Pattern[str]:
 # a model tag ("[backbone] ", "[eagle_head] "), which TAG allows.
 TAG = r"\A(?:\[[^\]\n]{1,60}\]\s*)?"
 
+# Where weight loading begins, in the worker: "Starting to load model %s..." (every model runner 0.6-0.34: V0's, V1's
+# GPU/CPU/TPU/XPU), the V2 model runner's "Loading model from scratch..." (0.30+). Before it the engine starts its
+# workers (their processes, imports, device and distributed init): not weight loading.
+LOAD_START = _c(r"\A(?:Starting to load model\b|Loading model from scratch\b)")
 # model_loader (0.8.5+): "Loading weights took %.2f seconds"
 WEIGHTS = _c(r"\ALoading weights took\s*" + NUM + r"\s*seconds?")
 # V1 model runner: "Model loading took %.4f GiB and %.6f seconds" (0.8.5–0.12), "Model loading took %s GiB and %.6f
@@ -79,7 +83,7 @@ ENFORCE_EAGER = _c(r"\AEnforce eager set|\benforce_eager=True\b")
 
 #: Substrings one of which every phase line holds: the cheap pre-check before any regex here runs.
 KEYWORDS: tuple[str, ...] = (
-    "took", "takes", "Dynamo bytecode", "Directly load", "Initializing a", "Waiting for init message", "load failure",
+    "took", "takes", "Starting to load model", "Loading model from scratch", "Dynamo bytecode", "Directly load", "Initializing a", "Waiting for init message", "load failure",
     "Directly lookup", "saved AOT", "Warming up", "Starting torch.compile",
     "KV cache size", "Maximum concurrency", "blocks:", "Enforce eager",
 )
@@ -208,6 +212,10 @@ class PhaseReader:
             self._figure("model_load_gib", process, p.to_float(m.group(1)))
             self.mark(Milestone.weights_loaded)
 
+    def _load_start(self, process: str, msg: str) -> None:
+        if LOAD_START.search(msg):
+            self.mark(Milestone.loading_started)  # a draft model's, after the weights are in, marks nothing
+
     def _compile(self, process: str, msg: str) -> None:
         if m := DYNAMO.search(msg):
             self._figure("dynamo_transform_s", process, p.to_float(m.group(1)))
@@ -292,6 +300,8 @@ def _first_known(*values: float | None) -> float | None:
 
 
 _READERS: tuple[tuple[str, Callable[[PhaseReader, str, str], None]], ...] = (
+    ("Starting to load model", PhaseReader._load_start),
+    ("Loading model from scratch", PhaseReader._load_start),
     ("weights took", PhaseReader._weights),
     ("Model loading took", PhaseReader._weights),
     ("Dynamo bytecode", PhaseReader._compile),

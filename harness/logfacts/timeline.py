@@ -20,6 +20,7 @@ class Milestone(str, enum.Enum):
     started = "started"
     first_line = "first_line"
     engine_started = "engine_started"
+    loading_started = "loading_started"
     weights_loaded = "weights_loaded"
     compiled = "compiled"
     kv_sized = "kv_sized"
@@ -39,7 +40,8 @@ PHASES: dict[Milestone, str] = {
     Milestone.pulled: "image pull",
     Milestone.started: "server start",
     Milestone.first_line: "imports",
-    Milestone.engine_started: "API server set-up",
+    Milestone.engine_started: "API server set-up / engine process start",
+    Milestone.loading_started: "engine start-up / worker start",
     Milestone.weights_loaded: "weight loading",
     Milestone.compiled: "torch.compile",
     Milestone.kv_sized: "profiling and KV sizing",
@@ -51,12 +53,34 @@ PHASES: dict[Milestone, str] = {
     Milestone.decided: "verdict",
 }
 
+#: A phase whose start the log did not mark is named with the one before it: weights counted from the engine's first
+#: line hold the worker's start-up too (a log without "Starting to load model", a record from before it was read).
+JOINED: dict[Milestone, tuple[Milestone, str]] = {
+    Milestone.weights_loaded: (Milestone.loading_started, "start-up and weight loading"),
+}
+
+
+def span_name(before: Milestone | None, ends: Milestone) -> str:
+    """The name of the span from milestone `before` (None: the start) to `ends`."""
+    joined = JOINED.get(ends)
+    if joined is not None and (before is None or RANK[before] < RANK[joined[0]]):
+        return joined[1]
+    return PHASES[ends]
+
+
+def span_names(ends: Milestone) -> tuple[str, ...]:
+    """Every name a span ending at `ends` may have (a legend's, a colour's key)."""
+    return (PHASES[ends], JOINED[ends][1]) if ends in JOINED else (PHASES[ends],)
+
+
 #: What each milestone is, for the schema and docs/results.md.
 MEANINGS: dict[Milestone, str] = {
     Milestone.pulled: "the image is present (pulled if it had to be); containers only",
     Milestone.started: "the process was spawned / the container is running",
     Milestone.first_line: "the server's first log line",
     Milestone.engine_started: "the engine's first line (the engine core process, or V0's engine initialising)",
+    Milestone.loading_started: "a worker starts loading the weights (\"Starting to load model …\", V2's \"Loading "
+                                "model from scratch\"; the last rank's before any weights are in)",
     Milestone.weights_loaded: "the weights are loaded (the last rank's, and a draft model's, line)",
     Milestone.compiled: "torch.compile finished, or its graphs came from the cache",
     Milestone.kv_sized: "the KV cache is sized (its size lines)",
@@ -76,6 +100,7 @@ class Milestones(BaseModel):
     started: float | None = Field(None, description=MEANINGS[Milestone.started])
     first_line: float | None = Field(None, description=MEANINGS[Milestone.first_line])
     engine_started: float | None = Field(None, description=MEANINGS[Milestone.engine_started])
+    loading_started: float | None = Field(None, description=MEANINGS[Milestone.loading_started])
     weights_loaded: float | None = Field(None, description=MEANINGS[Milestone.weights_loaded])
     compiled: float | None = Field(None, description=MEANINGS[Milestone.compiled])
     kv_sized: float | None = Field(None, description=MEANINGS[Milestone.kv_sized])
@@ -159,12 +184,12 @@ class Timeline(BaseModel):
     def spans(self) -> list[PhaseSpan]:
         """The time between consecutive milestones, each span named by the phase that ends at its milestone; the
         first span starts at 0 (the cell's start). `decided` is left out: it is the harness's, not the server's."""
-        out, last = [], 0.0
+        out, last, before = [], 0.0, None
         for m, t in self.milestones.reached():
             if m is Milestone.decided:
                 break
-            out.append(PhaseSpan(ends=m, name=PHASES[m], seconds=round(max(0.0, t - last), 3)))
-            last = max(last, t)
+            out.append(PhaseSpan(ends=m, name=span_name(before, m), seconds=round(max(0.0, t - last), 3)))
+            last, before = max(last, t), m
         return out
 
     def longest(self) -> PhaseSpan | None:
@@ -191,4 +216,8 @@ def phase_at(milestones: Milestones, t: float, skip: frozenset[Milestone] = froz
     # the image is present before a cell starts (pulled in preflight): no server is ever "in" the pull
     upcoming = [m for m in ORDER[start:] if m not in skip and m not in (Milestone.pulled, Milestone.decided)]
     name = PHASES[upcoming[0]] if upcoming else PHASES[Milestone.decided]
+    # a recorded boot that passed its next milestone without the line that starts a phase: the span's own name
+    ahead = next((m for m, at in milestones.reached() if at > t and m is not Milestone.decided), None)
+    if ahead in JOINED and getattr(milestones, JOINED[ahead][0].value) is None:
+        name = span_name(last, ahead)
     return PhaseAt(name=name, after=last, for_s=round(max(0.0, t - since), 3))

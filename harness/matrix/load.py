@@ -321,7 +321,21 @@ def _parse(raw_text: str, file: str, environ: Mapping[str, str] | None,
             return ""
         return f"; set it up with: {setup}" if setup else f" (write ${{{name}:-default}})"
 
-    problems = [ConfigError(file, u.path, u.message + hint(u.name)) for u in unset if not (placeholders and u.name)]
+    missing = [u for u in unset if not (placeholders and u.name)]
+    if len({u.name for u in missing if u.name}) > 1 or len([u for u in missing if u.name]) > 1:
+        # an environment that is not set up is one mistake, however many keys read it: one line names them all
+        named = [u for u in missing if u.name]
+        names = tuple(dict.fromkeys(u.name for u in named))
+        which = ", ".join(names)
+        hint_all = f"; set {'it' if len(names) == 1 else 'them'} up with: {setup}" if setup else \
+            " (write " + ", ".join(f"${{{n}:-default}}" for n in names) + ")"
+        also = ", ".join(u.path for u in named[1:])
+        problems = [ConfigError(file, named[0].path, f"environment variable{'s' if len(names) > 1 else ''} {which} "
+                                f"{'are' if len(names) > 1 else 'is'} not set and {'have' if len(names) > 1 else 'has'}"
+                                f" no default (read at {also} too){hint_all}")]
+        problems += [ConfigError(file, u.path, u.message) for u in missing if not u.name]
+    else:
+        problems = [ConfigError(file, u.path, u.message + hint(u.name)) for u in missing]
     problems += [ConfigError(file, path, "holds a NUL character (\\0): no argument, environment value, id or file "
                                          "name can") for path in _nul_paths(data)]
     if problems:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from harness.logfacts.model import KvFacts
-from harness.logfacts.timeline import ORDER, PHASES, RANK, Milestone, Milestones, phase_at
+from harness.logfacts.timeline import ORDER, RANK, Milestone, Milestones, phase_at, span_name
 from harness.memory.model import MAX_SAMPLES, DeviceMemory, LoggedMemory, MemoryCurve
 from harness.memory.probe import Limit
 from harness.memory.sampler import Samples
@@ -78,7 +78,8 @@ def _logged(points: list[tuple[float, int]], milestones: Milestones, kv: KvFacts
         if gib is None or gib <= 0 or ends is None:
             return
         measured = _step(points, start, reached.get(ends)) if points and start is not None else None
-        out.append(LoggedMemory(what=what, logged_bytes=int(gib * GIB), phase=PHASES[ends],
+        before = max((m for m in reached if RANK[m] < RANK[ends]), key=RANK.__getitem__, default=None)
+        out.append(LoggedMemory(what=what, logged_bytes=int(gib * GIB), phase=span_name(before, ends),
                                 measured_bytes=None if measured is None else measured - less))
 
     prior = [t for m, t in reached.items() if RANK[m] < RANK[Milestone.weights_loaded]]

@@ -20,10 +20,12 @@ from harness.logfacts import LogFacts, LogParser
 from harness.logfacts.engine_config import EngineConfig, read_engine_config, speculative_of
 from harness.logfacts.parser import iter_file_lines
 from harness.predict.cell import GIB, _available, checks, hint, platform_of
+from harness.predict.log_model import LoggedModel, check_architecture, identify, logged_model
 from harness.predict.model import ModelShape, read_model
 from harness.predict.prediction import FactCheck, PredictionRecord
 from harness.predict.predictor import draft_model_path, predict
 from harness.predict.serve_flags import parse_serve_flags, spelling_of
+from harness.predict.stated import stated
 from harness.predict.versions import DEFAULT_VERSION, parse_version, rules_for, rules_version
 from harness.verdict.catalogue import Outcome, Reason
 
@@ -139,6 +141,10 @@ class LogCheck:
     logged: dict[str, Any]
     unchecked: dict[str, str] = field(default_factory=dict)
     """Figures the log has that could not be held against the prediction, and why."""
+    model: LoggedModel | None = None
+    """What the log states about the model it served."""
+    model_note: str | None = None
+    """MODEL taken as the log's model under another name, or by --same-model."""
 
     @property
     def disagreements(self) -> list[FactCheck]:
@@ -159,6 +165,12 @@ class LogCheck:
             "disagreements": [{**c.model_dump(mode="json"), "points_at": points_at(c)} for c in self.disagreements],
             "hint": self.record.hint,
             "unchecked": self.unchecked,
+            "model": None if self.model is None else {
+                "served": self.model.served, "architecture": self.model.architecture,
+                "bytes_per_token": None if self.model.bytes_per_token is None else
+                {"low": round(self.model.bytes_per_token[0], 1), "high": round(self.model.bytes_per_token[1], 1),
+                 "from": self.model.source},
+                "note": self.model_note},
         })
         return out
 
@@ -250,21 +262,12 @@ def model_name(path: str) -> str:
     return parts[-1].lower() if parts else ""
 
 
-def _same_model(model: str, cfg: EngineConfig, log: str) -> None:
-    """Refuses a log of another model: its figures would read as the KV model's error, not as the wrong file."""
-    served = cfg.config.get("model") or (cfg.args or {}).get("model")
-    if not isinstance(served, str) or not served.strip("'\" "):
-        return
-    logged, given = model_name(served), model_name(str(Path(model).resolve()))
-    if logged and given and logged != given:
-        raise UsageError(f"{log}: the log serves model {served.strip(chr(39) + chr(34))} ({logged!r}), not MODEL "
-                         f"{model} ({given!r}): its KV figures are another model's; give the model the log served")
-
-
 def check_log(model: str, log: str, given: list[str], *, version: str | None = None, platform: str | None = None,
-              draft: str | None = None, available: tuple[int, str] | None = None) -> LogCheck:
+              draft: str | None = None, available: tuple[int, str] | None = None,
+              same_model: bool = False) -> LogCheck:
     """Read `log`, predict the configuration it states (with `given` flags on top) for `model`, and hold every
-    figure it logged against the prediction. `available`: (bytes, source) replacing the log's KV memory."""
+    figure it logged against the prediction. `available`: (bytes, source) replacing the log's KV memory;
+    `same_model`: MODEL is the model the log served, whatever the log states (harness.predict.log_model)."""
     try:
         lines = list(iter_file_lines(log))
     except FileRefused as exc:  # missing, a FIFO, a device: harness.files' one reader said which
@@ -304,8 +307,9 @@ def check_log(model: str, log: str, given: list[str], *, version: str | None = N
     except UsageError as exc:
         raise UsageError(f"{log}: the configuration it states: {exc}") from None
     flags = parse_serve_flags(from_log + list(given), version)
-    _same_model(model, cfg, log)
     shape = read_model(model)
+    logged_model_ = logged_model(lines, facts, cfg, stated(facts, cfg))
+    check_architecture(model, shape, logged_model_, log, same_model)
     # a log whose length was let through above the model's says so ("User-specified max_model_len ... is greater"
     # as a warning): VLLM_ALLOW_LONG_MAX_MODEL_LEN was set for that server
     refused_len = facts.refusal is not None and facts.refusal.kind == Reason.max_len_exceeds_model
@@ -317,6 +321,7 @@ def check_log(model: str, log: str, given: list[str], *, version: str | None = N
 
     bare = predict(shape, flags, version=version, platform=platform, draft=draft_shape,
                    allow_long_max_model_len=long_ok)
+    model_note = identify(model, shape, bare, logged_model_, log, same_model)
     null_block = bare.bytes_per_block if rules_for(version).null_block_in_check else 0
     if available is not None:
         pool = (available[0], available[0], available[1])
@@ -345,7 +350,7 @@ def check_log(model: str, log: str, given: list[str], *, version: str | None = N
     unchecked = {k: why for k in logged if k not in checked and k != "need_bytes"}  # need_bytes is need_gib
     return LogCheck(log=str(log), version=version, version_source=version_source, platform=platform,
                     platform_source=platform_source, from_log=from_log, given=list(given), record=record,
-                    logged=logged, unchecked=unchecked)
+                    logged=logged, unchecked=unchecked, model=logged_model_, model_note=model_note)
 
 
 def render_log_check(lc: LogCheck) -> str:
@@ -354,6 +359,8 @@ def render_log_check(lc: LogCheck) -> str:
              "  serve flags from the log: " + (" ".join(lc.from_log) or "none")]
     if lc.given:
         lines.append("  flags given (they win): " + " ".join(lc.given))
+    if lc.model_note:
+        lines.append(f"  note: {lc.model_note}")
     p = lc.record.prediction
     if p is not None and p.available_bytes is not None:
         lines.append(f"  KV memory: {p.available_bytes:,} B ({p.available_source})")

@@ -17,9 +17,9 @@ import math
 from dataclasses import dataclass
 from html import escape
 
-from harness.logfacts.timeline import PHASES, Milestone
+from harness.logfacts.timeline import Milestone
 from harness.memory.model import MemoryCurve
-from harness.report.timeline import PHASE_COLOURS, TAIL_COLOUR
+from harness.report.timeline import NAME_COLOURS, TAIL_COLOUR
 from harness.results.model import CellResult, RunResult
 from harness.units import GIB, KIB, MIB, fmt_bytes, fmt_seconds
 
@@ -147,7 +147,7 @@ class Band:
 def bands(c: CellResult) -> list[Band]:
     """The timeline's spans laid end to end from 0 (as the milestones fall), then the phase the verdict found the
     server in, up to the verdict (a refusal, a timeout)."""
-    colour = {PHASES[m]: col for m, col in PHASE_COLOURS.items()}
+    colour = NAME_COLOURS
     out, t = [], 0.0
     for s in c.timeline.spans():
         out.append(Band(s.name, t, t + s.seconds, colour.get(s.name, TAIL_COLOUR)))
@@ -360,10 +360,10 @@ def _legend(run: RunResult) -> str:
         keys.append((f'<i style="border-top-style:dashed;border-color:{UTILIZATION_COLOUR}"></i>',
                      "limit × gpu_memory_utilization"))
     legend = "".join(f"<span>{mark}{escape(text)}</span>" for mark, text in keys)
-    colour = {PHASES[m]: col for m, col in PHASE_COLOURS.items()}
+    colour = NAME_COLOURS
     seen = {b.name: b.unfinished for c in run.cells if c.memory is not None for b in bands(c)}
     phases = "".join(f'<span style="background:{colour[n]}">{escape(n)}</span>'
-                     for n in (PHASES[m] for m in PHASE_COLOURS) if n in seen)
+                     for n in NAME_COLOURS if n in seen)
     if any(seen.values()):
         phases += f'<span style="background:{TAIL_COLOUR}">unfinished at the verdict</span>'
     return (f'<p class="memory-legend" id="memory-legend">{legend}</p>'

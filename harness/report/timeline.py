@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html import escape
 
-from harness.logfacts.timeline import PHASES, Milestone, PhaseSpan
+from harness.logfacts.timeline import Milestone, PhaseSpan, span_names
 from harness.results.model import CellResult, RunResult
 from harness.units import fmt_seconds
 from harness.verdict import Outcome
@@ -18,6 +18,7 @@ PHASE_COLOURS: dict[Milestone, str] = {
     Milestone.started: "#90a4ae",
     Milestone.first_line: "#ffcc80",
     Milestone.engine_started: "#ffe082",
+    Milestone.loading_started: "#fff3b0",
     Milestone.weights_loaded: "#80cbc4",
     Milestone.compiled: "#ef9a9a",
     Milestone.kv_sized: "#9fa8da",
@@ -27,6 +28,8 @@ PHASE_COLOURS: dict[Milestone, str] = {
     Milestone.healthy: "#bcaaa4",
     Milestone.served: "#81d4fa",
 }
+#: Every name a span may have, with its colour: a joined span ("start-up and weight loading") takes its end's.
+NAME_COLOURS: dict[str, str] = {n: c for m, c in PHASE_COLOURS.items() for n in span_names(m)}
 #: The tail of a bar after the last milestone: the phase the verdict found the server in (a refusal, a timeout).
 TAIL_COLOUR = "#e0e0e0"
 
@@ -89,7 +92,7 @@ def time_summary(c: CellResult) -> str | None:
 def _names_in(run_bars: list[Bar]) -> list[str]:
     """The phases any cell went through, in boot order."""
     seen = {s.name for b in run_bars for s in b.spans} | {b.tail_name for b in run_bars if b.tail_name}
-    return [PHASES[m] for m in PHASE_COLOURS if PHASES[m] in seen]
+    return [n for n in NAME_COLOURS if n in seen]
 
 
 def table_rows(run: RunResult) -> tuple[list[str], list[list[str]]]:
@@ -142,7 +145,7 @@ def html(run: RunResult) -> str:
     scale = max((b.total_s for b in run_bars), default=0.0)
     if not scale:
         return ""
-    colour = {PHASES[m]: c for m, c in PHASE_COLOURS.items()}
+    colour = NAME_COLOURS
     rows = []
     for b in run_bars:
         segs = [(s.name, s.seconds, colour[s.name]) for s in b.spans]

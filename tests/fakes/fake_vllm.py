@@ -230,6 +230,7 @@ def main() -> None:
         flood(flood_mb)
     weights_s = os.environ.get("FAKE_VLLM_WEIGHTS_S")
     if weights_s:
+        log("INFO 11-29 10:00:01 [gpu_model_runner.py:1] Starting to load model fake...")
         time.sleep(float(weights_s))
         log(f"INFO 11-29 10:00:01 [default_loader.py:1] Loading weights took {float(weights_s):.2f} seconds")
     log(f"INFO 11-29 10:00:01 [gpu_worker.py:1] Available KV cache memory: {os.environ.get('FAKE_VLLM_KV_GIB', '0.5')} GiB")

@@ -116,8 +116,8 @@ def boots_in_a_shell(command: str, port: int, timeout_s: float, cleanup: list[st
 _WEIGHTS = re.compile(r"^(\(\w+ pid=\d+\)) .*\] Loading weights took ([\d.]+) seconds$")
 _INIT = re.compile(r"\] init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
 #: The milestones every booted CPU cell passes (no CUDA graphs on a CPU; eager cells compile nothing).
-BOOTED_MILESTONES = {"started", "first_line", "engine_started", "weights_loaded", "kv_sized", "engine_ready",
-                     "listening", "healthy", "served", "decided"}
+BOOTED_MILESTONES = {"started", "first_line", "engine_started", "loading_started", "weights_loaded", "kv_sized",
+                     "engine_ready", "listening", "healthy", "served", "decided"}
 
 
 def check_timeline(cell: dict, log: Path) -> None:

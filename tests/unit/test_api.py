@@ -80,6 +80,20 @@ def workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
+#: What the example matrices read from the environment, unset in a fresh clone.
+SETUP_VARIABLES = ("VLLM_CPU_VENV", "TINY_MODELS", "ARCH_MODELS")
+
+
+@pytest.fixture
+def fresh_clone(tmp_path, monkeypatch):
+    """The doc's blocks as a new user runs them: from a clone's root, nothing set up."""
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    monkeypatch.chdir(tmp_path)
+    for name in SETUP_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
 def run_block(code: str, argv: list[str]) -> tuple[int | None, dict]:
     """`code` as a script run with `argv`: (its exit code, None when it did not exit; its globals)."""
     namespace: dict = {"__name__": "__main__"}
@@ -127,9 +141,28 @@ def test_the_prediction_block_prints_what_the_kv_command_predicts(workdir, capsy
                                        f"{p.kv_tokens} tokens, fits: True\n")
 
 
-def test_the_fake_runtime_block_rehearses_every_cell_as_expected(workdir, capsys):
+def test_the_fake_runtime_block_rehearses_every_cell_as_expected(fresh_clone, capsys):
     code, namespace = run_block(block(BLOCKS["fake runtime"]), ["rehearse.py"])
     assert code is None
-    run = harness.load_run(namespace["session"].run_dir)[0]
+    run_dir = namespace["session"].run_dir
+    run = harness.load_run(run_dir)[0]
     assert run.summary["cells"] == 6 and run.summary["matched"] == 6 and run.runtime == "fake"
-    assert capsys.readouterr().out.rstrip().endswith(" 0")
+    printed = capsys.readouterr().out.splitlines()
+    comment = [ln.removeprefix("# ") for ln in block(BLOCKS["fake runtime"]).splitlines() if ln.startswith("# 6 of")]
+    assert printed == comment == ["6 of 6 cells as expected: <ExitCode.OK: 0>"], "it prints what its comment says"
+    assert not [p for p in run_dir.rglob("*") if p.is_dir() and not any(p.iterdir())], "nothing empty is left"
+    assert sorted(p.name for p in run_dir.iterdir()) == ["cells", "logs", "results.json"]
+
+
+def test_the_nightly_block_in_a_fresh_clone_refuses_as_run_does_in_one_line(fresh_clone):
+    with pytest.raises(harness.ConfigError) as err:
+        run_block(block(BLOCKS["nightly"]), ["nightly.py"])
+    assert len(str(err.value).splitlines()) == 1
+    assert "VLLM_CPU_VENV, TINY_MODELS are not set" in str(err.value)
+    assert "set them up with: . \"$(bash scripts/setup-cpu-example.sh | tail -1)\"" in str(err.value)
+    assert not (fresh_clone / "results").exists()
+
+
+def test_the_prediction_block_needs_no_setup_either(fresh_clone, capsys):
+    assert run_block(block(BLOCKS["predict"]), ["predict.py"])[0] is None
+    assert capsys.readouterr().out.endswith(" tokens, fits: True\n")

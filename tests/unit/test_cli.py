@@ -86,7 +86,7 @@ def test_facts_reads_a_real_refusal_log(capsys):
     facts = json.loads(capsys.readouterr().out)
     assert facts["vllm_version"] == "0.32.0" and facts["reason"] == "kv_cache_too_small"
     assert facts["refusal"]["max_seq_len"] == 2048 and facts["refusal"]["estimated_max_model_len"] == 1408
-    assert set(facts) == {"vllm_version", "reason", "kv", "cause", "refusal", "timeline"}
+    assert set(facts) == {"vllm_version", "reason", "kv", "cause", "refusal", "stated", "timeline"}
     assert facts["cause"]["hint"] == "largest max_model_len that fits: 1408"
 
 

