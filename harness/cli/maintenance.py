@@ -121,7 +121,7 @@ def cmd_facts(args: argparse.Namespace, out: Console) -> int:
                           f"  {cause.kind} → {cause.outcome}", f"  {cause.process}" if cause.process else ""))
         say(f"    line: {cause.line}")
         for key, value in cause.numbers.items():
-            say(f"    {key}: {value}")
+            say(f"    {key}: {gib_shown(value) if key.endswith('_gib') and isinstance(value, float) else value}")
         say(Text.assemble("    hint: ", (cause.hint, "bold")))
     if facts.refusal:
         r = facts.refusal

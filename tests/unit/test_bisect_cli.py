@@ -204,4 +204,4 @@ def test_on_time_finds_a_three_second_step(tmp_path):
     found = runner.run()
     assert (found.lo, found.hi, found.exact) == (5, 6, True)
     assert len(runtime.started) <= 2 + 4
-    assert len(BOOT_LINES) == 8
+    assert len(BOOT_LINES) == 9

@@ -185,7 +185,7 @@ def test_a_boot_killed_by_memory_says_how_close_its_curve_came(tmp_path):
            "to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.02 GiB is free.")
     r = boot(tmp_path, Script((BOOT_LINES[2][1], oom), then="exit", memory=((1, 70 * GIB),)),
              expect=[{"outcome": "refused"}])
-    assert (r.outcome, r.reason) == (Outcome.refused, Reason.cuda_oom_unknown)
+    assert (r.outcome, r.reason) == (Outcome.refused, Reason.cuda_oom_weights)  # the log stopped loading weights
     assert "memory: peak 70.00 GiB" in r.detail
 
 

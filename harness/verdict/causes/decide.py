@@ -41,6 +41,7 @@ OOM_FRAMES: tuple[tuple[Cause, frozenset[str]], ...] = (
 #: The log's own phase (harness.logfacts.timeline.PHASES) where no frame tells it.
 OOM_LOG_PHASES: dict[str, Cause] = {
     "weight loading": CUDA_OOM_WEIGHTS,
+    "start-up and weight loading": CUDA_OOM_WEIGHTS,  # a log without "Starting to load model": mostly the weights
     "CUDA-graph capture": CUDA_OOM_GRAPH_CAPTURE,
 }
 MODEL_CODE = "/model_executor/models/"

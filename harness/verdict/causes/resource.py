@@ -72,10 +72,16 @@ def _oom(cause_id: str, phase: str, meaning: str, patterns: tuple[Pattern, ...] 
 CUDA_OOM_WEIGHTS = _oom(
     "cuda_oom_weights", "the weights do not fit in GPU memory: more GPUs, a quantized checkpoint, or a smaller model",
     "the weights do not fit (\"Failed to load model - not enough GPU memory\", or CUDA out of memory while loading)",
-    (Pattern("Failed to load model", EXC + r"Failed to load model - not enough GPU memory", read=_allocation),),
+    (Pattern("Failed to load model", EXC + r"Failed to load model - not enough GPU memory", read=_allocation),
+     # a layer creating its weights says so itself, logged before its traceback (0.11+: "Failed to create unquantized
+     # linear weights: CUDA out of memory. ..."): no frame or phase is needed to place it
+     Pattern("weights: CUDA out of memory", r"Failed to create [\w ]{1,60}weights: CUDA out of memory",
+             read=_allocation)),
     aliases=("weights_dont_fit",),
     examples=("ValueError: Failed to load model - not enough GPU memory. Tried to allocate 2.00 GiB ... (original "
-              "error: CUDA out of memory. Tried to allocate 2.00 GiB.)",))
+              "error: CUDA out of memory. Tried to allocate 2.00 GiB.)",
+              "Failed to create unquantized linear weights: CUDA out of memory. Tried to allocate 896.00 MiB. GPU 0 "
+              "has a total capacity of 93.09 GiB of which 739.81 MiB is free."))
 CUDA_OOM_PROFILING = _oom(
     "cuda_oom_profiling", "out of GPU memory in the profiling run: lower max_num_batched_tokens or max_num_seqs",
     "CUDA out of memory in the profiling run (the dummy forward pass at max_num_batched_tokens)")
