@@ -9,7 +9,6 @@ from pathlib import Path
 from rich.console import Console
 
 from harness.cli.common import USAGE_EXIT, add_command, say_to, stderr
-from harness.errors import UsageError
 from harness.exitcodes import ExitCode
 
 

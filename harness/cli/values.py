@@ -9,7 +9,6 @@ import argparse
 import math
 import re
 import sys
-from pathlib import Path
 
 #: vLLM's lengths and the KV block: more than a trillion tokens is a typo, not a model (the arithmetic stays exact)
 MAX_TOKENS = 1 << 40

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.analysis.fit import Analysis, analyze_run
 from harness.errors import UsageError
-from harness.report.grid import Grid, build_grids, grid_renderable, grid_text
+from harness.report.grid import Grid, build_grids, grid_text
 from harness.results.model import RunResult
 
 @dataclass

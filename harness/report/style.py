@@ -9,7 +9,6 @@ from harness.verdict import Outcome
 if TYPE_CHECKING:
     from rich.text import Text
 
-    from harness.escape import terminal
 
 #: rich styles, by outcome (the grid shows them bold).
 STYLE: dict[Outcome, str] = {Outcome.booted: "green", Outcome.refused: "yellow", Outcome.crashed: "red",

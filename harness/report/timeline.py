@@ -165,7 +165,7 @@ def html(run: RunResult) -> str:
     legend = "".join(f'<span style="background:{colour[n]}">{escape(n)}</span>' for n in present)
     legend += f'<span style="background:{TAIL_COLOUR}">unfinished at the verdict</span>'
     head = dominant(run)
-    return (f'<section id="timeline"><h2>Boot timeline</h2>'
+    return ('<section id="timeline"><h2>Boot timeline</h2>'
             + (f'<p class="meta">{escape(head)}; one scale for all cells: the longest bar is '
                f'{escape(fmt_seconds(scale))}</p>' if head else "")
             + f'<p class="phase-legend">{legend}</p><div class="timeline">{"".join(rows)}</div></section>')

@@ -11,7 +11,7 @@ test_hostile_table.py keeps the doc in sync with the collection; "now" is every 
 from __future__ import annotations
 
 import collections
-import re
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -134,6 +134,37 @@ def current() -> str | None:
 
 def write() -> None:
     BLOCK.write(render())
+
+
+def before(ref: str) -> str:
+    """Today's hostile cases run against the harness of `ref`: a detached worktree of it in a temp dir with this
+    checkout's tests/ copied over, pytest's per-file pass counts as `file: held of tried` lines (a case that needs a
+    name the old harness lacks fails there: that file's note in BEFORE says what was added to run it)."""
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="hostile-before-") as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), ref], cwd=ROOT, check=True,
+                       capture_output=True, timeout=120)
+        try:
+            shutil.rmtree(tree / "tests")
+            shutil.copytree(ROOT / "tests", tree / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+            out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-n", "0",
+                                  "-k", UNSAFE_BEFORE, *_files()], cwd=tree, capture_output=True, text=True,
+                                 env={**os.environ, "PYTHONPATH": str(tree)}, timeout=3600).stdout
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True,
+                           timeout=120)
+    held: collections.Counter[str] = collections.Counter()
+    tried: collections.Counter[str] = collections.Counter()
+    for line in out.splitlines():
+        word, _, rest = line.partition(" ")
+        if word in ("PASSED", "FAILED", "ERROR") and "::" in rest:
+            name = Path(rest.split("::", 1)[0]).name
+            tried[name] += 1
+            held[name] += word == "PASSED"
+    return "\n".join(f"{name}: {held[name]} of {tried[name]}" for name in sorted(tried))
 
 
 if __name__ == "__main__":

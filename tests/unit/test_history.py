@@ -21,7 +21,7 @@ from harness.cli import main
 from harness.errors import ConfigError
 from harness.gpu.records import GpuInfo
 from harness.memory.model import DeviceMemory, MemoryCurve
-from harness.results.model import CellResult, RunResult, Timings
+from harness.results.model import CellResult, Timings
 from harness.results.store import load_run
 from harness.runtime.records import AppliedPatch, ContainerInfo
 from tests.synthetic import _T0, make_cell, make_run, write_run

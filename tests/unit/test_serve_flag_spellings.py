@@ -5,7 +5,6 @@ tests/integration/test_serve_flags_vllm.py."""
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import pytest
 
