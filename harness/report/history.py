@@ -132,7 +132,7 @@ def render_markdown(h: History) -> str:
 
 # ---------------------------------------------------------------- HTML
 
-_W, _H, _PAD, _LABEL = 190, 40, 4, 34
+_W, _H, _PAD, _LABEL = 170, 40, 4, 34
 """The sparkline's box (px): the curve's width is `_W - _LABEL`, its scale's labels to the left of it."""
 
 OUTCOME_DOT = {Outcome.booted: "#2e7d32", Outcome.refused: "#b28704", Outcome.crashed: "#c62828",
@@ -154,6 +154,10 @@ svg.spark line.top{stroke:#e0e0e0;stroke-width:1}
 svg.spark text{font-size:10px;fill:#555;font-family:system-ui,"DejaVu Sans",sans-serif}
 svg.spark circle.cp{fill:none;stroke:#d50000;stroke-width:2}
 td.changes{max-width:520px}
+table.history tbody th code{white-space:nowrap}
+td.boot .steps{font-size:.85em;color:#555;max-width:220px}
+td .since{font-size:.85em;color:#555;margin-top:2px}
+td.boot{min-width:174px}
 """
 
 DOTS = 60
@@ -241,17 +245,18 @@ def render_html(h: History) -> str:
         rows.append(f'<tr class="cell-history" id="history-{escape(c.cell_id)}" data-cell-id="{escape(c.cell_id)}" '
                     f'data-since="{since}"><th><code>{escape(c.cell_id)}</code></th>'
                     + "".join([td(e) for td, e in zip(tds, c.entries)])
-                    + f"<td>{escape(latest.verdict if latest else '—')}</td><td><code>{since or '—'}</code></td>"
-                    f'<td class="changes">{escape(_changes(c))}</td><td>{_spark(h, c, at)}</td>'
-                    f"<td>{escape(_boot(c))}</td></tr>")
+                    + f"<td>{escape(latest.verdict if latest else '—')}<div class=\"since\">since <code>{since or '—'}"
+                    "</code></div></td>"
+                    f'<td class="changes">{escape(_changes(c))}</td><td class="boot">{_spark(h, c, at)}'
+                    f'<div class="steps">{escape(_boot(c))}</div></td></tr>')
     legend = "".join(f'<span class="{o}">{SYMBOL[o]} {o}</span>' for o in Outcome)
     body = [f"<h1>boot-harness history: {len(h.runs)} runs</h1>",
             f'<p class="meta">matrix <b>{escape(h.runs[0].matrix)}</b> · {escape(h.runs[0].run_id)} → '
             f"{escape(h.runs[-1].run_id)} · oldest first</p>",
             f'<p class="legend">{legend} <span>{GAP} not run</span> <span>red outline: missed its expectation'
             "</span> <span>faded: run not complete</span></p>",
-            f'<div class="scroll"><table class="history"><thead><tr><th>cell</th>{head}<th>verdict</th><th>since</th><th>changed</th>'
-            f'<th title="{escape(SCALE)}">total boot time<br><small>0 to each row\'s max</small></th><th>steps</th></tr>'
+            f'<div class="scroll"><table class="history"><thead><tr><th>cell</th>{head}<th>verdict, since</th><th>changed</th>'
+            f'<th title="{escape(SCALE)}">total boot time<br><small>0 to each row\'s max; its steps</small></th></tr>'
             f"</thead><tbody>{''.join(rows)}</tbody></table></div>",
             f'<p class="meta" id="spark-scale">Total boot time: each night a dot in its outcome\'s colour, every '
             f"complete night the cell has a boot time on, whatever its verdict; the scale runs {escape(SCALE)}; a "
