@@ -202,7 +202,8 @@ def _read(dfd: int) -> tuple[Any, list[Any]] | None:
                 return None
             cells[cell.cell_id] = cell
             bodies[cell.cell_id] = data
-    got = _listed(cut_memory(raw, _COPY_INDENT), bodies)  # the copies are compared with the cells, the rest parsed: UTF-8 both
+    # the copies are compared with the cells, the rest parsed: UTF-8 both
+    got = _listed(cut_memory(raw, _COPY_INDENT), bodies)
     if got is None:
         return None
     listed, head = got

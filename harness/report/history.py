@@ -194,7 +194,8 @@ def _spark(h: History, c: CellHistory, at: dict[str, int] | None = None) -> str:
     at = at if at is not None else {n.run_id: i for i, n in enumerate(h.runs)}
     value = {i: v for i, v, _ in points}
     marks = "".join(
-        f'<circle class="cp" data-run="{escape(t.run)}" cx="{xs[at[t.run]]:.1f}" cy="{y(value[at[t.run]]):.1f}" r="4.5">'
+        f'<circle class="cp" data-run="{escape(t.run)}" cx="{xs[at[t.run]]:.1f}" cy="{y(value[at[t.run]]):.1f}" '
+        'r="4.5">'
         f"<title>{escape(t.describe())}</title></circle>"
         for t in c.time_changes if t.phase == TOTAL and at.get(t.run) in value)
     lo = min(v for _, v, _ in points)
@@ -245,8 +246,8 @@ def render_html(h: History) -> str:
         rows.append(f'<tr class="cell-history" id="history-{escape(c.cell_id)}" data-cell-id="{escape(c.cell_id)}" '
                     f'data-since="{since}"><th><code>{escape(c.cell_id)}</code></th>'
                     + "".join([td(e) for td, e in zip(tds, c.entries)])
-                    + f"<td>{escape(latest.verdict if latest else '—')}<div class=\"since\">since <code>{since or '—'}"
-                    "</code></div></td>"
+                    + f"<td>{escape(latest.verdict if latest else '—')}"
+                    f"<div class=\"since\">since <code>{since or '—'}</code></div></td>"
                     f'<td class="changes">{escape(_changes(c))}</td><td class="boot">{_spark(h, c, at)}'
                     f'<div class="steps">{escape(_boot(c))}</div></td></tr>')
     legend = "".join(f'<span class="{o}">{SYMBOL[o]} {o}</span>' for o in Outcome)
@@ -255,7 +256,8 @@ def render_html(h: History) -> str:
             f"{escape(h.runs[-1].run_id)} · oldest first</p>",
             f'<p class="legend">{legend} <span>{GAP} not run</span> <span>red outline: missed its expectation'
             "</span> <span>faded: run not complete</span></p>",
-            f'<div class="scroll"><table class="history"><thead><tr><th>cell</th>{head}<th>verdict, since</th><th>changed</th>'
+            f'<div class="scroll"><table class="history"><thead><tr><th>cell</th>{head}<th>verdict, since</th>'
+            "<th>changed</th>"
             f'<th title="{escape(SCALE)}">total boot time<br><small>0 to each row\'s max; its steps</small></th></tr>'
             f"</thead><tbody>{''.join(rows)}</tbody></table></div>",
             f'<p class="meta" id="spark-scale">Total boot time: each night a dot in its outcome\'s colour, every '

@@ -50,8 +50,8 @@ def why_none(run: RunResult) -> str | None:
     curves were lost); None when one has a curve, or the run has no cell."""
     if not run.cells or has_memory(run):
         return None
-    return ("no memory curves: no cell of this run recorded one — its matrix set `memory_interval_s: null`, no server "
-            "started, or the run was recorded before the harness sampled memory (docs/memory.md)")
+    return ("no memory curves: no cell of this run recorded one — its matrix set `memory_interval_s: null`, no "
+            "server started, or the run was recorded before the harness sampled memory (docs/memory.md)")
 
 
 def grid_line(c: CellResult) -> str | None:
