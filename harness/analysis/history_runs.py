@@ -10,7 +10,7 @@ night) is *skipped with a warning* naming its path — one broken night neither 
 shard run that a merged run in the history already holds is skipped with a note; a run still `running` or
 `interrupted` is *kept and marked* (shown, never read as a verdict). A path that does not exist, paths holding no run at all, or runs of
 different matrices are *refused* (exit 2): no history can be told from them. One leniency, deliberate: a memory
-curve's samples are not read (harness.analysis.history_read), so what is wrong inside them is `check`'s to say.
+curve is not read (harness.analysis.history_read), so what is wrong inside one is `check`'s to say.
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
 """`boot-harness history` rendered: a terminal table (a row per cell, its nights as a strip of outcome symbols, ids
 whole through a pipe), markdown for the nightly job summary, and one offline HTML page — a row per cell, a column per
-night coloured by outcome and outlined where it missed its expectation, a boot-time sparkline (inline SVG, no script)
-with its change points marked.
+night coloured by outcome and outlined where it missed its expectation, a boot-time sparkline (inline SVG, no script:
+every complete night the cell has a boot time on, whatever its verdict, on a scale from 0 s to the row's highest night,
+both written beside it) with its change points marked.
 
 Stable hooks for tools and tests: each row `<tr class="cell-history" id="history-CELL_ID" data-cell-id="CELL_ID"
 data-since="RUN">`, each night `<td class="night OUTCOME matched|mismatched|unexpected|gap" data-run="RUN"
-data-status="STATUS">`, each sparkline `<svg class="spark">` with a `<circle class="cp" data-run="RUN">` per change
-point of the total boot time.
+data-status="STATUS">`, each sparkline `<svg class="spark" data-max-s="SECONDS">` with a `<circle class="dot OUTCOME">`
+per night (the flips only past DOTS nights) and a `<circle class="cp" data-run="RUN">` per change point of the total
+boot time.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from rich.text import Text
 from harness.analysis.history import CellHistory, History
 from harness.analysis.history_runs import TOTAL, Entry, Night
 from harness.escape import md_code, md_text
+from harness.report.glyphs import text_only
 from harness.report.html import COLOURS, _css
 from harness.report.markdown import BADGE
 from harness.report.style import STYLE, SYMBOL
@@ -135,40 +138,81 @@ def render_markdown(h: History) -> str:
 
 # ---------------------------------------------------------------- HTML
 
-_W, _H, _PAD = 160, 28, 3
+_W, _H, _PAD, _LABEL = 170, 40, 4, 34
+"""The sparkline's box (px): the curve's width is `_W - _LABEL`, its scale's labels to the left of it."""
+
+OUTCOME_DOT = {Outcome.booted: "#2e7d32", Outcome.refused: "#b28704", Outcome.crashed: "#c62828",
+               Outcome.timeout: "#6a1b9a", Outcome.error: "#7f0000"}
 
 CSS = """
 table.history{border-collapse:collapse;margin:8px 0 16px;font-size:.9em}
 table.history th,table.history td{border:1px solid #bdbdbd;padding:3px 6px;text-align:left;vertical-align:middle}
 table.history thead th{background:#eceff1;font-weight:600}
 table.history th.run{writing-mode:vertical-rl;transform:rotate(180deg);font-weight:400;font-size:.8em}
+div.scroll{overflow-x:auto;max-width:100%}
 td.night{min-width:14px;text-align:center;font-size:.85em}
 td.night.mismatched{outline:3px solid #d50000;outline-offset:-3px}
 td.night.gap{background:#fafafa;color:#bdbdbd}
 td.night.partial{opacity:.45}
 svg.spark polyline{fill:none;stroke:#1565c0;stroke-width:1.5}
-svg.spark circle.cp{fill:#d50000}
+svg.spark line.axis{stroke:#9e9e9e;stroke-width:1}
+svg.spark line.top{stroke:#e0e0e0;stroke-width:1}
+svg.spark text{font-size:10px;fill:#555;font-family:system-ui,"DejaVu Sans",sans-serif}
+svg.spark circle.cp{fill:none;stroke:#d50000;stroke-width:2}
 td.changes{max-width:520px}
+table.history tbody th code{white-space:nowrap}
+td.boot .steps{font-size:.85em;color:#555;max-width:220px}
+td .since{font-size:.85em;color:#555;margin-top:2px}
+td.boot{min-width:174px}
 """
+
+DOTS = 60
+"""The most nights a sparkline draws a dot for each of."""
+
+SCALE = "from 0 s to the row's own highest night (its figure at the left): a 5 % drift is 5 % of the height"
+
+
+def spark_points(h: History, c: CellHistory) -> list[tuple[int, float, str]]:
+    """(run index, total boot seconds, outcome) of every complete night the cell has a boot time on, whatever its
+    verdict: a cell that flipped is drawn whole, each night in its outcome's colour."""
+    return [(i, e.times[TOTAL], e.outcome) for i, (n, e) in enumerate(zip(h.runs, c.entries))
+            if e is not None and n.counts and TOTAL in e.times]
 
 
 def _spark(h: History, c: CellHistory, at: dict[str, int] | None = None) -> str:
-    """`at`: each run's index by id (made here when not given; a page's rows share one)."""
-    if not c.series:
+    """The total boot time night by night on a zero-based scale (SCALE), its top figure and 0 written beside it;
+    change points circled. `at`: each run's index by id (made here when not given; a page's rows share one)."""
+    points = spark_points(h, c)
+    if not points:
         return ""
-    xs = {i: _PAD + (_W - 2 * _PAD) * (i / max(1, len(h.runs) - 1)) for i, _ in c.series}
-    lo, hi = min(v for _, v in c.series), max(v for _, v in c.series)
-    y = lambda v: _H - _PAD - (_H - 2 * _PAD) * ((v - lo) / (hi - lo) if hi > lo else 0.5)  # noqa: E731
-    points = " ".join(f"{xs[i]:.1f},{y(v):.1f}" for i, v in c.series)
+    hi = max(v for _, v, _ in points) or 1.0
+    left, right = _LABEL, _W - _PAD
+    xs = {i: left + (right - left) * (i / max(1, len(h.runs) - 1)) for i, _, _ in points}
+    y = lambda v: _H - _PAD - (_H - 2 * _PAD) * (v / hi)  # noqa: E731
+    line = " ".join(f"{xs[i]:.1f},{y(v):.1f}" for i, v, _ in points)
+    # each night a dot in its outcome's colour; past DOTS nights (a year is 365) only the first and each night whose
+    # outcome differs from the night before: where the line changes meaning
+    r, shown = (2.5, points) if len(points) <= DOTS else (
+        2.0, [p for k, p in enumerate(points) if k == 0 or p[2] != points[k - 1][2]])
+    dots = "".join(f'<circle class="dot {escape(o)}" cx="{xs[i]:.1f}" cy="{y(v):.1f}" r="{r}" '
+                   f'fill="{OUTCOME_DOT.get(o, "#555")}"><title>{escape(h.runs[i].run_id)}: {escape(o)}, '
+                   f"{fmt_seconds(v)}</title></circle>" for i, v, o in shown)
     at = at if at is not None else {n.run_id: i for i, n in enumerate(h.runs)}
-    value = dict(c.series)
+    value = {i: v for i, v, _ in points}
     marks = "".join(
-        f'<circle class="cp" data-run="{escape(t.run)}" cx="{xs[at[t.run]]:.1f}" cy="{y(value[at[t.run]]):.1f}" r="3">'
+        f'<circle class="cp" data-run="{escape(t.run)}" cx="{xs[at[t.run]]:.1f}" cy="{y(value[at[t.run]]):.1f}" '
+        'r="4.5">'
         f"<title>{escape(t.describe())}</title></circle>"
         for t in c.time_changes if t.phase == TOTAL and at.get(t.run) in value)
-    title = f"total boot time, {fmt_seconds(lo)} to {fmt_seconds(hi)}"
+    lo = min(v for _, v, _ in points)
+    title = f"total boot time, {fmt_seconds(lo)} to {fmt_seconds(hi)} over {len(points)} nights; scale {SCALE}"
+    axis = (f'<line class="axis" x1="{left - 2}" y1="{_H - _PAD}" x2="{right}" y2="{_H - _PAD}"/>'
+            f'<line class="top" x1="{left - 2}" y1="{_PAD}" x2="{right}" y2="{_PAD}"/>'
+            f'<text x="{left - 4}" y="{_PAD + 8}" text-anchor="end">{escape(fmt_seconds(hi))}</text>'
+            f'<text x="{left - 4}" y="{_H - _PAD}" text-anchor="end">0</text>')
     return (f'<svg class="spark" width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" role="img" '
-            f'aria-label="{escape(title)}"><title>{escape(title)}</title><polyline points="{points}"/>{marks}</svg>')
+            f'aria-label="{escape(title)}" data-max-s="{hi:g}"><title>{escape(title)}</title>{axis}'
+            f'<polyline points="{line}"/>{dots}{marks}</svg>')
 
 
 def _night_tds(n: Night) -> Callable[[Entry | None], str]:
@@ -208,17 +252,23 @@ def render_html(h: History) -> str:
         rows.append(f'<tr class="cell-history" id="history-{escape(c.cell_id)}" data-cell-id="{escape(c.cell_id)}" '
                     f'data-since="{since}"><th><code>{escape(c.cell_id)}</code></th>'
                     + "".join([td(e) for td, e in zip(tds, c.entries)])
-                    + f"<td>{escape(latest.verdict if latest else '—')}</td><td><code>{since or '—'}</code></td>"
-                    f'<td class="changes">{escape(_changes(c))}</td><td>{_spark(h, c, at)}</td>'
-                    f"<td>{escape(_boot(c))}</td></tr>")
+                    + f"<td>{escape(latest.verdict if latest else '—')}"
+                    f"<div class=\"since\">since <code>{since or '—'}</code></div></td>"
+                    f'<td class="changes">{escape(_changes(c))}</td><td class="boot">{_spark(h, c, at)}'
+                    f'<div class="steps">{escape(_boot(c))}</div></td></tr>')
     legend = "".join(f'<span class="{o}">{SYMBOL[o]} {o}</span>' for o in Outcome)
     body = [f"<h1>boot-harness history: {plural(len(h.runs), 'run')}</h1>",
             f'<p class="meta">matrix <b>{escape(h.runs[0].matrix)}</b> · {escape(h.runs[0].run_id)} → '
             f"{escape(h.runs[-1].run_id)} · oldest first</p>",
             f'<p class="legend">{legend} <span>{GAP} not run</span> <span>red outline: missed its expectation'
             "</span> <span>faded: run not complete</span></p>",
-            f'<table class="history"><thead><tr><th>cell</th>{head}<th>verdict</th><th>since</th><th>changed</th>'
-            f"<th>total boot time</th><th>steps</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"]
+            f'<div class="scroll"><table class="history"><thead><tr><th>cell</th>{head}<th>verdict, since</th>'
+            "<th>changed</th>"
+            f'<th title="{escape(SCALE)}">total boot time<br><small>0 to each row\'s max; its steps</small></th></tr>'
+            f"</thead><tbody>{''.join(rows)}</tbody></table></div>",
+            f'<p class="meta" id="spark-scale">Total boot time: each night a dot in its outcome\'s colour, every '
+            f"complete night the cell has a boot time on, whatever its verdict; the scale runs {escape(SCALE)}; a "
+            "circled dot is a step in the boot time.</p>"]
     told = [c for c in h.cells if c.before is not None or c.time_changes]
     if told:
         body.append('<h2>What changed</h2><ul id="changes">'
@@ -230,7 +280,7 @@ def render_html(h: History) -> str:
     if h.warnings:
         body.append('<h2>Not read as verdicts</h2><ul id="warnings">'
                     + "".join(f"<li>{escape(w)}</li>" for w in h.warnings) + "</ul>")
-    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>boot-harness history</title><style>{_css()}{CSS}{colours}</style></head>"
-            f"<body>{''.join(body)}</body></html>\n")
+    return text_only("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                     "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+                     f"<title>boot-harness history</title><style>{_css()}{CSS}{colours}</style></head>"
+                     f"<body>{''.join(body)}</body></html>\n")

@@ -3,7 +3,8 @@ so it opens offline and can be attached to a CI run as is.
 
 Stable hooks for tools and tests: every grid cell is `<td class="cell OUTCOME matched|mismatched|unexpected"
 id="cell-CELL_ID" data-cell-id="CELL_ID" data-outcome="OUTCOME" data-reason="REASON" data-matched="true|false|none">`,
-each grid a `<table class="grid" data-split="AXIS=VALUE">`, the plot `<img id="kv-plot">`; the memory curves'
+each grid a `<table class="grid" data-split="AXIS=VALUE">`, the plot one `<img class="kv-plot" data-group="GROUP">` per
+group, the first also `id="kv-plot"`; the memory curves'
 hooks are listed in harness.report.memory (a run without curves draws no such section and no such CSS).
 """
 
@@ -17,6 +18,7 @@ from harness.analysis.fit import Analysis, no_cells
 from harness.units import fmt_bytes
 from harness.report.grid import Grid, expectation_mark, inconsistent, key_numbers, numbers_legend, outcome_counts
 from harness.report import memory, timeline
+from harness.report.glyphs import text_only
 from harness.report.style import SYMBOL
 from harness.results.model import RunResult
 from harness.verdict import Outcome, Reason
@@ -52,6 +54,7 @@ table.fit th,table.fit td{border-bottom:1px solid #e0e0e0;padding:3px 10px;text-
 code{background:#f3f3f3;padding:1px 4px;border-radius:3px}
 .finding.inconsistent{color:#b71c1c;font-weight:600}.finding.note{color:#666}
 figure{margin:12px 0}figure img{max-width:100%;border:1px solid #e0e0e0}
+figure.kv-plots .panels{display:flex;flex-wrap:wrap;gap:12px}figure.kv-plots img{height:auto}
 """
 
 
@@ -127,8 +130,26 @@ def _analysis_html(a: Analysis) -> str:
     return "".join(parts)
 
 
-def render_html(run: RunResult, grids: list[Grid], analysis: Analysis | None, png: bytes | None,
-                notes: list[str] | None = None) -> str:
+def _plots_html(plots: list[tuple[str, bytes]] | bytes | None) -> str:
+    """The KV plot: one image per group, wrapping to the page's width, each at its own size (never scaled down past
+    reading); the first is `#kv-plot`."""
+    if not plots:
+        return ""
+    panels = [("", plots)] if isinstance(plots, bytes) else plots
+    first = ' id="kv-plot"'
+    imgs = "".join(
+        f'<img{first if i == 0 else ""} class="kv-plot" data-group="{escape(label, quote=True)}" '
+        f'alt="{escape(("KV need and cap against max_model_len: " + label).rstrip(": "), quote=True)}" '
+        f'src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
+        for i, (label, png) in enumerate(panels))
+    return (f'<figure class="kv-plots"><div class="panels">{imgs}</div><figcaption>KV need (red circles) and cap '
+            "(blue squares) against the length: filled markers booted, open ones were refused; dashed lines are the "
+            "fits to the logged numbers, the broad green band the need predicted from config.json, the dotted "
+            "vertical line the crossover. Each panel's legend is below it.</figcaption></figure>")
+
+
+def render_html(run: RunResult, grids: list[Grid], analysis: Analysis | None,
+                plots: list[tuple[str, bytes]] | bytes | None, notes: list[str] | None = None) -> str:
     s = run.summary
     summary = (f"{s.get('cells', len(run.cells))} cells: {outcome_counts(s)} — {s.get('matched', 0)} matched, "
                f"{s.get('mismatched', 0)} mismatched, {s.get('unexpected', 0)} without expectation")
@@ -143,21 +164,18 @@ def render_html(run: RunResult, grids: list[Grid], analysis: Analysis | None, pn
     body += [_grid_html(g) for g in grids]
     if grids:
         body.append(f'<p class="meta" id="numbers-legend">{escape(numbers_legend(run))}</p>')
-    if png:
-        b64 = base64.b64encode(png).decode("ascii")
-        body.append(f'<figure><img id="kv-plot" alt="KV need and cap against max_model_len" '
-                    f'src="data:image/png;base64,{b64}"><figcaption>KV need (red) and cap (blue) against the length; '
-                    "filled markers booted, open ones did not; dashed lines are the fits.</figcaption></figure>")
+    body.append(_plots_html(plots))
     body.append(timeline.html(run))
     body.append(memory.html(run))
     if analysis is not None:
         body.append(_analysis_html(analysis))
     for n in notes or []:
         body.append(f'<p class="finding note">{escape(n)}</p>')
-    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+    page = ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>boot-harness report {escape(run.run_id)}</title><style>{_css(run)}</style></head>"
             f"<body>{''.join(body)}</body></html>\n")
+    return text_only(page)
 
 
 def write_text(path: Path, text: str | bytes, flag: str | None = None) -> None:

@@ -45,6 +45,15 @@ def has_memory(run: RunResult) -> bool:
     return any(c.memory is not None for c in run.cells)
 
 
+def why_none(run: RunResult) -> str | None:
+    """Why a run with cells has no memory curve, in one line (a report never leaves a reader wondering whether the
+    curves were lost); None when one has a curve, or the run has no cell."""
+    if not run.cells or has_memory(run):
+        return None
+    return ("no memory curves: no cell of this run recorded one — its matrix set `memory_interval_s: null`, no "
+            "server started, or the run was recorded before the harness sampled memory (docs/memory.md)")
+
+
 def grid_line(c: CellResult) -> str | None:
     """The grid cell's line: `mem peak 1.52 GiB · headroom 12.4 GiB`; None without a curve."""
     m = c.memory
@@ -92,9 +101,14 @@ LOGGED_HEADER = ["vLLM logged", "in phase", "logged", "measured step", "differen
 
 
 def markdown(run: RunResult) -> list[str]:
-    """`### Memory`: the table, then what vLLM logged beside the measured steps; nothing when no cell has a curve."""
+    """`### Memory`: the table, then what vLLM logged beside the measured steps; without curves, why."""
     if not has_memory(run):
-        return []
+        why = why_none(run)
+        if why is None:
+            return []
+        from harness.escape import md_text
+
+        return ["### Memory", "", md_text(why), ""]
     from harness.escape import md_text as esc
 
     header, rows = table_rows(run)
@@ -113,9 +127,13 @@ def markdown(run: RunResult) -> list[str]:
 
 
 def renderable(run: RunResult):
-    """The memory table for the terminal (a PlainTable: ids literal and whole through a pipe); None without curves."""
+    """The memory table for the terminal (a PlainTable: ids literal and whole through a pipe); without curves, the
+    line that says why; None for a run without cells."""
     if not has_memory(run):
-        return None
+        from harness.report.text import literal
+
+        why = why_none(run)
+        return None if why is None else literal(why, style="dim")
     from harness.report.text import PlainTable
 
     header, rows = table_rows(run)
@@ -371,9 +389,11 @@ def _legend(run: RunResult) -> str:
 
 
 def html(run: RunResult) -> str:
-    """The section: a curve per cell, each on its own scale; '' when no cell of the run has a curve."""
+    """The section: a curve per cell, each on its own scale; without curves, why (`#no-memory`)."""
     if not has_memory(run):
-        return ""
+        why = why_none(run)
+        return "" if why is None else (f'<section id="memory"><h2>Memory</h2><p class="meta" id="no-memory">'
+                                       f"{escape(why)}</p></section>")
     intro = ("Each cell on its own scale: x is seconds since the cell started (the timeline's clock), y the bytes the "
              "server held; its boot phases shaded behind the curve. A limit far above the peak is drawn at the top "
              "edge, marked above the scale.")

@@ -401,7 +401,6 @@ DAMAGED = [  # (id, damage(night 1's run directory)): every one the one loader r
         d, lambda s: s.replace('"ready_s": null', '"ready_s": NaN'))),
     ("cell-Infinity", lambda d: _cell_text(d, lambda s: s.replace('"verdict_s": 41.0', '"verdict_s": -Infinity'))),
     ("cell-1e999", lambda d: _cell_text(d, lambda s: s.replace('"verdict_s": 41.0', '"verdict_s": 1e999'))),
-    ("cell-NaN-in-its-memory", lambda d: _cell_text(d, lambda s: s.replace('"peak_at_s": 8.0', '"peak_at_s": NaN'))),
     ("cell-30-digit-int", lambda d: _cell_text(d, lambda s: s.replace('"exit_code": null',
                                                                       '"exit_code": ' + "9" * 30))),
     ("cell-21-digit-int-as-a-time", lambda d: _cell_text(d, lambda s: s.replace('"verdict_s": 41.0',
@@ -475,24 +474,49 @@ def test_a_run_the_one_loader_takes_tells_the_same(tmp_path, monkeypatch, change
     assert fast == history([tmp_path]).to_dict()
 
 
-def test_the_faster_road_reads_what_the_loader_reads_but_the_samples(tmp_path):
+def test_the_faster_road_reads_what_the_loader_reads_but_the_memory_curve(tmp_path):
     d = _nights(tmp_path)[0]
     run, cells = read_run(d)
     ref, _ = load_run(d)
     assert run.model_dump(exclude={"cells", "summary"}) == ref.model_dump(exclude={"cells", "summary"})
-    assert [c.model_dump(exclude={"memory": {"samples"}}) for c in cells] == \
-        [c.model_dump(exclude={"memory": {"samples"}}) for c in ref.cells]
-    assert ref.cells[0].memory.samples and cells[0].memory.samples == [], "never parsed"
+    assert [c.model_dump(exclude={"memory"}) for c in cells] == [c.model_dump(exclude={"memory"}) for c in ref.cells]
+    assert ref.cells[0].memory.samples and cells[0].memory is None, "never parsed"
 
 
-def test_memory_samples_are_not_history_s_to_read(tmp_path):
-    """The one place history is less strict than the loader: a curve's samples are cut unparsed (a year of them
-    would cost ten times the rest of the records), so what is wrong inside them is `check`'s to say."""
+@pytest.mark.parametrize("damage", [
+    lambda s: s.replace("1073741824", "NaN", 1),  # in its samples
+    lambda s: s.replace('"peak_at_s": 8.0', '"peak_at_s": NaN'),  # in its figures
+    lambda s: s.replace('"source": "nvml"', '"source": "a wish"'),
+    lambda s: s.replace('"peak_server_bytes": ', '"peak_server_bytes": "many", "x": ', 1),
+], ids=["NaN-in-a-sample", "NaN-in-a-figure", "unknown-source", "a-device-of-strings"])
+def test_a_memory_curve_is_not_history_s_to_read(tmp_path, damage):
+    """The one place history is less strict than the loader: a curve is cut unparsed (validating a year of curves on
+    8 GPUs cost more than the rest of the records), so what is wrong inside one is `check`'s to say."""
     dirs = _nights(tmp_path)
-    _cell_text(dirs[1], lambda s: s.replace("1073741824", "NaN", 1))
+    _cell_text(dirs[1], damage)
     assert loader_says(dirs[1]) is not None
     h = history([tmp_path])
     assert len(h.runs) == 3 and h.warnings == ()
+
+
+def test_a_curve_not_laid_out_as_written_is_validated_whole(tmp_path):
+    """A curve written on one line, before an object closed on a line of its own (the refusal): cut to that line,
+    the refusal would go with it, so the record is validated whole — and refused, as the loader refuses it."""
+    dirs = [night(tmp_path, i, [cell("c_a", "refused", expect="refused", memory=_curve())]) for i in range(2)]
+
+    def one_line(s: str) -> str:
+        d = json.loads(s)
+        curve = json.dumps({**d["memory"], "extra": 1})
+        return re.sub(r'"memory": \{.*?\n  \},', lambda m: f'"memory": {curve},', s, count=1, flags=re.S)
+
+    _cell_text(dirs[1], one_line)
+    text = (dirs[1] / "cells" / "c_a.json").read_text()
+    assert '"extra": 1' in text and '"refusal": {\n' in text
+    # results.json's copy the same (as the harness would have written it), so only the cell decides
+    _results_text(dirs[1], lambda r: r[:r.index('\n  "cells": [')] + '\n  "cells": [\n    '
+                  + text.replace("\n", "\n    ") + r[r.index('\n  ],\n  "summary"'):])
+    assert loader_says(dirs[1]) is not None and read_run(dirs[1]) is None
+    assert history([tmp_path]).warnings == (loader_says(dirs[1]),)
 
 
 def test_phase_times_are_the_timelines_spans(tmp_path):

@@ -160,15 +160,17 @@ def test_the_page_holds_a_well_formed_curve_per_cell_a_legend_and_the_logged_siz
     assert "mem peak 7.00 GiB · headroom 0.20 GiB" in html, "the grid cell's line"
 
 
-def test_a_run_without_memory_reads_as_it_always_did():
+def test_a_run_without_memory_says_why_and_shows_no_curve():
     run = cpu_example_run()
     rep = build_report(run, plot=False)
     html, md, text = rep.html(), rep.markdown(), grid_text(run, width=200)
-    assert 'id="memory' not in html and "svg" not in html
+    assert 'id="memory-' not in html and "svg" not in html and 'id="no-memory"' in html
     for out in (html, md, text):
         assert "mem peak" not in out and "headroom" not in out
-    assert "### Memory" not in md
+        assert "no memory curves: no cell of this run recorded one" in " ".join(out.split()), out[-600:]
+        assert "memory_interval_s: null" in out and "docs/memory.md" in out
     assert f"<sub>{NUMBERS_LEGEND}</sub>" in md
+    assert memory.why_none(make_run("empty", [])) is None, "a run without cells says so once, elsewhere"
 
 
 # ---------------------------------------------------------------- grid and markdown
