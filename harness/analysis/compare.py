@@ -396,8 +396,8 @@ def compare_runs(a: RunResult, b: RunResult, tolerance: float = DEFAULT_TOLERANC
     diff = RunDiff(a.run_id, b.run_id, tolerance, time_tolerance=time_tolerance, memory_tolerance=memory_tolerance)
     diff.notes += order_notes(a, b, wall_now() if now is None else now)
     if a.matrix.sha256 != b.matrix.sha256:
-        diff.notes.append(f"the runs used different matrix files ({a.matrix.name} {a.matrix.sha256[:12]}…, "
-                          f"{b.matrix.name} {b.matrix.sha256[:12]}…): cells are matched by id")
+        diff.notes.append(f"the runs used different matrix files ({a.matrix.name} sha256 {a.matrix.sha256[:12]}, "
+                          f"{b.matrix.name} sha256 {b.matrix.sha256[:12]}): cells are matched by id")
     cells_a = {c.cell_id: c for c in a.cells}
     cells_b = {c.cell_id: c for c in b.cells}
     for cid, cb in cells_b.items():

@@ -83,7 +83,8 @@ def test_the_example_nights_read_through_a_pipe_keep_ids_whole_within_columns(co
                                                                                monkeypatch):
     argv = {"history": [ROOT / "examples" / "runs"], "compare": [NIGHTS[0], NIGHTS[-1]]}.get(command, [NIGHTS[0]])
     code, text = piped(capsys, monkeypatch, width, command, *argv)
-    assert code == 0, text
+    # night 3 misses one expectation (README): history and compare across it say so with exit 1
+    assert code == (1 if command in ("history", "compare") else 0), text
     # the report's grid shows axis values, not ids: each whole in its column's header
     held(text, width, ["spec=draft", "kv=raised"] if command == "report" else
          [] if command in ("compare", "check") else ids_of(NIGHTS[0]))
