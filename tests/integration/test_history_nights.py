@@ -120,8 +120,9 @@ def test_the_markdown_and_html_tell_the_same_nights(told):
 
 def test_the_terminal_table_keeps_whole_ids_through_a_pipe(nights):
     artifacts, _ = nights
-    proc = subprocess.run(f"{shlex.join(BOOT_HARNESS)} history {artifacts} --select case=flip | cat", shell=True,
-                          capture_output=True, text=True, cwd=ROOT)
+    # COLUMNS wide enough for every column: the since-run's id is read here too
+    proc = subprocess.run(f"COLUMNS=400 {shlex.join(BOOT_HARNESS)} history {artifacts} --select case=flip | cat",
+                          shell=True, capture_output=True, text=True, cwd=ROOT)
     assert "case_flip" in proc.stdout and "merged-07" in proc.stdout and "Traceback" not in proc.stderr
     assert proc.stdout.count("case_steady") == 0
 

@@ -166,7 +166,7 @@ def test_history_skips_a_run_from_the_future_with_a_warning(nights, capsys, monk
 
 def test_history_markdown_tells_the_real_latest_night(nights, capsys, monkeypatch):
     code, out, err = in_process(capsys, monkeypatch, "history", nights["good"].parent, "--markdown", "-")
-    assert code == 0 and "1 runs from `night-good`" in out, out
+    assert code == 0 and "1 run from `night-good`" in out, out
     assert "Missed in the latest run" not in out
 
 
