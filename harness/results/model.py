@@ -117,6 +117,14 @@ class CellResult(_Record):
         """`refused (kv_insufficient)`."""
         return self.outcome + (f" ({self.reason})" if self.reason else "")
 
+    def cause_hint(self) -> str | None:
+        """What the log's cause says to do, in one line (by how much, what would boot); for a crash no cause names,
+        the exception that ended the boot; None without a cause (a boot, a record older than the catalogue). Every
+        view of a cell (run's table and summary, report, check) shows this one line, so they never disagree."""
+        if self.cause is None:
+            return None
+        return " ".join((self.cause.hint or self.cause.line).split())[:300] or None
+
     def miss(self) -> str | None:
         """Why the cell missed its expectation, in one line; None when it matched or had none. A verdict that came
         too late names the phase that took longest."""
