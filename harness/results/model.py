@@ -125,6 +125,14 @@ class CellResult(_Record):
             return None
         return " ".join((self.cause.hint or self.cause.line).split())[:300] or None
 
+    def exception(self) -> str | None:
+        """For a crash the catalogue names only in general (uncaught_exception, model_code_error): the exception
+        type that ended the boot ("KeyError"); None otherwise. Two such crashes of another type are another cause."""
+        if self.cause is None or self.cause.id not in ("uncaught_exception", "model_code_error"):
+            return None
+        exc = self.cause.numbers.get("exception")
+        return str(exc)[:120] if exc else None
+
     def miss(self) -> str | None:
         """Why the cell missed its expectation, in one line; None when it matched or had none. A verdict that came
         too late names the phase that took longest."""

@@ -98,3 +98,41 @@ def test_check_names_the_cause_and_says_what_would_boot(ran, capsys):
     code = main(["check", str(run_dir)])
     out = capsys.readouterr().out
     assert code == 1 and "port_in_use" in out and PORT_HINT in out and "\x07" not in out
+
+
+def _with_cell(run, cell_id, **update):
+    cells = [c.model_copy(update=update) if c.cell_id == cell_id else c for c in run.cells]
+    return run.model_copy(update={"cells": cells, "run_id": run.run_id + "-b"})
+
+
+def test_compare_a_change_of_cause_is_a_change_of_verdict(ran):
+    from harness.analysis.compare import compare_runs
+
+    run = ran[0]
+    key = _by_id(run)["c_key"]
+    other = key.cause.model_copy(update={"numbers": {**key.cause.numbers, "exception": "AttributeError"}})
+    diff = compare_runs(run, _with_cell(run, "c_key", cause=other))
+    assert [(c.cell_id, c.why) for c in diff.changed] == [
+        ("c_key", "crashed (uncaught_exception: KeyError) → crashed (uncaught_exception: AttributeError)")]
+    tp = _by_id(run)["c_tp"]
+    diff = compare_runs(run, _with_cell(run, "c_tp", reason="pp_not_divisible"))
+    assert [c.cell_id for c in diff.changed] == ["c_tp"]
+    assert compare_runs(run, _with_cell(run, "c_tp", cause=tp.cause)).changed == []
+
+
+def test_an_old_reason_name_is_the_same_verdict_as_its_cause():
+    """A record written before the catalogue says kv_insufficient: it loads as kv_cache_too_small, no change."""
+    from harness.results.model import CellResult
+
+    assert CellResult.model_validate({"cell_id": "x", "axes": {}, "runtime": "fake", "argv": [], "env": {},
+                                      "outcome": "refused", "reason": "kv_insufficient"}).reason == "kv_cache_too_small"
+
+
+def test_history_tells_two_crashes_apart_by_their_exception(ran):
+    from harness.analysis.history_runs import Entry
+
+    base = dict(outcome="crashed", reason="uncaught_exception", axes={}, matched=None, expected=None, fingerprint={},
+                kv={}, times={})
+    assert Entry(**base, exception="KeyError").verdict == "crashed (uncaught_exception: KeyError)"
+    assert Entry(**base, exception="KeyError").verdict != Entry(**base, exception="OSError").verdict
+    assert Entry(**base).verdict == "crashed (uncaught_exception)"
