@@ -22,6 +22,11 @@ from harness.gpu.capability import capability_of
 from harness.predict.serve_flags import ServeFlags
 
 
+#: The causes `plan` and `kv` predict from the configuration (max_len_exceeds_model: predictor.py's length check).
+PREDICTED = ("max_len_exceeds_model", "config_invalid_batched_tokens", "tp_not_divisible", "not_enough_gpus",
+             "dtype_unsupported_gpu")
+
+
 @dataclass(frozen=True)
 class Machine:
     """What the server will see: the GPUs a cell gets (None: unknown) and their name (NVML's, or `--gpu NAME`)."""

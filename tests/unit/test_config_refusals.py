@@ -129,3 +129,10 @@ def test_plan_knows_which_cells_cannot_boot(tmp_path, capsys):
         ("refused", "not_enough_gpus"), ("refused", "not_enough_gpus")]), got
     hinted = [c["why"] for c in cells.values() if c["predicted_reason"] == "tp_not_divisible"]
     assert all("use 1, 2, 4" in w for w in hinted), hinted
+
+
+def test_what_plan_predicts_is_named_in_the_catalogue():
+    from harness.predict.refusals import PREDICTED
+    from harness.verdict.causes import BY_ID
+
+    assert set(PREDICTED) <= BY_ID.keys()
