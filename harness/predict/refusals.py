@@ -1,15 +1,19 @@
 """The refusals vLLM decides from the configuration alone, predicted with the catalogue's cause ids before any GPU
 minute: a cell that cannot boot is known before it is booted, with the same hint its log would give.
 
-vLLM's own checks, read in the 0.10.1 sources (vllm/config.py; the same conditions since 0.4):
-- ModelConfig.verify_with_parallel_config: "Total number of attention heads ({h}) must be divisible by tensor
-  parallel size ({tp})." (tp_not_divisible);
-- SchedulerConfig._verify_args: "max_num_batched_tokens ({b}) is smaller than max_model_len ({m})" when chunked
-  prefill is off (config_invalid_batched_tokens); V1 turns it on unless `--no-enable-chunked-prefill` is given;
-- the executor's "please set tensor_parallel_size to less than max local gpu count" (vllm/v1/executor/
-  multiproc_executor.py: world_size = tensor × pipeline, each of the data-parallel replicas its own) (not_enough_gpus);
-- the GPU worker's _check_if_gpu_supports_dtype: "Bfloat16 is only supported on GPUs with compute capability of at
-  least 8.0" for an explicit `--dtype bfloat16` (dtype_unsupported_gpu; `auto` falls back to float16 there).
+vLLM's own checks, read in the sdists of 0.10.1, 0.11.0, 0.12.0 and 0.32.0:
+- ModelConfig.verify_with_parallel_config (0.10.1 vllm/config/__init__.py): "Total number of attention heads ({h})
+  must be divisible by tensor parallel size ({tp})." (tp_not_divisible);
+- SchedulerConfig._verify_args / verify_max_model_len (vllm/config/scheduler.py): "max_num_batched_tokens ({b}) is
+  smaller than max_model_len ({m})" when chunked prefill is off (config_invalid_batched_tokens). 0.8-0.11's
+  EngineArgs._set_default_args_v1 turns chunked prefill on for every generating model whatever the flag ("V1 always
+  uses chunked prefills"); from 0.12.0 `--no-enable-chunked-prefill` is kept (a warning only), so it refuses;
+- world size (tensor × pipeline) above the GPUs: 0.10.1's mp executor "please ensure that world_size (W) is less
+  than than max local gpu count (G)", 0.32.0's ParallelConfig "World size (W) is larger than the number of available
+  GPUs (G) in this node" (not_enough_gpus; the data-parallel replicas each need their own, counted too);
+- the GPU worker's _check_if_gpu_supports_dtype (0.10.1 vllm/v1/worker/gpu_worker.py; 0.32.0 CudaPlatform.
+  check_if_supports_dtype): "Bfloat16 is only supported on GPUs with compute capability of at least 8.0" for an
+  explicit `--dtype bfloat16` (dtype_unsupported_gpu; `auto` resolves to a dtype the platform supports: float16).
 The length check (max_len_exceeds_model) is predictor.py's `_length_refusal`, decided first as vLLM does.
 """
 
@@ -63,13 +67,24 @@ def _heads(raw: dict[str, Any] | None) -> int | None:
     return None
 
 
+#: From this release an explicit `--no-enable-chunked-prefill` is kept (before, V1 turned chunked prefill back on).
+CHUNKED_OFF_KEPT = (0, 12, 0)
+
+
 def config_refusals(raw: dict[str, Any] | None, flags: ServeFlags, *, pipeline: int = 1, max_model_len: int | None,
-                    machine: Machine | None) -> list[ConfigRefusal]:
+                    machine: Machine | None, version: tuple[int, int, int] = CHUNKED_OFF_KEPT,
+                    notes: list[str] | None = None) -> list[ConfigRefusal]:
     """Every refusal the configuration meets, in the order vLLM checks them (the first is the one the log shows).
-    `raw`: the model's config.json; `max_model_len`: the length vLLM will use (the flag's, else the model's)."""
+    `raw`: the model's config.json; `max_model_len`: the length vLLM will use (the flag's, else the model's);
+    `version`: the release whose rules apply; `notes`: where what was not refused and why is said."""
     out: list[ConfigRefusal] = []
     batched = flags.max_num_batched_tokens
-    if flags.enable_chunked_prefill is False and batched is not None and max_model_len and batched < max_model_len:
+    chunked_off = flags.enable_chunked_prefill is False
+    if chunked_off and version < CHUNKED_OFF_KEPT and notes is not None:
+        notes.append("--no-enable-chunked-prefill: vLLM before 0.12.0 turns chunked prefill back on for a generating "
+                     "model (V1), so max_num_batched_tokens is not held against max_model_len")
+    if chunked_off and version >= CHUNKED_OFF_KEPT and batched is not None and max_model_len \
+            and batched < max_model_len:
         out.append(ConfigRefusal("config_invalid_batched_tokens", {"batched": batched, "max_model_len": max_model_len},
                                  f"--max-num-batched-tokens {batched:,} is below max_model_len {max_model_len:,} with "
                                  "chunked prefill off: vLLM refuses it before loading anything"))

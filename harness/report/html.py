@@ -39,7 +39,8 @@ table.grid thead th{background:#eceff1;font-weight:600}
 table.grid tbody th{background:#eceff1;text-align:right;font-variant-numeric:tabular-nums}
 td.cell{min-width:150px}
 td.cell .outcome{font-weight:700}
-td.cell .kv{font-size:.85em;color:#333;font-variant-numeric:tabular-nums}td.cell .hint{font-size:.85em;font-style:italic}
+td.cell .kv{font-size:.85em;color:#333;font-variant-numeric:tabular-nums}
+td.cell .hint{font-size:.85em;font-style:italic}
 td.cell .mark{font-weight:700;margin-left:4px}
 td.cell.mismatched{outline:3px solid #d50000;outline-offset:-3px}
 td.cell.mismatched .mark{color:#d50000}

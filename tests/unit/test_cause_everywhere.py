@@ -78,7 +78,8 @@ def test_report_shows_each_cells_cause_and_hint(ran, capsys, monkeypatch, tmp_pa
     _, run_dir, _ = ran
     monkeypatch.setenv("COLUMNS", "400")
     html = tmp_path / "r.html"
-    code = main(["report", str(run_dir), *{"text": [], "markdown": ["--markdown", "-"], "html": ["--html", str(html)]}[fmt]])
+    to = {"text": [], "markdown": ["--markdown", "-"], "html": ["--html", str(html)]}[fmt]
+    code = main(["report", str(run_dir), *to])
     out = html.read_text() if fmt == "html" else capsys.readouterr().out
     assert code == 0, out
     flat = " ".join(out.split())

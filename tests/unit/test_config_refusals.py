@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +21,7 @@ from tests.conftest import ROOT
 TINY = ROOT / "tests" / "data" / "kv" / "models" / "tiny-llama"  # 4 attention heads, 32768 positions
 
 
-# --- item 4: by how much, and what would boot --------------------------------------------------------------------------
+# --- item 4: by how much, and what would boot ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("line,cause,numbers,hint", [
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity of 23.54 GiB "
@@ -93,6 +92,16 @@ def test_kv_predicts_the_config_refusals(flags, machine, refused):
     assert p.refused_by == refused, p.notes
     if refused and refused != "max_len_exceeds_model":
         assert p.refused_why and p.refused_hint and p.refused_numbers
+
+
+@pytest.mark.parametrize("version,refused", [("0.11.0", None), ("0.12.0", "config_invalid_batched_tokens"),
+                                             ("0.32.0", "config_invalid_batched_tokens")])
+def test_chunked_prefill_off_is_kept_from_0_12(version, refused):
+    """0.8-0.11 turn chunked prefill back on for a generating model (_set_default_args_v1), 0.12 keeps it off."""
+    flags = ["--max-model-len", "8192", "--max-num-batched-tokens", "2048", "--no-enable-chunked-prefill"]
+    p = predict(read_model(str(TINY)), parse_serve_flags(flags, version), version=version)
+    assert p.refused_by == refused
+    assert (refused is None) == any("turns chunked prefill back on" in n for n in p.notes)
 
 
 def test_every_refusal_met_is_said_the_first_decides():
