@@ -17,7 +17,7 @@ from harness.logfacts import KvFacts, Refusal
 from harness.predict.model import ModelShape, shape_from_config
 from harness.predict.prediction import FactCheck, KvPrediction, PredictionRecord
 from harness.predict.predictor import allows_long_max_model_len, draft_model_path, predict
-from harness.predict.refusals import Machine
+from harness.predict.refusals import MACHINE_FREE, Machine
 from harness.predict.serve_flags import parse_serve_flags
 from harness.predict.versions import rules_for, rules_version
 from harness.verdict.catalogue import Outcome, Reason
@@ -125,6 +125,10 @@ def checks(low: KvPrediction, high: KvPrediction, kv: KvFacts, refusal: Refusal 
             out.append(_check("derived_max_model_len", low.model_max_model_len, low.model_max_model_len,
                               refusal.derived_max_model_len))
         return out
+    if (said := _config_refusal(low, outcome, reason)) is not None:
+        out.append(said)
+        if not said.agrees or low.refused_by is not None:  # refused before any KV sizing: nothing else to hold
+            return out
     decided = outcome == Outcome.booted or (outcome == Outcome.refused and reason == Reason.kv_insufficient)
     if decided and low.fits is not None:
         want = Outcome.booted if outcome == Outcome.booted else Outcome.refused
@@ -135,6 +139,20 @@ def checks(low: KvPrediction, high: KvPrediction, kv: KvFacts, refusal: Refusal 
             out.append(FactCheck(fact="outcome", predicted="either (the pool's rounding decides)", logged=want,
                                  agrees=True))
     return out
+
+
+def _config_refusal(low: KvPrediction, outcome: Outcome | None, reason: Reason | None) -> FactCheck | None:
+    """The refusal predicted from the model and the flags alone (tp_not_divisible, config_invalid_batched_tokens)
+    against the boot's verdict: the same cause, or none where none was predicted. A machine's failure (error) or a
+    deadline says nothing of it."""
+    predicted = low.refused_by if low.refused_by in MACHINE_FREE else None
+    logged = reason if outcome == Outcome.refused and reason in MACHINE_FREE else None
+    if outcome is None or outcome in (Outcome.error, Outcome.timeout) or (predicted is None and logged is None):
+        return None
+    if predicted is None and low.refused_by is not None:  # refused first for another cause (its own check)
+        return None
+    return FactCheck(fact="config_refusal", predicted=predicted, logged=logged if logged else str(outcome),
+                     agrees=predicted == logged)
 
 
 def hint(record: PredictionRecord) -> str | None:

@@ -83,7 +83,8 @@ class FactCheck(_Record):
     """One logged number next to its prediction."""
 
     fact: Literal["kv_tokens", "max_concurrency", "need_gib", "available_gib", "estimated_max_model_len", "outcome",
-                  "block_size", "mamba_padding_pct", "padding_layers", "max_len_refusal", "derived_max_model_len"]
+                  "block_size", "mamba_padding_pct", "padding_layers", "max_len_refusal", "derived_max_model_len",
+                  "config_refusal"]
     predicted: bool | float | int | str | None
     logged: bool | float | int | str | None
     rel_error: float | None = Field(None, description="(predicted - logged) / logged; 0 when equal")

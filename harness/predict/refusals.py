@@ -29,6 +29,8 @@ from harness.predict.serve_flags import ServeFlags
 #: The causes `plan` and `kv` predict from the configuration (max_len_exceeds_model: predictor.py's length check).
 PREDICTED = ("max_len_exceeds_model", "config_invalid_batched_tokens", "tp_not_divisible", "not_enough_gpus",
              "dtype_unsupported_gpu")
+#: Those decided by the model and the flags alone, whatever the machine: a boot's record holds its log against them.
+MACHINE_FREE = ("config_invalid_batched_tokens", "tp_not_divisible")
 
 
 @dataclass(frozen=True)

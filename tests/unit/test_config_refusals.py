@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -145,3 +146,20 @@ def test_what_plan_predicts_is_named_in_the_catalogue():
     from harness.verdict.causes import BY_ID
 
     assert set(PREDICTED) <= BY_ID.keys()
+
+
+@pytest.mark.parametrize("args,outcome,reason,agrees", [
+    (["-tp", "3"], "refused", "tp_not_divisible", True),
+    (["-tp", "3"], "booted", "ready", False),            # predicted refused, it booted: the rule is wrong here
+    (["-tp", "4"], "refused", "tp_not_divisible", False),  # refused, not predicted
+    (["-tp", "3"], "error", "port_in_use", None),          # the machine failed: says nothing of the configuration
+])
+def test_a_boots_record_holds_the_predicted_config_refusal_against_its_log(args, outcome, reason, agrees):
+    from harness.logfacts import KvFacts
+    from harness.predict.cell import predict_cell
+
+    record = predict_cell(["--model", str(TINY), "--max-model-len", "2048", *args],
+                          lambda path: Path(path).read_bytes() if Path(path).is_file() else None, KvFacts(), None,
+                          outcome, reason, "0.32.0")
+    found = [c for c in record.checks if c.fact == "config_refusal"]
+    assert [c.agrees for c in found] == ([] if agrees is None else [agrees]), record.checks
