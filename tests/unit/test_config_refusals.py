@@ -38,7 +38,12 @@ TINY = ROOT / "tests" / "data" / "kv" / "models" / "tiny-llama"  # 4 attention h
      "--dtype=half.", "dtype_unsupported_gpu", {"dtype": "half", "capability": "7.5"}, "use --dtype half"),
     ("ValueError: Total number of attention heads (40) must be divisible by tensor parallel size (16).",
      "tp_not_divisible", {"tp_sizes": "1, 2, 4, 8"}, "use 1, 2, 4, 8"),
-], ids=["oom-short", "free-short", "least-batched", "dtype-half", "tp-sizes"])
+    ("ValueError: Number of experts (60) must be divisible by expert parallel size (8).", "ep_not_divisible",
+     {"ep_sizes": "1, 2, 4"}, "use 1, 2, 4"),
+    ("RuntimeError: [enforce fail at alloc_cpu.cpp:114] data. DefaultCPUAllocator: can't allocate memory: you tried to "
+     "allocate 4294967296 bytes. Error code 12 (Cannot allocate memory)", "host_oom", {"needed_gib": 4.0},
+     "allocating 4.00 GiB"),
+], ids=["oom-short", "free-short", "least-batched", "dtype-half", "tp-sizes", "ep-sizes", "host-gib"])
 def test_a_cause_states_by_how_much_and_what_would_boot(line, cause, numbers, hint):
     m = match(line)
     assert m is not None and m.cause.id == cause

@@ -40,6 +40,14 @@ def _divisors(numbers: Numbers) -> Numbers:
     return {}
 
 
+def _ep_divisors(numbers: Numbers) -> Numbers:
+    """The expert-parallel sizes (powers of two up to 64) that divide the expert count: what would boot."""
+    experts = numbers.get("experts")
+    if isinstance(experts, int) and 0 < experts <= 1 << 16:
+        return {"ep_sizes": ", ".join(str(d) for d in (1, 2, 4, 8, 16, 32, 64) if d <= experts and experts % d == 0)}
+    return {}
+
+
 def _layers_divisors(numbers: Numbers) -> Numbers:
     layers = numbers.get("layers")
     if isinstance(layers, int) and 0 < layers <= 1 << 16:
@@ -215,9 +223,10 @@ EP_NOT_DIVISIBLE = Cause(
              + named("experts", INT) + r"\s*\)? (?:must be|is not|should be) (?:evenly )?divisible by (?:the )?"
              r"(?:expert[ _]parallel(?:ism)?(?:[ _]size)?|ep[ _]size|EP size|ep)\s*\(?\s*=?\s*" + named("ep", INT),
              flags=re.I),),
-    ("{experts} experts do not divide by expert-parallel size {ep}",
+    ("{experts} experts do not divide by expert-parallel size {ep}: use {ep_sizes}",
+     "{experts} experts do not divide by expert-parallel size {ep}",
      "the experts do not divide by the expert-parallel size"),
-    numbers=("experts", "ep"),
+    numbers=("experts", "ep", "ep_sizes"), derive=_ep_divisors,
     examples=("ValueError: Number of experts (60) must be divisible by expert parallel size (8).",))
 
 DTYPE_UNSUPPORTED_GPU = Cause(

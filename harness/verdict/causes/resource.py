@@ -40,6 +40,12 @@ def _short(numbers: Numbers) -> Numbers:
     return {}
 
 
+def _host_gib(numbers: Numbers) -> Numbers:
+    """The bytes a failed CPU allocation asked for, in GiB (how vLLM and this harness state memory)."""
+    asked = numbers.get("needed_bytes")
+    return {"needed_gib": round(asked / (1 << 30), 2)} if isinstance(asked, int) else {}
+
+
 GPU_MEM_UTIL_EXCEEDS_FREE = Cause(
     "gpu_mem_util_exceeds_free", K,
     "free memory at start-up was below what gpu_memory_utilization asks, usually held by another process (\"Free "
@@ -133,8 +139,9 @@ HOST_OOM = Cause(
      Pattern("Killed", r"\A(?:Killed|.{0,200}\bline \d+:\s+\d+ Killed\b.*)\Z"),
      Pattern("Out of memory: Killed process"),
      Pattern("MemoryError", r"\AMemoryError\b")),
-    ("host memory ran out: give the server more RAM (or a smaller swap/CPU KV space)",),
-    numbers=("needed_bytes",),
+    ("host memory ran out allocating {needed_gib:.2f} GiB: give the server more RAM (or a smaller swap/CPU KV space)",
+     "host memory ran out: give the server more RAM (or a smaller swap/CPU KV space)"),
+    numbers=("needed_bytes", "needed_gib"), derive=_host_gib,
     examples=("RuntimeError: [enforce fail at alloc_cpu.cpp:114] data. DefaultCPUAllocator: can't allocate memory: "
               "you tried to allocate 4294967296 bytes. Error code 12 (Cannot allocate memory)",
               "Killed",
