@@ -11,7 +11,8 @@ from harness.matrix.model import Matrix
 from harness.logfacts import KvFacts, Refusal
 from harness.predict.cell import platform_of, predict_cell
 from harness.predict.prediction import PredictionRecord
-from harness.predict.refusals import Machine
+from harness.errors import UsageError
+from harness.predict.refusals import Machine, refusals_of_argv
 from harness.verdict.catalogue import Outcome, Reason
 
 
@@ -114,8 +115,29 @@ def plan_cells(cells: list[Cell], read: Callable[[Cell, str], bytes | None], pri
         record = predict_cell(cell.server_args, lambda path, cell=cell: read(cell, path), kv,
                               before.refusal if before else None, None, None, version, chosen, env=cell.env,
                               machine=machine)
-        out.append(_planned(cell, record, before, chosen or platform_of(kv)))
+        planned = _planned(cell, record, before, chosen or platform_of(kv))
+        if planned.outcome is None and record.prediction is None:
+            planned = _refused_anyway(planned, lambda path, cell=cell: read(cell, path), version, machine)
+        out.append(planned)
     return out
+
+
+def _refused_anyway(planned: PlannedCell, read: Callable[[str], bytes | None], version: str | None,
+                    machine: Machine | None) -> PlannedCell:
+    """A cell whose KV cache is not predicted (-pp 2, a flag the KV model does not know) can still be refused by its
+    configuration alone: tensor × pipeline parallel above the GPUs, heads the TP size does not divide."""
+    from harness.predict.versions import rules_version
+
+    try:
+        found = refusals_of_argv(planned.cell.server_args, read, rules_version(version), machine)
+    except (UsageError, ValueError, OSError):  # a flag this release refuses: the skip already says why
+        return planned
+    if not found:
+        return planned
+    first = found[0]
+    why = f"{first.why} → {first.hint} (the KV cache is not predicted: {planned.why})"
+    return PlannedCell(planned.cell, planned.record, Outcome.refused, why, Reason(first.cause), planned.not_modelled,
+                       planned.platform)
 
 
 def _planned(cell: Cell, record: PredictionRecord, before: Logged | None, platform: str) -> PlannedCell:

@@ -19,6 +19,7 @@ The length check (max_len_exceeds_model) is predictor.py's `_length_refusal`, de
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,3 +109,37 @@ def config_refusals(raw: dict[str, Any] | None, flags: ServeFlags, *, pipeline: 
                                  f"--dtype bfloat16 needs compute capability 8.0; {machine.gpu_name[:80]} has "
                                  f"{cap[0]}.{cap[1]}: the GPU worker refuses it"))
     return out
+
+
+def refusals_of_argv(argv: list[str], read: Callable[[str], bytes | None], version: str,
+                     machine: Machine | None) -> list[ConfigRefusal]:
+    """The refusals of a server's argv where its KV cache is not predicted (a pipeline-parallel cell, a flag the KV
+    model does not know): every flag read as that release reads it (serve_flags.flag_value), the model's config.json
+    as the server sees it; [] when the model cannot be read. A length above the model's is predictor.py's."""
+    from harness.files import parse_json
+    from harness.predict.predictor import _release
+    from harness.predict.serve_flags import flag_value
+
+    def value(dest: str, default: Any) -> Any:
+        got = flag_value(argv, dest, version)
+        return default if got is None else got
+
+    model = flag_value(argv, "model", version)
+    data = read(model.rstrip("/") + "/config.json") if isinstance(model, str) and model else None
+    try:
+        raw = parse_json(data, "config.json", strict=False) if data is not None else None
+    except ValueError:
+        raw = None
+    if not isinstance(raw, dict):
+        return []
+    chunked = flag_value(argv, "enable_chunked_prefill", version)
+    flags = ServeFlags(tensor_parallel_size=int(value("tensor_parallel_size", 1)), dtype=str(value("dtype", "auto")),
+                       max_num_batched_tokens=flag_value(argv, "max_num_batched_tokens", version),
+                       data_parallel_size=int(value("data_parallel_size", 1)),
+                       enable_chunked_prefill=None if chunked is None else bool(chunked))
+    length = flag_value(argv, "max_model_len", version)
+    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    own = text.get("max_position_embeddings") if isinstance(text, dict) else None
+    return config_refusals(raw, flags, pipeline=int(value("pipeline_parallel_size", 1)),
+                           max_model_len=length if isinstance(length, int) and length > 0 else
+                           own if isinstance(own, int) else None, machine=machine, version=_release(version))

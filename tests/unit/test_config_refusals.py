@@ -168,3 +168,18 @@ def test_a_boots_record_holds_the_predicted_config_refusal_against_its_log(args,
                           outcome, reason, "0.32.0")
     found = [c for c in record.checks if c.fact == "config_refusal"]
     assert [c.agrees for c in found] == ([] if agrees is None else [agrees]), record.checks
+
+
+def test_plan_refuses_a_cell_whose_kv_cache_it_cannot_predict(tmp_path, capsys):
+    """-pp 2 is not KV-predicted, but tensor × pipeline above the GPUs is still known before any boot."""
+    matrix = write_matrix(tmp_path / "m.yaml", {
+        "name": "pp", "runtime": "process", "command": [sys.executable, str(FAKE_VLLM)], "model": str(TINY),
+        "gpus": 2, "args": ["--max-model-len", "2048", "-pp", "2"],
+        "axes": {"tp": {"flag": "-tp", "values": [1, 2, 3]}},
+        "expect": [{"where": {"tp": 2}, "outcome": "refused", "reason": "not_enough_gpus"}]})
+    code = main(["plan", "--matrix", str(matrix), "--json"])
+    cells = {c["cell_id"]: c for c in json.loads(capsys.readouterr().out)["cells"]}
+    got = {k: (c["predicted_outcome"], c["predicted_reason"]) for k, c in cells.items()}
+    assert code == 0 and sorted(got.values(), key=str) == sorted(
+        [(None, None), ("refused", "not_enough_gpus"), ("refused", "tp_not_divisible")], key=str), got
+    assert any("world size 4" in c["why"] and "not predicted" in c["why"] for c in cells.values())
