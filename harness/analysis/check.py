@@ -27,8 +27,9 @@ def misses(run: RunResult) -> list[Miss]:
     if not run.cells:
         found.append(Miss("", "the run holds no cell record: nothing was checked"))
     for c in run.cells:
+        hint = f" — hint: {h}" if (h := c.cause_hint()) else ""
         if (why := c.miss()) is not None:
-            found.append(Miss(c.cell_id, why))
+            found.append(Miss(c.cell_id, why + hint))
         elif c.outcome == Outcome.error:
-            found.append(Miss(c.cell_id, f"{c.verdict()}: the harness could not boot it"))
+            found.append(Miss(c.cell_id, f"{c.verdict()}: the harness could not boot it{hint}"))
     return found

@@ -364,7 +364,10 @@ class RunDiff:
 
 
 def _state(c: CellResult) -> str:
-    return f"{c.outcome}" + (f" ({c.reason})" if c.reason else "")
+    """`refused (tp_not_divisible)`; a crash on an exception the catalogue names only in general says which
+    (`crashed (uncaught_exception: KeyError)`)."""
+    exc = c.exception()
+    return f"{c.outcome}" + (f" ({c.reason}{': ' + exc if exc else ''})" if c.reason else "")
 
 
 def _expect(c: CellResult) -> str:
@@ -416,7 +419,7 @@ def compare_runs(a: RunResult, b: RunResult, tolerance: float = DEFAULT_TOLERANC
             diff.fixes.append(Change(cid, ca, cb, f"{_state(ca)} → booted"))
         elif ca.matched is False and cb.matched is True:
             diff.fixes.append(Change(cid, ca, cb, f"{_state(ca)} → {_state(cb)}: meets its expectation again"))
-        elif (ca.outcome, ca.reason) != (cb.outcome, cb.reason):
+        elif (ca.outcome, ca.reason, ca.exception()) != (cb.outcome, cb.reason, cb.exception()):  # a cause is a verdict
             diff.changed.append(Change(cid, ca, cb, f"{_state(ca)} → {_state(cb)}"))
         else:
             diff.unchanged += 1

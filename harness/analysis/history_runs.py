@@ -55,11 +55,16 @@ class Entry:
     """available KV GiB, KV tokens, estimated max length: the ones logged."""
     times: dict[str, float]
     """Seconds by phase (`total` for the verdict time)."""
+    exception: str | None = None
+    """A crash's exception type where its cause is named only in general (CellResult.exception)."""
 
     @property
     def verdict(self) -> str:
-        """`refused (kv_insufficient)`; a boot is `booted` (its reason, `ready`, says nothing more)."""
-        return self.outcome + (f" ({self.reason})" if self.reason and self.reason != Reason.ready else "")
+        """`refused (kv_insufficient)`; a boot is `booted` (its reason, `ready`, says nothing more); a crash on an
+        exception the catalogue names only in general says which: another exception is another verdict."""
+        if not self.reason or self.reason == Reason.ready:
+            return self.outcome
+        return f"{self.outcome} ({self.reason}{': ' + self.exception if self.exception else ''})"
 
 
 @dataclass(frozen=True)
@@ -155,7 +160,7 @@ def entry(run_dir: Path, run: RunResult, c: CellResult) -> Entry:
     return Entry(outcome=str(c.outcome), reason=None if c.reason is None else str(c.reason), axes=c.axes,
                  matched=c.matched,
                  expected=c.expected.describe() if c.expected else None, fingerprint=fingerprint(run, c),
-                 kv=kv_figures(c), times=times)
+                 kv=kv_figures(c), times=times, exception=c.exception())
 
 
 def run_dirs(paths: Iterable[Path]) -> list[Path]:

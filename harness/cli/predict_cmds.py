@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -13,6 +14,9 @@ from harness.cli.common import USAGE_EXIT, add_command, say_to
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
 from harness.predict.platforms import HELP, PLATFORMS
+
+if TYPE_CHECKING:
+    from harness.predict.refusals import Machine
 
 GIB = 1 << 30
 
@@ -53,6 +57,9 @@ def register(sub: argparse._SubParsersAction) -> dict:
                    "and compare each figure")
     p.add_argument("--draft", metavar="DIR", help="the draft model's directory when --speculative-config names a "
                    "path that is not readable here")
+    p.add_argument("--gpu", metavar="NAME", help="the GPU the server runs on, by name (\"Tesla T4\", \"A100\"): its "
+                   "compute capability decides whether an explicit --dtype bfloat16 boots (default: NVML's first "
+                   "GPU here, when it answers)")
     p.add_argument("--same-model", action="store_true", help="with --log: MODEL is the model the log served, "
                    "whatever its name (needed when the log states too little to tell: no architecture line and no "
                    "KV figure)")
@@ -76,6 +83,9 @@ def register(sub: argparse._SubParsersAction) -> dict:
     p.add_argument("--vllm-version", metavar="X.Y.Z", type=values.vllm_version,
                    help="the release whose rules apply (default: what --from "
                    "logged, else 0.32.0)")
+    p.add_argument("--gpu", metavar="NAME", help="the GPU the server runs on, by name (\"Tesla T4\", \"A100\"): its "
+                   "compute capability decides whether an explicit --dtype bfloat16 boots (default: NVML's first "
+                   "GPU here, when it answers)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     return {"kv": cmd_kv, "plan": cmd_plan}
 
@@ -98,7 +108,7 @@ def cmd_plan(args: argparse.Namespace, out: Console) -> int:
     runtime = args.runtimes(loaded)
     chosen = PlanPlatform(args.platform, "--platform") if args.platform else platform_of_matrix(loaded.matrix)
     planned = plan_cells(cells, runtime.read_server_file, prior, args.platform, args.vllm_version,
-                         default_platform=chosen.platform)
+                         default_platform=chosen.platform, machine=_machine(args, loaded.matrix))
     said = f"{chosen.platform} ({chosen.why})" + ("" if args.platform or prior is None else
                                                   "; a cell --from logged keeps the device it logged")
     if args.json:
@@ -142,12 +152,41 @@ def cmd_kv(args: argparse.Namespace, out: Console) -> int:
         available, source = given
     p = predict(shape, flags, version=version, platform=args.platform, available_bytes=available,
                 available_source=source, draft=draft,
-                allow_long_max_model_len=allows_long_max_model_len(os.environ))  # as `vllm serve` here would see it
+                allow_long_max_model_len=allows_long_max_model_len(os.environ),  # as `vllm serve` here would see it
+                machine=_machine(args, None))
     if args.json:
         print(json.dumps(p.model_dump(mode="json"), indent=2))
     else:
         say_to(out)(render_prediction(p))
     return ExitCode.OK if p.fits is not False and p.refused_by is None else ExitCode.FAILED
+
+
+def _machine(args: argparse.Namespace, matrix) -> Machine:
+    """The GPUs a cell gets (the matrix's `gpus_per_cell`, else its `gpus` count or list; unknown for `all` or
+    none) and their name (`--gpu`, else NVML's first GPU when NVML answers here)."""
+    from harness.predict.refusals import Machine
+
+    count = None
+    if matrix is not None:
+        if matrix.gpus_per_cell:
+            count = matrix.gpus_per_cell
+        elif isinstance(matrix.gpus, list):
+            count = len(matrix.gpus)
+        elif isinstance(matrix.gpus, int) and not isinstance(matrix.gpus, bool):
+            count = matrix.gpus
+    return Machine(gpus=count, gpu_name=args.gpu if args.gpu else _nvml_name())
+
+
+def _nvml_name() -> str | None:
+    """NVML's name of this machine's first GPU; None where NVML is missing or answers nothing."""
+    try:
+        from harness.gpu.nvml import NvmlInventory
+
+        inventory = NvmlInventory.open()
+        devices = inventory.devices()
+        return inventory.info(devices[0]).name if devices else None
+    except Exception:  # no NVML, no driver, no GPU: the dtype check is then not made (plan says what it knew)
+        return None
 
 
 def _available_arg(args: argparse.Namespace) -> tuple[int, str] | None:

@@ -17,6 +17,7 @@ from harness.logfacts import KvFacts, Refusal
 from harness.predict.model import ModelShape, shape_from_config
 from harness.predict.prediction import FactCheck, KvPrediction, PredictionRecord
 from harness.predict.predictor import allows_long_max_model_len, draft_model_path, predict
+from harness.predict.refusals import MACHINE_FREE, Machine
 from harness.predict.serve_flags import parse_serve_flags
 from harness.predict.versions import rules_for, rules_version
 from harness.verdict.catalogue import Outcome, Reason
@@ -114,15 +115,20 @@ def checks(low: KvPrediction, high: KvPrediction, kv: KvFacts, refusal: Refusal 
                      (first.kind, first.page_bytes, first.sliding_window))
         out.append(_check("padding_layers", padded, padded, kv.padding_layers))
     logged_max_len = outcome == Outcome.refused and reason == Reason.max_len_exceeds_model
-    if low.refused_by is not None or logged_max_len:
+    predicted_max_len = low.refused_by == Reason.max_len_exceeds_model
+    if predicted_max_len or logged_max_len:
         # vLLM's length check runs before any KV sizing: whether it refused is one check, the limit it named another
-        out.append(FactCheck(fact="max_len_refusal", predicted=low.refused_by is not None, logged=logged_max_len,
-                             agrees=(low.refused_by is not None) == logged_max_len))
+        out.append(FactCheck(fact="max_len_refusal", predicted=predicted_max_len, logged=logged_max_len,
+                             agrees=predicted_max_len == logged_max_len))
         if logged_max_len and refusal is not None and refusal.derived_max_model_len is not None \
                 and low.model_max_model_len is not None:
             out.append(_check("derived_max_model_len", low.model_max_model_len, low.model_max_model_len,
                               refusal.derived_max_model_len))
         return out
+    if (said := _config_refusal(low, outcome, reason)) is not None:
+        out.append(said)
+        if not said.agrees or low.refused_by is not None:  # refused before any KV sizing: nothing else to hold
+            return out
     decided = outcome == Outcome.booted or (outcome == Outcome.refused and reason == Reason.kv_insufficient)
     if decided and low.fits is not None:
         want = Outcome.booted if outcome == Outcome.booted else Outcome.refused
@@ -133,6 +139,20 @@ def checks(low: KvPrediction, high: KvPrediction, kv: KvFacts, refusal: Refusal 
             out.append(FactCheck(fact="outcome", predicted="either (the pool's rounding decides)", logged=want,
                                  agrees=True))
     return out
+
+
+def _config_refusal(low: KvPrediction, outcome: Outcome | None, reason: Reason | None) -> FactCheck | None:
+    """The refusal predicted from the model and the flags alone (tp_not_divisible, config_invalid_batched_tokens)
+    against the boot's verdict: the same cause, or none where none was predicted. A machine's failure (error) or a
+    deadline says nothing of it."""
+    predicted = low.refused_by if low.refused_by in MACHINE_FREE else None
+    logged = reason if outcome == Outcome.refused and reason in MACHINE_FREE else None
+    if outcome is None or outcome in (Outcome.error, Outcome.timeout) or (predicted is None and logged is None):
+        return None
+    if predicted is None and low.refused_by is not None:  # refused first for another cause (its own check)
+        return None
+    return FactCheck(fact="config_refusal", predicted=predicted, logged=logged if logged else str(outcome),
+                     agrees=predicted == logged)
 
 
 def hint(record: PredictionRecord) -> str | None:
@@ -167,7 +187,7 @@ def platform_of(kv: KvFacts) -> str:
 
 def predict_cell(server_args: list[str], read: Reader, kv: KvFacts, refusal: Refusal | None,
                  outcome: Outcome | None, reason: Reason | None, vllm_version: str | None, platform: str | None = None,
-                 env: Mapping[str, str] | None = None) -> PredictionRecord:
+                 env: Mapping[str, str] | None = None, machine: Machine | None = None) -> PredictionRecord:
     """The cell's prediction and its checks; a record that says why when no prediction can be made. `read` reads a
     file as the server sees it (the runtime's `read_server_file`); `platform` overrides what the log tells; `env`:
     the cell's environment (VLLM_ALLOW_LONG_MAX_MODEL_LEN lets a length above the model's through)."""
@@ -184,7 +204,8 @@ def predict_cell(server_args: list[str], read: Reader, kv: KvFacts, refusal: Ref
         draft = config_of(dp, read) if dp else None
         platform = platform or platform_of(kv)
         long_ok = allows_long_max_model_len(env)
-        bare = predict(shape, flags, version=version, platform=platform, draft=draft, allow_long_max_model_len=long_ok)
+        bare = predict(shape, flags, version=version, platform=platform, draft=draft, allow_long_max_model_len=long_ok,
+                       machine=machine)
         null_block = bare.bytes_per_block if rules_for(version).null_block_in_check else 0
         pool = _available(kv, flags.kv_cache_memory_bytes, refusal, null_block)
         if pool is None:
@@ -194,10 +215,10 @@ def predict_cell(server_args: list[str], read: Reader, kv: KvFacts, refusal: Ref
             return record.model_copy(update={"hint": hint(record)})
         lo_b, hi_b, source = pool
         low = predict(shape, flags, version=version, platform=platform, draft=draft, available_bytes=lo_b,
-                      available_source=source, allow_long_max_model_len=long_ok)
+                      available_source=source, allow_long_max_model_len=long_ok, machine=machine)
         high = low if hi_b == lo_b else predict(shape, flags, version=version, platform=platform, draft=draft,
                                                 available_bytes=hi_b, available_source=source,
-                                                allow_long_max_model_len=long_ok)
+                                                allow_long_max_model_len=long_ok, machine=machine)
     except (UsageError, ValueError, OSError) as exc:
         return PredictionRecord(skipped=f"not predicted: {exc}")
     found = checks(low, high, kv, refusal, outcome, reason)

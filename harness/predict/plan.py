@@ -11,6 +11,8 @@ from harness.matrix.model import Matrix
 from harness.logfacts import KvFacts, Refusal
 from harness.predict.cell import platform_of, predict_cell
 from harness.predict.prediction import PredictionRecord
+from harness.errors import UsageError
+from harness.predict.refusals import Machine, refusals_of_argv
 from harness.verdict.catalogue import Outcome, Reason
 
 
@@ -69,7 +71,8 @@ class PlannedCell:
     #: booted or refused; None when the pool is unknown or the model unreadable
     outcome: Outcome | None
     why: str
-    #: why it is refused (kv_insufficient, max_len_exceeds_model); None when booted or unknown
+    #: why it is refused (the cause id: kv_cache_too_small, max_len_exceeds_model, tp_not_divisible, ...); None when
+    #: booted or unknown
     reason: Reason | None = None
     #: what the prediction cannot model for this cell (its numbers then follow upstream's rules only)
     not_modelled: tuple[str, ...] = ()
@@ -99,9 +102,10 @@ class PlannedCell:
 
 def plan_cells(cells: list[Cell], read: Callable[[Cell, str], bytes | None], prior: dict[str, Logged] | None = None,
                platform: str | None = None, vllm_version: str | None = None,
-               default_platform: str | None = None) -> list[PlannedCell]:
+               default_platform: str | None = None, machine: Machine | None = None) -> list[PlannedCell]:
     """`platform` (--platform) wins; else a cell's earlier log tells its device; else `default_platform` (the
-    matrix's: `platform_of_matrix`), else gpu."""
+    matrix's: `platform_of_matrix`), else gpu. `machine`: the GPUs each cell gets and their name (the refusals they
+    decide: tensor × pipeline parallel above the GPUs, bfloat16 on a GPU without it)."""
     out = []
     for cell in cells:
         before = (prior or {}).get(cell.id)
@@ -109,9 +113,31 @@ def plan_cells(cells: list[Cell], read: Callable[[Cell, str], bytes | None], pri
         version = vllm_version or (before.vllm_version if before else None)
         chosen = platform or (None if before and before.kv.device else default_platform)
         record = predict_cell(cell.server_args, lambda path, cell=cell: read(cell, path), kv,
-                              before.refusal if before else None, None, None, version, chosen, env=cell.env)
-        out.append(_planned(cell, record, before, chosen or platform_of(kv)))
+                              before.refusal if before else None, None, None, version, chosen, env=cell.env,
+                              machine=machine)
+        planned = _planned(cell, record, before, chosen or platform_of(kv))
+        if planned.outcome is None and record.prediction is None:
+            planned = _refused_anyway(planned, lambda path, cell=cell: read(cell, path), version, machine)
+        out.append(planned)
     return out
+
+
+def _refused_anyway(planned: PlannedCell, read: Callable[[str], bytes | None], version: str | None,
+                    machine: Machine | None) -> PlannedCell:
+    """A cell whose KV cache is not predicted (-pp 2, a flag the KV model does not know) can still be refused by its
+    configuration alone: tensor × pipeline parallel above the GPUs, heads the TP size does not divide."""
+    from harness.predict.versions import rules_version
+
+    try:
+        found = refusals_of_argv(planned.cell.server_args, read, rules_version(version), machine)
+    except (UsageError, ValueError, OSError):  # a flag this release refuses: the skip already says why
+        return planned
+    if not found:
+        return planned
+    first = found[0]
+    why = f"{first.why} → {first.hint} (the KV cache is not predicted: {planned.why})"
+    return PlannedCell(planned.cell, planned.record, Outcome.refused, why, Reason(first.cause), planned.not_modelled,
+                       planned.platform)
 
 
 def _planned(cell: Cell, record: PredictionRecord, before: Logged | None, platform: str) -> PlannedCell:
@@ -123,10 +149,11 @@ def _planned(cell: Cell, record: PredictionRecord, before: Logged | None, platfo
         gap.append("a patched KV floor raises the pool at boot (plan --from RUN reads the raised size)")
     tail = ("; not modelled: " + "; ".join(gap)) if gap else ""
     if p.refused_by is not None:
-        why = (f"--max-model-len {p.max_model_len:,} is above the model's {p.model_max_model_len:,} "
-               f"({p.model_max_model_len_source}): vLLM refuses it before sizing the KV cache")
-        return PlannedCell(cell, record, Outcome.refused, why + tail, Reason.max_len_exceeds_model, tuple(gap),
-                           platform)
+        why = p.refused_why or (f"--max-model-len {p.max_model_len:,} is above the model's "
+                                f"{p.model_max_model_len:,} ({p.model_max_model_len_source}): vLLM refuses it before "
+                                "sizing the KV cache")
+        hint = f" → {p.refused_hint}" if p.refused_hint else ""
+        return PlannedCell(cell, record, Outcome.refused, why + hint + tail, p.refused_by, tuple(gap), platform)
     if p.fits is None:
         why = "no KV size: the cell gives no --kv-cache-memory-bytes (plan --from RUN takes what an earlier run logged)"
         return PlannedCell(cell, record, None, why + tail, None, tuple(gap), platform)

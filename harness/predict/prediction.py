@@ -66,9 +66,14 @@ class KvPrediction(_Record):
     model_max_model_len: int | None = Field(None, description="the model's own maximum length as vLLM derives it "
                                                               "(max-length keys × rope scaling); None: none named")
     model_max_model_len_source: str | None = Field(None, description="how it was derived, as the refusal names it")
-    refused_by: Reason | None = Field(None, description="max_len_exceeds_model: vLLM refuses --max-model-len before "
-                                                        "sizing any KV (above the model's length, "
-                                                        "VLLM_ALLOW_LONG_MAX_MODEL_LEN unset)")
+    refused_by: Reason | None = Field(None, description="the cause vLLM refuses the configuration for before sizing "
+                                                        "any KV: max_len_exceeds_model (above the model's length, "
+                                                        "VLLM_ALLOW_LONG_MAX_MODEL_LEN unset), "
+                                                        "config_invalid_batched_tokens, tp_not_divisible, "
+                                                        "not_enough_gpus, dtype_unsupported_gpu")
+    refused_why: str | None = Field(None, description="what about the configuration decides that refusal")
+    refused_hint: str | None = Field(None, description="the catalogue's hint for it: what would boot")
+    refused_numbers: dict[str, int | float | str] = Field({}, description="the numbers it states, as the log would")
     notes: list[str] = Field([], description="assumptions made (defaults, dtype resolution)")
     unmodelled: list[str] = Field([], description="what this configuration has that the predictor does not model: "
                                                   "its numbers are then a lower bound")
@@ -78,7 +83,8 @@ class FactCheck(_Record):
     """One logged number next to its prediction."""
 
     fact: Literal["kv_tokens", "max_concurrency", "need_gib", "available_gib", "estimated_max_model_len", "outcome",
-                  "block_size", "mamba_padding_pct", "padding_layers", "max_len_refusal", "derived_max_model_len"]
+                  "block_size", "mamba_padding_pct", "padding_layers", "max_len_refusal", "derived_max_model_len",
+                  "config_refusal"]
     predicted: bool | float | int | str | None
     logged: bool | float | int | str | None
     rel_error: float | None = Field(None, description="(predicted - logged) / logged; 0 when equal")

@@ -23,9 +23,10 @@ from harness.predict.model import Layer, ModelShape, apply_hf_overrides, shape_f
 from harness.predict.pages import Page, kv_element_bytes, model_dtype, page_for
 from harness.predict.platforms import is_cpu, resolve
 from harness.predict.prediction import KvPrediction, LayerGroup
+from harness.predict.refusals import Machine, config_refusals
 from harness.predict.serve_flags import ServeFlags, speculative_tokens
 from harness.predict.versions import (DEFAULT_VERSION, ConfigRules, Rules, config_rules_for,
-                                     hybrid_rules_for, outside_known, rules_for)
+                                     hybrid_rules_for, outside_known, parse_version, rules_for)
 from harness.verdict.catalogue import Reason
 
 #: vLLM's default attention block on GPU, the CPU backend's (docs/cpu-calibration.md) and the CPU MLA kernel's: the one
@@ -198,6 +199,14 @@ def default_max_model_len(shape: ModelShape, crules: ConfigRules, notes: list[st
     return limit.length
 
 
+def _release(version: str) -> tuple[int, int, int]:
+    """X.Y.Z of `version`; the default's for one that names none (a nightly's tag)."""
+    try:
+        return parse_version(version)
+    except ValueError:
+        return parse_version(DEFAULT_VERSION)
+
+
 def allows_long_max_model_len(env: Mapping[str, str] | None) -> bool:
     """VLLM_ALLOW_LONG_MAX_MODEL_LEN as vllm/envs.py reads it ("1" or "true", any case, spaces stripped)."""
     return str((env or {}).get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0")).strip().lower() in ("1", "true")
@@ -270,10 +279,12 @@ def _windows_as_vllm_keeps_them(layers: list[Layer], flags: ServeFlags, crules: 
 
 def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERSION, platform: str = "gpu",
             available_bytes: int | None = None, available_source: str | None = None,
-            draft: ModelShape | None = None, allow_long_max_model_len: bool = False) -> KvPrediction:
+            draft: ModelShape | None = None, allow_long_max_model_len: bool = False,
+            machine: Machine | None = None) -> KvPrediction:
     """The KV sizing of `shape` served with `flags` by vLLM `version` on `platform` (platforms.py: gpu, cpu,
     cpu-bf16, cpu-amx, cpu-local); `refused_by` when vLLM refuses the flags before it sizes anything.
-    `allow_long_max_model_len`: the server's VLLM_ALLOW_LONG_MAX_MODEL_LEN (`allows_long_max_model_len(env)`)."""
+    `allow_long_max_model_len`: the server's VLLM_ALLOW_LONG_MAX_MODEL_LEN (`allows_long_max_model_len(env)`).
+    `machine`: the GPUs the server gets and their name, for the refusals they decide (refusals.py)."""
     platform = resolve(platform)
     cpu = is_cpu(platform)
     rules, crules = rules_for(version), config_rules_for(version)
@@ -292,6 +303,12 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
     if flags.max_model_len is None:
         notes.append(f"--max-model-len not given: the model's {mml} is used (a tokenizer's model_max_length can "
                      "lower it)")
+    refusals = config_refusals(shape.raw, flags, max_model_len=mml, machine=machine, version=_release(version),
+                               notes=notes)
+    first = refusals[0] if refused_by is None and refusals else None
+    if first is not None:
+        refused_by = Reason(first.cause)
+    notes += [f"refused ({r.cause}): {r.why}" for r in refusals if r is not first]
     dtype, dtype_notes = model_dtype(shape, flags.dtype)
     notes += dtype_notes
     start_flag, attn_flag = _kv_flags(shape, flags, crules, notes)
@@ -368,7 +385,8 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
                            sliding_window=g.page.layer.sliding_window) for g in grouping.groups],
         notes=notes, unmodelled=unmodelled,
         model_max_model_len=limit.length if limit else None, model_max_model_len_source=limit.source if limit else None,
-        refused_by=refused_by,
+        refused_by=refused_by, refused_why=first.why if first else None, refused_hint=first.hint if first else None,
+        refused_numbers=dict(first.numbers) if first else {},
     )
     if available_bytes is not None:
         check = available_bytes - bpb if rules.null_block_in_check else available_bytes

@@ -51,6 +51,10 @@ class ServeFlags:
     hf_overrides: dict[str, Any] = field(default_factory=dict)
     #: --gpu-memory-utilization: the share of each GPU vLLM may use (the memory curve's headroom line); None: 0.9
     gpu_memory_utilization: float | None = None
+    #: --data-parallel-size / -dp: engine replicas, each with its own tensor × pipeline GPUs (config refusals only)
+    data_parallel_size: int = 1
+    #: --enable-chunked-prefill / --no-enable-chunked-prefill; None: vLLM's default (on in V1)
+    enable_chunked_prefill: bool | None = None
 
 
 # --- what each release's parser does (read off the 0.8.0-0.34.0 wheels) -------------------------------------------
@@ -128,6 +132,10 @@ _LONG: dict[str, tuple[tuple[Version, str | None, Kind, int], ...]] = {
     "--no-async-scheduling": (((0, 10, 0), "async_scheduling", "off", 7),),
     # they change the KV cache and are not modelled: refused when set (_UNMODELLED)
     "--pipeline-parallel-size": (((0, 8, 0), "pipeline_parallel_size", "int", 4),),
+    # read for the config refusals only (predict/refusals.py); the whole name: a prefix is not resolved for these
+    "--data-parallel-size": (((0, 8, 3), "data_parallel_size", "int", 20),),
+    "--enable-chunked-prefill": (((0, 8, 0), "enable_chunked_prefill", "on", 24),),
+    "--no-enable-chunked-prefill": (((0, 9, 0), "enable_chunked_prefill", "off", 27),),
     "--decode-context-parallel-size": (((0, 10, 2), "decode_context_parallel_size", "int", 5),),
     "--prefill-context-parallel-size": (((0, 12, 0), "prefill_context_parallel_size", "int", 8),
                                         ((0, 24, 0), "prefill_context_parallel_size", "int", 11)),
@@ -150,6 +158,7 @@ _LONG: dict[str, tuple[tuple[Version, str | None, Kind, int], ...]] = {
 #: the short aliases of KV flags, from the release that added them
 _ALIASES: dict[str, tuple[Version, str]] = {
     "-tp": ((0, 8, 0), "--tensor-parallel-size"), "-pp": ((0, 8, 0), "--pipeline-parallel-size"),
+    "-dp": ((0, 8, 3), "--data-parallel-size"),
     "-dcp": ((0, 10, 2), "--decode-context-parallel-size"), "-pcp": ((0, 12, 0), "--prefill-context-parallel-size"),
     "-sc": ((0, 19, 0), "--speculative-config"),
 }

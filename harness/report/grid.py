@@ -180,6 +180,8 @@ def grid_renderable(run: RunResult, split: str | None = None, length_override: s
                     text.append(terminal(f" {mark}"), style="green" if mark == "✓" else "bold red")
                 for line in key_numbers(k):
                     text.append("\n" + terminal_line(line), style="dim")
+                if hint := c.cause_hint():
+                    text.append("\n→ " + terminal_line(hint), style="italic")
                 cells.append(text)
             t.add_row(row, *cells)
         tables.append(t)

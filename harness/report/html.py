@@ -14,6 +14,7 @@ import base64
 from html import escape
 from pathlib import Path
 
+from harness.escape import terminal_line
 from harness.analysis.fit import Analysis, no_cells
 from harness.units import fmt_bytes
 from harness.report.grid import Grid, expectation_mark, inconsistent, key_numbers, numbers_legend, outcome_counts
@@ -41,6 +42,7 @@ table.grid tbody th{background:#eceff1;text-align:right;font-variant-numeric:tab
 td.cell{min-width:150px}
 td.cell .outcome{font-weight:700}
 td.cell .kv{font-size:.85em;color:#333;font-variant-numeric:tabular-nums}
+td.cell .hint{font-size:.85em;font-style:italic}
 td.cell .mark{font-weight:700;margin-left:4px}
 td.cell.mismatched{outline:3px solid #d50000;outline-offset:-3px}
 td.cell.mismatched .mark{color:#d50000}
@@ -77,7 +79,9 @@ def _cell_td(g: Grid, row: str, col: tuple[str, ...]) -> str:
     mark = expectation_mark(c)
     mark_html = f'<span class="mark">{escape(mark)}</span>' if mark else ""
     kv = "".join(f'<div class="kv">{escape(line)}</div>' for line in key_numbers(k))
-    title = escape(c.detail or c.cell_id, quote=True)
+    if hint := c.cause_hint():
+        kv += f'<div class="hint">→ {escape(terminal_line(hint))}</div>'  # a log's controls shown, not acted on
+    title = escape(terminal_line(c.detail or c.cell_id), quote=True)
     if inconsistent(k):
         state += " inconsistent"
     return (f'<td class="cell {c.outcome} {state}" id="cell-{cid}" data-cell-id="{cid}" data-outcome="{c.outcome}" '

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from harness.predict.prediction import KvPrediction
 from harness.units import fmt_bytes, fmt_tokens, plural
+from harness.verdict.catalogue import Reason
 
 _KIND = {"full": "full attention", "mla": "MLA (one latent per token)", "sliding": "sliding window", "state": "state"}
 
@@ -24,7 +25,11 @@ def render_prediction(p: KvPrediction) -> str:
                  "tokens" + (f": {fmt_bytes(p.need_bytes - p.state_bytes_per_seq)} grows with the length, "
                              f"{fmt_bytes(p.state_bytes_per_seq)} is the state, whatever the length"
                              if p.state_bytes_per_seq else ""))
-    if p.refused_by is not None:
+    if p.refused_by is not None and p.refused_by != Reason.max_len_exceeds_model:
+        lines.append(f"  does NOT boot ({p.refused_by}): {p.refused_why}")
+        if p.refused_hint:
+            lines.append(f"  hint: {p.refused_hint}")
+    elif p.refused_by is not None:
         lines.append(f"  does NOT boot: vLLM refuses --max-model-len {p.max_model_len:,} ({p.refused_by}): above the "
                      f"model's derived max_model_len {p.model_max_model_len:,} ({p.model_max_model_len_source}); "
                      "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 overrides it (the KV sizing below is what it would need)")
@@ -39,7 +44,7 @@ def render_prediction(p: KvPrediction) -> str:
             most = (f"; the largest max_model_len that fits: {p.max_len_that_fits:,}"
                     + (" (the model's own limit)" if p.max_len_that_fits == p.model_max_model_len else "")
                     if p.max_len_that_fits else "")
-            lines.append(f"  KV fits one request of max_model_len, but the length is refused first{most}"
+            lines.append(f"  KV fits one request of max_model_len, but the configuration is refused first{most}"
                          if p.refused_by else f"  fits: one request of max_model_len can be served{most}")
         else:
             est = (f"; vLLM's estimated maximum model length: {fmt_tokens(p.estimated_max_model_len)}"

@@ -39,7 +39,8 @@ def _cell_md(g: Grid, row: str, col: tuple[str, ...]) -> str:
     mark = expectation_mark(c)
     if mark:
         head += f" {mark if mark == '✓' else '**' + _esc(mark) + '**'}"
-    return "<br>".join([head, *(_esc(n) for n in key_numbers(k))])
+    hint = [f"→ {_esc(h)}"] if (h := c.cause_hint()) else []
+    return "<br>".join([head, *(_esc(n) for n in key_numbers(k)), *hint])
 
 
 def _grid_md(g: Grid) -> list[str]:

@@ -17,7 +17,7 @@ from harness.matrix.cells import Cell
 from harness.logfacts.timeline import Milestone, Milestones, phase_at, skipped
 from harness.predict.serve_flags import eager
 from harness.report.style import outcome_text
-from harness.escape import terminal
+from harness.escape import terminal, terminal_line
 from harness.report.text import PlainTable, plain_console, say_line, show
 from harness.results.model import CellResult, RunResult
 from harness.units import fmt_seconds, fmt_tokens
@@ -58,7 +58,13 @@ def _times(r: CellResult) -> str:
 def event_line(cell: Cell, r: CellResult) -> str:
     """`<id> booted (ready) — verdict 27.1 s after start, teardown 0.5 s — matched`: everything on one line."""
     retried = f" — {r.attempts} attempts" if r.attempts > 1 else ""
-    return f"{cell.id} {_verdict(r)} — {_times(r)}{retried} — {_expected(r)}"
+    return f"{cell.id} {_verdict(r)} — {_times(r)}{retried} — {_expected(r)}{_hint(r)}"
+
+
+def _hint(r: CellResult) -> str:
+    """` — hint: <the cause's hint>` (escaped for a terminal), or nothing when the cell has no cause."""
+    hint = r.cause_hint()
+    return f" — hint: {terminal_line(hint)}" if hint else ""
 
 
 class LiveProgress:
@@ -142,19 +148,21 @@ def summary(run: RunResult, console: Console) -> RenderableType | str:
         for r in run.cells:
             need, cap, tokens = _numbers(r, axis)
             lines.append(f"{r.cell_id}: {_verdict(r)} — {_expected(r)} — KV needed {need}, KV pool {cap}, "
-                         f"KV tokens {tokens} — {_times(r)}")
+                         f"KV tokens {tokens} — {_times(r)}{_hint(r)}")
         return "\n".join(lines)
     table = PlainTable(title=f"run {run.run_id} ({run.status})")
-    drops = {"longest phase": 1, "KV tokens": 2, "verdict after start": 3}  # narrow, these give way first
+    drops = {"longest phase": 1, "KV tokens": 2, "verdict after start": 3, "hint": 4}  # narrow, these give way first
+    with_hint = any(r.cause_hint() for r in run.cells)
     for col in ("cell", "verdict", "expected", "KV needed", "KV pool", "KV tokens", "verdict after start",
-                "longest phase"):
+                "longest phase", *(("hint",) if with_hint else ())):
         table.add_column(col, id=col == "cell", drop=drops.get(col),
                          justify="right" if col.startswith("KV") or col.startswith("verdict a") else "left")
     for r in run.cells:
         need, cap, tokens = _numbers(r, axis)
         mark = {True: ("✓ ", "green"), False: ("✗ ", "red"), None: ""}[r.matched]
         table.add_row(r.cell_id, outcome_text(r.outcome, _verdict(r)), Text.assemble(mark, terminal(_expected(r))),
-                      need, cap, tokens, fmt_seconds(r.timings.verdict_s), _longest(r))
+                      need, cap, tokens, fmt_seconds(r.timings.verdict_s), _longest(r),
+                      *((terminal_line(r.cause_hint() or "—"),) if with_hint else ()))
     return table
 
 

@@ -117,6 +117,22 @@ class CellResult(_Record):
         """`refused (kv_insufficient)`."""
         return self.outcome + (f" ({self.reason})" if self.reason else "")
 
+    def cause_hint(self) -> str | None:
+        """What the log's cause says to do, in one line (by how much, what would boot); for a crash no cause names,
+        the exception that ended the boot; None without a cause (a boot, a record older than the catalogue). Every
+        view of a cell (run's table and summary, report, check) shows this one line, so they never disagree."""
+        if self.cause is None:
+            return None
+        return " ".join((self.cause.hint or self.cause.line).split())[:300] or None
+
+    def exception(self) -> str | None:
+        """For a crash the catalogue names only in general (uncaught_exception, model_code_error): the exception
+        type that ended the boot ("KeyError"); None otherwise. Two such crashes of another type are another cause."""
+        if self.cause is None or self.cause.id not in ("uncaught_exception", "model_code_error"):
+            return None
+        exc = self.cause.numbers.get("exception")
+        return str(exc)[:120] if exc else None
+
     def miss(self) -> str | None:
         """Why the cell missed its expectation, in one line; None when it matched or had none. A verdict that came
         too late names the phase that took longest."""

@@ -195,10 +195,18 @@ def reasons_of(outcome: Outcome | str) -> list[Reason]:
 
 
 def reason_table() -> str:
-    """docs/results.md's table of reasons, rendered from the catalogue."""
+    """docs/results.md's table of reasons, rendered from the catalogue: each cause's numbers (what its line states
+    and what would boot), and whether `plan`/`kv` predict it before any boot (harness.predict.refusals)."""
+    from harness.predict.refusals import PREDICTED
+    from harness.verdict.causes import BY_ID
+
     old = {new: old for old, new in ALIASES.items()}
-    rows = ["| outcome | reason | kind | meaning |", "|---|---|---|---|"]
+    rows = ["| outcome | reason | kind | meaning | numbers it states | before a boot |", "|---|---|---|---|---|---|"]
     for reason, info in REASONS.items():
         alias = f" (was `{old[reason.value]}`)" if reason.value in old else ""
-        rows.append(f"| `{info.outcome}` | `{reason}`{alias} | {info.kind or 'observed'} | {info.meaning} |")
+        cause = BY_ID.get(reason.value)
+        numbers = ", ".join(f"`{n}`" for n in cause.numbers) if cause is not None else ""
+        before = "`plan`, `kv`" if reason.value in PREDICTED else ""
+        rows.append(f"| `{info.outcome}` | `{reason}`{alias} | {info.kind or 'observed'} | {info.meaning} | {numbers} "
+                    f"| {before} |")
     return "\n".join(rows)

@@ -113,7 +113,8 @@ def test_an_oom_takes_its_phase_from_its_own_tracebacks_frames(frame, cause_id):
     signals = [parser.feed(line) for line in log.splitlines()]
     facts = parser.facts
     assert signals[-1] is Signal.REFUSAL and facts.refusal.kind == cause_id and facts.cause.id == cause_id
-    assert facts.cause.numbers == {"needed_gib": 0.5, "available_gib": 100 / 1024, "total_gib": 23.54}
+    assert facts.cause.numbers == {"needed_gib": 0.5, "available_gib": 100 / 1024, "total_gib": 23.54,
+                                   "short_gib": 0.4}
 
 
 @pytest.mark.parametrize(("log", "cause_id", "numbers"), [
@@ -203,7 +204,8 @@ def test_facts_says_the_cause_in_json_and_on_the_terminal(tmp_path, capsys):
 def test_markdown_code_and_caret_colour_codes_read_as_the_bare_line(line):
     cause = parse_text(line + "\n").cause
     assert cause.id == "gpu_mem_util_exceeds_free" and cause.numbers["available_gib"] == 0.49
-    assert cause.hint == "free memory 0.49 GiB is below the 47.59 GiB asked: lower gpu_memory_utilization or free the GPU"
+    assert cause.hint == ("free memory 0.49 GiB is 47.1 GiB below the 47.59 GiB asked: lower gpu_memory_utilization or "
+                          "free the GPU")
 
 
 def test_a_wrappers_words_before_torchs_oom_still_read_with_the_phase():

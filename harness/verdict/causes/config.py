@@ -40,6 +40,14 @@ def _divisors(numbers: Numbers) -> Numbers:
     return {}
 
 
+def _ep_divisors(numbers: Numbers) -> Numbers:
+    """The expert-parallel sizes (powers of two up to 64) that divide the expert count: what would boot."""
+    experts = numbers.get("experts")
+    if isinstance(experts, int) and 0 < experts <= 1 << 16:
+        return {"ep_sizes": ", ".join(str(d) for d in (1, 2, 4, 8, 16, 32, 64) if d <= experts and experts % d == 0)}
+    return {}
+
+
 def _layers_divisors(numbers: Numbers) -> Numbers:
     layers = numbers.get("layers")
     if isinstance(layers, int) and 0 < layers <= 1 << 16:
@@ -47,9 +55,24 @@ def _layers_divisors(numbers: Numbers) -> Numbers:
     return {}
 
 
+def _capability(text: object) -> tuple[int, int] | None:
+    """"7.5" → (7, 5): compared as numbers ("10.0" is above "8.0", as a string it is below)."""
+    if not isinstance(text, str) or not re.fullmatch(r"\d{1,2}\.\d", text):
+        return None
+    major, minor = text.split(".")
+    return int(major), int(minor)
+
+
 def _dtype(numbers: Numbers) -> Numbers:
-    cap = numbers.get("capability")
-    return {"dtype": "half"} if isinstance(cap, str) and cap < "8.0" else {}
+    """The dtype that boots: half, when the GPU's capability is below the one the asked dtype needs (bfloat16: 8.0)."""
+    cap, need = _capability(numbers.get("capability")), _capability(numbers.get("min_capability"))
+    return {"dtype": "half"} if cap is not None and cap < (need or (8, 0)) else {}
+
+
+def _least_batched(numbers: Numbers) -> Numbers:
+    """The least max_num_batched_tokens that boots: max_model_len (chunked prefill off), else max_num_seqs."""
+    least = numbers.get("max_model_len", numbers.get("max_num_seqs"))
+    return {"least_batched": least} if isinstance(least, int) else {}
 
 
 KV_CACHE_TOO_SMALL = Cause(
@@ -200,9 +223,10 @@ EP_NOT_DIVISIBLE = Cause(
              + named("experts", INT) + r"\s*\)? (?:must be|is not|should be) (?:evenly )?divisible by (?:the )?"
              r"(?:expert[ _]parallel(?:ism)?(?:[ _]size)?|ep[ _]size|EP size|ep)\s*\(?\s*=?\s*" + named("ep", INT),
              flags=re.I),),
-    ("{experts} experts do not divide by expert-parallel size {ep}",
+    ("{experts} experts do not divide by expert-parallel size {ep}: use {ep_sizes}",
+     "{experts} experts do not divide by expert-parallel size {ep}",
      "the experts do not divide by the expert-parallel size"),
-    numbers=("experts", "ep"),
+    numbers=("experts", "ep", "ep_sizes"), derive=_ep_divisors,
     examples=("ValueError: Number of experts (60) must be divisible by expert parallel size (8).",))
 
 DTYPE_UNSUPPORTED_GPU = Cause(
@@ -336,7 +360,7 @@ CONFIG_INVALID_BATCHED_TOKENS = Cause(
     ("max_num_batched_tokens must be at least {max_model_len} (was {batched}), or turn chunked prefill on",
      "max_num_batched_tokens must be at least max_num_seqs {max_num_seqs} (was {batched})",
      "max_num_batched_tokens is too small for this configuration"),
-    numbers=("batched", "max_model_len", "max_num_seqs"),
+    numbers=("batched", "max_model_len", "max_num_seqs", "least_batched"), derive=_least_batched,
     examples=("ValueError: max_num_batched_tokens (2048) is smaller than max_model_len (4096). This effectively "
               "limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject longer sequences. "
               "Please increase max_num_batched_tokens or decrease max_model_len.",))

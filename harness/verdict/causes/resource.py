@@ -32,6 +32,20 @@ def _busy(message: str, m: re.Match[str]) -> Numbers:
     return out
 
 
+def _short(numbers: Numbers) -> Numbers:
+    """The memory short: what was asked less what was free (GiB, two decimals), when both were read."""
+    need, free = numbers.get("needed_gib"), numbers.get("available_gib")
+    if isinstance(need, float) and isinstance(free, float) and need > free:
+        return {"short_gib": round(need - free, 2)}
+    return {}
+
+
+def _host_gib(numbers: Numbers) -> Numbers:
+    """The bytes a failed CPU allocation asked for, in GiB (how vLLM and this harness state memory)."""
+    asked = numbers.get("needed_bytes")
+    return {"needed_gib": round(asked / (1 << 30), 2)} if isinstance(asked, int) else {}
+
+
 GPU_MEM_UTIL_EXCEEDS_FREE = Cause(
     "gpu_mem_util_exceeds_free", K,
     "free memory at start-up was below what gpu_memory_utilization asks, usually held by another process (\"Free "
@@ -45,18 +59,21 @@ GPU_MEM_UTIL_EXCEEDS_FREE = Cause(
      Pattern("Error in memory profiling",
              EXC + r"Error in memory profiling\.\s*Initial free memory\s*" + named("available_gib", NUM)
              + r"\s*GiB,\s*current free memory\s*" + named("current_free_gib", NUM) + r"\s*GiB")),
-    ("free memory {available_gib} GiB is below the {needed_gib} GiB asked: lower gpu_memory_utilization or free the "
+    ("free memory {available_gib} GiB is {short_gib} GiB below the {needed_gib} GiB asked: lower "
+     "gpu_memory_utilization or free the GPU",
+     "free memory {available_gib} GiB is below the {needed_gib} GiB asked: lower gpu_memory_utilization or free the "
      "GPU",
      "free memory {available_gib} GiB is below what gpu_memory_utilization asks: lower it or free the GPU",
      "another process's memory use changed while vLLM profiled: run alone on the GPU"),
-    numbers=("available_gib", "total_gib", "needed_gib", "current_free_gib"), aliases=("gpu_memory_busy",),
-    stops=True,
+    numbers=("available_gib", "total_gib", "needed_gib", "current_free_gib", "short_gib"), aliases=("gpu_memory_busy",),
+    stops=True, derive=_short,
     examples=("ValueError: Free memory on device (10.5/79.1 GiB) on startup is less than desired GPU memory "
               "utilization (0.9, 71.2 GiB). Decrease GPU memory utilization or reduce GPU memory used by other "
               "processes.",))
 
-_OOM_NUMBERS = ("needed_gib", "available_gib", "total_gib")
-_OOM_HINTS = ("{phase}: tried {needed_gib:.2f} GiB with {available_gib:.2f} GiB free",
+_OOM_NUMBERS = ("needed_gib", "available_gib", "total_gib", "short_gib")
+_OOM_HINTS = ("{phase}: tried {needed_gib:.2f} GiB with {available_gib:.2f} GiB free ({short_gib:.2f} GiB short)",
+              "{phase}: tried {needed_gib:.2f} GiB with {available_gib:.2f} GiB free",
               "{phase}: tried {needed_gib:.2f} GiB",)
 _TORCH_OOM = (r"\A(?:[A-Za-z_][\w.]{0,60}\.)?OutOfMemoryError\b"
               r"|" + EXC + r"(?:CUDA|HIP|XPU|NPU|MPS)(?: error:)? out of memory\b")
@@ -66,7 +83,7 @@ def _oom(cause_id: str, phase: str, meaning: str, patterns: tuple[Pattern, ...] 
          examples: tuple[str, ...] = ()) -> Cause:
     hints = tuple(h.replace("{phase}", phase) for h in _OOM_HINTS) + (phase,)
     return Cause(cause_id, K, meaning, patterns, hints, numbers=_OOM_NUMBERS, aliases=aliases, stops=True,
-                 examples=examples)
+                 derive=_short, examples=examples)
 
 
 CUDA_OOM_WEIGHTS = _oom(
@@ -122,8 +139,9 @@ HOST_OOM = Cause(
      Pattern("Killed", r"\A(?:Killed|.{0,200}\bline \d+:\s+\d+ Killed\b.*)\Z"),
      Pattern("Out of memory: Killed process"),
      Pattern("MemoryError", r"\AMemoryError\b")),
-    ("host memory ran out: give the server more RAM (or a smaller swap/CPU KV space)",),
-    numbers=("needed_bytes",),
+    ("host memory ran out allocating {needed_gib:.2f} GiB: give the server more RAM (or a smaller swap/CPU KV space)",
+     "host memory ran out: give the server more RAM (or a smaller swap/CPU KV space)"),
+    numbers=("needed_bytes", "needed_gib"), derive=_host_gib,
     examples=("RuntimeError: [enforce fail at alloc_cpu.cpp:114] data. DefaultCPUAllocator: can't allocate memory: "
               "you tried to allocate 4294967296 bytes. Error code 12 (Cannot allocate memory)",
               "Killed",
