@@ -65,7 +65,7 @@ class Change:
         if self.name in (ChangeName.kv, ChangeName.argv, ChangeName.env):
             return f"{LABELS[self.name]} {self.after}"  # already a list of what moved
         n = _SHORT.get(self.name)
-        cut = (lambda v: v if n is None or len(v) <= n else v[:n] + "…")  # noqa: E731
+        cut = (lambda v: v if n is None else v[:n])  # noqa: E731 - a digest's or hash's prefix, as git shortens one
         return f"{LABELS[self.name]} {cut(self.before or '—')} → {cut(self.after or '—')}"
 
     def to_dict(self) -> dict:

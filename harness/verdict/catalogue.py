@@ -16,6 +16,7 @@ recorded runs and matrices that say it still load and still match.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -194,10 +195,10 @@ def reasons_of(outcome: Outcome | str) -> list[Reason]:
     return [r for r, info in REASONS.items() if info.outcome == Outcome(outcome)]
 
 
-def reason_table() -> str:
+def reason_table(predicted: Collection[str] = ()) -> str:
     """docs/results.md's table of reasons, rendered from the catalogue: each cause's numbers (what its line states
-    and what would boot), and whether `plan`/`kv` predict it before any boot (harness.predict.refusals)."""
-    from harness.predict.refusals import PREDICTED
+    and what would boot), and whether `plan`/`kv` predict it before any boot (`predicted`: the ids
+    harness.predict.refusals.PREDICTED names, handed in, since the predictor sits layers above the catalogue)."""
     from harness.verdict.causes import BY_ID
 
     old = {new: old for old, new in ALIASES.items()}
@@ -206,7 +207,7 @@ def reason_table() -> str:
         alias = f" (was `{old[reason.value]}`)" if reason.value in old else ""
         cause = BY_ID.get(reason.value)
         numbers = ", ".join(f"`{n}`" for n in cause.numbers) if cause is not None else ""
-        before = "`plan`, `kv`" if reason.value in PREDICTED else ""
+        before = "`plan`, `kv`" if reason.value in predicted else ""
         rows.append(f"| `{info.outcome}` | `{reason}`{alias} | {info.kind or 'observed'} | {info.meaning} | {numbers} "
                     f"| {before} |")
     return "\n".join(rows)

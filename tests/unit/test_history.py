@@ -103,7 +103,7 @@ def _patch(sha: str) -> list[AppliedPatch]:
 @pytest.mark.parametrize(("name", "before", "after", "says"), [
     ("vllm_version", {"vllm_version": "0.33.0"}, {"vllm_version": "0.33.1"}, "vLLM 0.33.0 → 0.33.1"),
     ("image_digest", {"container": _container("sha256:" + "a" * 64)}, {"container": _container("sha256:" + "c" * 64)},
-     "image digest sha256:aaaaaaaaaaaa… → sha256:cccccccccccc…"),
+     "image digest sha256:aaaaaaaaaaaa → sha256:cccccccccccc"),
     ("argv", {"argv": ["serve", "--max-model-len", "4096"]}, {"argv": ["serve", "--max-model-len", "8192"]},
      "argv 4096 → 8192"),
     ("env", {"env": {"A": "1", "B": "x"}}, {"env": {"A": "2", "C": "y"}}, "env A=1 → 2, +C=y, -B"),
