@@ -15,6 +15,7 @@ K = CauseKind.config_refusal
 _ESTIMATED = re.compile(r"estimated maximum model length is\s*" + INT)
 MAX_LEN_RAISED_MARK = "To allow overriding this maximum"
 MAX_LEN_WARNING_MARK = "Make sure the value is correct and within the model context size"
+MAX_LEN_CAUTION_MARK = "must be used with extreme caution"
 
 
 def _kv_read(message: str, m: re.Match[str]) -> Numbers:
@@ -25,10 +26,11 @@ def _kv_read(message: str, m: re.Match[str]) -> Numbers:
 
 
 def _max_len_read(message: str, m: re.Match[str]) -> Numbers | None:
-    """Raised, the sentence reads "... To allow overriding this maximum, ..." or sits behind an exception class;
-    logged as the VLLM_ALLOW_LONG_MAX_MODEL_LEN warning it has neither (≤0.11 adds "Make sure the value is correct")."""
-    raised = MAX_LEN_RAISED_MARK in message or not message.startswith("User-specified")
-    if MAX_LEN_WARNING_MARK in message or not raised:
+    """Logged as the VLLM_ALLOW_LONG_MAX_MODEL_LEN warning, the sentence goes on "Make sure the value is correct"
+    (≤0.11) or, with no "To allow overriding this maximum" before it, "... must be used with extreme caution" (0.12+).
+    Else it is the refusal, cut or not: a paste that stops after the first sentence (a title, a quote) is how users
+    report the error, and the warning is logged at WARNING, a level no refusal is read from."""
+    if MAX_LEN_WARNING_MARK in message or (MAX_LEN_CAUTION_MARK in message and MAX_LEN_RAISED_MARK not in message):
         return None
     return read_groups(message, m)
 
@@ -62,7 +64,8 @@ KV_CACHE_TOO_SMALL = Cause(
              r"the available KV cache memory\s*\(\s*" + named("available_gib", NUM) + r"\s*GiB\))?", read=_kv_read),
      Pattern("that can be stored in KV cache",
              r"max seq len\s*\(\s*" + named("max_seq_len", INT) + r"\s*\) is larger than the maximum number of tokens "
-             r"that can be stored in KV cache\s*\(\s*" + named("estimated_max_model_len", INT) + r"\s*\)")),
+             # a paste cut right after the parenthesis still states the length
+             r"that can be stored in KV cache\s*\(\s*(?:" + named("estimated_max_model_len", INT) + r"\s*\)|\Z)")),
     ("largest max_model_len that fits: {estimated_max_model_len}",
      "max_model_len {max_seq_len} needs {needed_gib} GiB of KV cache, {available_gib} GiB is available",
      "the KV cache cannot hold one request of max_model_len {max_seq_len}: lower it or raise gpu_memory_utilization",
@@ -97,6 +100,19 @@ NO_CACHE_BLOCKS = Cause(
               'raise ValueError("No available memory for the cache blocks. "',
               "INFO 05-01 10:00:00 [gpu_worker.py:227] Available KV cache memory: -2.14 GiB",
               "INFO 05-01 10:00:00 executor_base.py:110] # GPU blocks: 0, # CPU blocks: 2048"))
+
+DTYPE_UNSUPPORTED_MODEL = Cause(
+    "dtype_unsupported_model", K,
+    "the model type refuses the dtype whatever the GPU (\"The model type 'gemma3' does not support float16. Reason: "
+    "Numerical instability\")",
+    (Pattern("does not support float16",
+             EXC + r"The model type '(?P<model_type>[\w.-]{1,80})' does not support (?P<dtype_asked>float16)"),),
+    ("{model_type} does not run in {dtype_asked}: use --dtype bfloat16 (or float32)",),
+    numbers=("model_type", "dtype_asked"),
+    examples=("Value error, The model type 'gemma3' does not support float16. Reason: Numerical instability. Please "
+              "use bfloat16 or float32 instead. [type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]",
+              "ValueError: The model type 'gemma2' does not support float16. Reason: Numerical instability. Please use "
+              "bfloat16 or float32 instead."))
 
 AUTOFIT_IMPOSSIBLE = Cause(
     "autofit_impossible", K, "auto-fit found no room for even one token (\"Cannot auto-fit max_model_len\")",
@@ -245,8 +261,7 @@ QUANTIZATION_MISMATCH = Cause(
     (Pattern("does not match the quantization method specified",
              r"model config \((?P<checkpoint>[\w-]{1,40})\) does not match the quantization method specified in the "
              r"`?quantization`? argument \((?P<asked>[\w-]{1,40})\)"),
-     Pattern("Unknown quantization method", r"Unknown quantization method:?\s*(?P<asked>[\w-]{1,40})"),
-     Pattern("Cannot find the config file for", r"Cannot find the config file for (?P<asked>[\w-]{1,40})")),
+     Pattern("Unknown quantization method", r"Unknown quantization method:?\s*(?P<asked>[\w-]{1,40})")),
     ("the checkpoint is {checkpoint}-quantized, --quantization says {asked}: drop the flag or match it",
      "the quantization {asked} does not fit this checkpoint",),
     numbers=("checkpoint", "asked"),
@@ -269,8 +284,12 @@ QUANT_CONFIG_MISSING = Cause(
     "the checkpoint has no quantization config for the method asked (\"Cannot find any of ['quant_config.json', "
     "'quantize_config.json']\")",
     (Pattern("Cannot find any of", r"Cannot find any of \[[^\]]{0,200}quant[^\]]{0,200}\]"),
-     Pattern("quantization config", r"(?:No|Cannot find|missing) (?:the )?quantization config", flags=re.I)),
-    ("the checkpoint has no quantization config: drop --quantization or use a quantized checkpoint",),
+     Pattern("quantization config", r"(?:No|Cannot find|missing) (?:the )?quantization config", flags=re.I),
+     # get_quant_config (0.2+): no file of the method's config names in the checkpoint
+     Pattern("Cannot find the config file for", r"Cannot find the config file for (?P<asked>[\w-]{1,40})")),
+    ("the checkpoint has no {asked} quantization config: drop --quantization or use a {asked} checkpoint",
+     "the checkpoint has no quantization config: drop --quantization or use a quantized checkpoint",),
+    numbers=("asked",),
     examples=("ValueError: Cannot find any of ['quant_config.json', 'quantize_config.json'] in the model's "
               "directory",))
 
@@ -383,7 +402,8 @@ WEIGHT_LOADING_KEYERROR = Cause(
 
 CAUSES: tuple[Cause, ...] = (
     KV_CACHE_TOO_SMALL, NO_CACHE_BLOCKS, AUTOFIT_IMPOSSIBLE, MAX_LEN_EXCEEDS_MODEL, TP_NOT_DIVISIBLE, PP_NOT_DIVISIBLE,
-    QUANT_TP_MISALIGNED, NOT_ENOUGH_GPUS, EP_NOT_DIVISIBLE, DTYPE_UNSUPPORTED_GPU, QUANTIZATION_UNSUPPORTED_GPU,
+    QUANT_TP_MISALIGNED, NOT_ENOUGH_GPUS, EP_NOT_DIVISIBLE, DTYPE_UNSUPPORTED_GPU, DTYPE_UNSUPPORTED_MODEL,
+    QUANTIZATION_UNSUPPORTED_GPU,
     QUANTIZATION_MISMATCH, QUANTIZATION_DTYPE_MISMATCH, QUANT_CONFIG_MISSING, UNSUPPORTED_ARCHITECTURE,
     TRUST_REMOTE_CODE, UNRECOGNIZED_ARGUMENT, ENGINE_ARGS_MISMATCH, CONFIG_INVALID_BATCHED_TOKENS, V1_UNSUPPORTED,
     ATTENTION_BACKEND_UNSUPPORTED, WEIGHT_LOADING_KEYERROR)

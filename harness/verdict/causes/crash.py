@@ -23,9 +23,16 @@ MODEL_CODE_ERROR = Cause(
     "model_code_error", K,
     "an exception raised inside a model's implementation (vllm/model_executor/models/…): a bug or an unsupported "
     "variant of the model, told by the traceback's frames (decide.py)",
-    (), ("{exception} in the model's code ({where}): a vLLM bug or an unsupported variant of this model",
+    # the model's code reading an attribute the checkpoint's config class lacks: the config names the model's code
+    # even where the paste lost the frames
+    (Pattern("Config' object has no attribute", r"\A(?P<exception>AttributeError): '(?P<config>\w{1,80}Config)' "
+             r"object has no attribute '(?P<attribute>\w{1,80})'"),),
+    ("{exception} in the model's code ({where}): a vLLM bug or an unsupported variant of this model",
+     "the model's code reads {attribute}, which this checkpoint's {config} lacks: a variant of the model this vLLM "
+     "does not support (or a bug)",
          "an exception in the model's code: a vLLM bug or an unsupported variant of this model"),
-    numbers=("exception", "message", "where"))
+    numbers=("exception", "message", "where", "config", "attribute"),
+    examples=("AttributeError: 'LlavaConfig' object has no attribute 'vision_config'",))
 
 UNCAUGHT_EXCEPTION = Cause(
     "uncaught_exception", K,

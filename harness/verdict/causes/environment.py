@@ -9,18 +9,46 @@ from __future__ import annotations
 
 import re
 
-from .model import WEAK, Cause, CauseKind, Pattern
+from .model import WEAK, Cause, CauseKind, Numbers, Pattern, read_groups
 
 K = CauseKind.environment
 _REPO = r"(?:https?://huggingface\.co/(?:api/models/)?)?(?P<model>[\w.-]{1,96}/[\w.-]{1,96})"
+#: The Hub answers 401 for a repo that does not exist as for a gated one (it does not say which private names exist):
+#: huggingface_hub tells them apart and says "Repository Not Found" on the same line or the next (with the advice "If
+#: you are trying to access a private or gated repo, make sure you are authenticated": not a gated model's line).
+_NOT_FOUND_MARKS = ("RepositoryNotFoundError", "Repository Not Found")
+#: A model argument that names a directory on this machine, not a Hub id.
+_LOCAL = re.compile(r"\A(?:[/~.\\]|[A-Za-z]:[\\/])")
+#: The files whose absence means "no config": the rest a local folder lacks (remote code, weights) make it incomplete.
+_CONFIG_FILES = frozenset({"config.json", "params.json"})
+
+
+def _refused_by_hub(message: str, m: re.Match[str]) -> Numbers | None:
+    """A 401/403 is a gated model unless the line says the repository does not exist."""
+    return None if any(mark in message for mark in _NOT_FOUND_MARKS) else read_groups(message, m)
+
+
+def _hub_id(message: str, m: re.Match[str]) -> Numbers | None:
+    """"Invalid repository ID or local directory specified: 'X'": X not a path is a Hub id that is not there."""
+    numbers = read_groups(message, m)
+    return None if _LOCAL.match(str(numbers.get("model", "/"))) else numbers
+
+
+def _no_config(message: str, m: re.Match[str]) -> Numbers | None:
+    """"P does not appear to have a file named F": no config when F is the config, or P is a Hub repo; a local folder
+    lacking another file (the remote code its config names, a weight index) is an incomplete local folder."""
+    numbers = read_groups(message, m)
+    if numbers.get("file") not in _CONFIG_FILES and _LOCAL.match(str(numbers.get("path", ""))):
+        return None
+    return numbers
 
 GATED_MODEL = Cause(
     "gated_model", K,
     "the Hub refused the download: a gated or private model and no (or a wrong) token (401/403, GatedRepoError)",
     (Pattern("GatedRepoError"),
-     Pattern("gated repo", r"[Gg]ated repo(?: for url)?[^\n]{0,40}?" + _REPO + r"|ated repo"),
-     Pattern("401 Client Error", r"401 Client Error[^\n]{0,120}?(?:" + _REPO + r"|\Z|\.)"),
-     Pattern("403 Client Error", r"403 Client Error[^\n]{0,120}?(?:" + _REPO + r"|\Z|\.)"),
+     Pattern("gated repo", r"[Gg]ated repo(?: for url)?[^\n]{0,40}?" + _REPO + r"|ated repo", read=_refused_by_hub),
+     Pattern("401 Client Error", r"401 Client Error[^\n]{0,120}?(?:" + _REPO + r"|\Z|\.)", read=_refused_by_hub),
+     Pattern("403 Client Error", r"403 Client Error[^\n]{0,120}?(?:" + _REPO + r"|\Z|\.)", read=_refused_by_hub),
      Pattern("is restricted", r"Access to model (?P<model>\S{1,200}) is restricted"),
      Pattern("Invalid credentials in Authorization header"),
      Pattern("Invalid user token")),
@@ -44,12 +72,16 @@ MODEL_NOT_FOUND = Cause(
      Pattern("is not a valid model identifier", r"'?(?P<model>[^'\s]{1,200})'? is not a local folder and is not a "
              r"valid model identifier"),
      Pattern("RevisionNotFoundError"),
-     Pattern("EntryNotFoundError")),
+     Pattern("EntryNotFoundError"),
+     # vLLM's own check (0.8+): neither a local folder nor a repo on the Hub; a name that is not a path is the latter
+     Pattern("Invalid repository ID or local directory", r"Invalid repository ID or local directory specified:?\s*"
+             r"'?(?P<model>[^'\s]{1,300}?)'?(?:\.?\s|\.?\Z|\.$)", read=_hub_id)),
     ("{model} is not on the Hub (or not visible to this token): check the id", "the model is not on the Hub"),
     numbers=("model",),
     examples=("huggingface_hub.errors.RepositoryNotFoundError: 404 Client Error. (Request ID: Root=1-66)",
               "OSError: facebook/opt-126m is not a local folder and is not a valid model identifier listed on "
-              "'https://huggingface.co/models'"))
+              "'https://huggingface.co/models'",
+              "ValueError: Invalid repository ID or local directory specified: 'Qwen3-8B-typo'."))
 
 BAD_LOCAL_PATH = Cause(
     "bad_local_path", K,
@@ -60,11 +92,17 @@ BAD_LOCAL_PATH = Cause(
      Pattern("Repo id must", r"Repo id must (?:be in the form|use alphanumeric)[^\n]{0,200}?(?::\s*'(?P<path>[^']"
              r"{1,300})')?"),
      Pattern("HFValidationError"),
-     Pattern("Cannot find any model weights", r"Cannot find any model weights with `?(?P<path>[^`\s]{1,300})")),
-    ("the model path {path} is not a model directory here: mount it or fix the path",
+     Pattern("Cannot find any model weights", r"Cannot find any model weights with `?(?P<path>[^`\s]{1,300})"),
+     # a local folder that lacks a file its config needs (MISSING_CONFIG_JSON leaves it here)
+     Pattern("does not appear to have a file named", r"(?P<path>\S{1,300}) does not appear to have a file named "
+             r"(?P<file>[\w-]{1,60}(?:\.[A-Za-z]\w{0,9})?)")),
+    ("the model folder {path} has no {file}: copy the model whole (with its code files) or fix the path",
+     "the model path {path} is not a model directory here: mount it or fix the path",
      "the model path is not a model directory here: mount it or fix the path"),
-    numbers=("path",),
-    examples=("ValueError: Invalid repository ID or local directory specified: '/models/nope'. Please verify the "
+    numbers=("path", "file"),
+    examples=("OSError: /models/deepseek-r1 does not appear to have a file named configuration_deepseek.py. Checkout "
+              "'https://huggingface.co//models/deepseek-r1/tree/None' for available files.",
+              "ValueError: Invalid repository ID or local directory specified: '/models/nope'. Please verify the "
               "following requirements:",
               "huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or "
               "'namespace/repo_name': '/models/nope/x'. Use `repo_type` argument if needed.",
@@ -74,8 +112,10 @@ MISSING_CONFIG_JSON = Cause(
     "missing_config_json", K,
     "the model directory (or repo) has no config.json (\"does not appear to have a file named config.json\")",
     (Pattern("does not appear to have a file named", r"(?P<path>\S{1,300}) does not appear to have a file named "
-             r"(?P<file>[\w-]{1,60}(?:\.[A-Za-z]\w{0,9})?)"),
+             r"(?P<file>[\w-]{1,60}(?:\.[A-Za-z]\w{0,9})?)", read=_no_config),
      Pattern("Can't load the configuration of", r"Can't load the configuration of '(?P<path>[^']{1,300})'"),
+     # 0.7+ (get_config with config_format auto): neither config.json nor params.json
+     Pattern("Could not detect config format", r"Could not detect config format for no config file found"),
      Pattern("No supported config format found", r"No supported config format found in (?P<path>\S{1,300})")),
     ("{path} has no {file}: point the server at the model's directory",
      "{path} has no config.json: point the server at the model's directory",
@@ -83,7 +123,9 @@ MISSING_CONFIG_JSON = Cause(
     numbers=("path", "file"),
     examples=("OSError: /models/x does not appear to have a file named config.json. Checkout "
               "'https://huggingface.co//models/x/tree/None' for available files.",
-              "ValueError: No supported config format found in /models/x"))
+              "ValueError: No supported config format found in /models/x",
+              "ValueError: Could not detect config format for no config file found. With config_format 'auto', "
+              "ensure your model has either config.json (HF format) or params.json (Mistral format)."))
 
 HF_OFFLINE_NO_CACHE = Cause(
     "hf_offline_no_cache", K,
@@ -181,14 +223,19 @@ DRIVER_MISMATCH = Cause(
      Pattern("CUDA driver version is insufficient"),
      Pattern("cudaErrorInsufficientDriver"),
      Pattern("unsupported display driver / cuda driver combination"),
-     Pattern("forward compatibility was attempted on non supported HW")),
+     Pattern("forward compatibility was attempted on non supported HW"),
+     # the NVIDIA container hook refuses to start an image whose CUDA the driver is too old for
+     Pattern("unsatisfied condition: cuda", r"unsatisfied condition: cuda\s*>=?\s*(?P<required_cuda>\d{1,3}\.\d{1,3})")),
     ("the driver (found {driver_version}) is too old for this image's CUDA: upgrade the driver or use an older image",
+     "the image needs CUDA {required_cuda}, newer than the driver supports: upgrade the driver or use an older image",
      "the driver is too old for this image's CUDA: upgrade the driver or use an older image"),
-    numbers=("driver_version",),
+    numbers=("driver_version", "required_cuda"),
     examples=("RuntimeError: The NVIDIA driver on your system is too old (found version 11040). Please update your GPU "
               "driver by downloading and installing a new version from the URL: http://www.nvidia.com/Download/"
               "index.aspx",
-              "RuntimeError: CUDA driver version is insufficient for CUDA runtime version"))
+              "RuntimeError: CUDA driver version is insufficient for CUDA runtime version",
+              "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.4, please update your driver "
+              "to a newer version, or use an earlier cuda container: unknown."))
 
 CUDA_LIB_MISMATCH = Cause(
     "cuda_lib_mismatch", K,
@@ -224,7 +271,11 @@ EXTENSION_ABI_MISMATCH = Cause(
     "a compiled extension (vLLM's _C, flash-attn, xformers) was built against another torch (\"undefined symbol\")",
     (Pattern("undefined symbol", r"(?P<extension>[\w./-]{0,200}\.so)\S*: undefined symbol: (?P<symbol>\w{1,200})"),
      Pattern("undefined symbol"),
-     Pattern("was compiled against a different", flags=re.I)),
+     Pattern("was compiled against a different", flags=re.I),
+     # only a WARNING at import (≤0.6, _custom_ops.py): the boot fails later, when an op is called
+     Pattern("Failed to import from vllm._C with ImportError",
+             r"ImportError\('(?P<extension>[\w./-]{0,200}\.so)\S*: undefined symbol: (?P<symbol>\w{1,200})",
+             rank=WEAK, any_level=True)),
     ("{extension} was built against another torch: reinstall it for this torch",
      "a compiled extension does not match this torch: reinstall it"),
     numbers=("extension", "symbol"),
@@ -255,10 +306,13 @@ NCCL_ERROR = Cause(
      Pattern("ncclSystemError", rank=WEAK),
      Pattern("ncclInternalError", rank=WEAK),
      Pattern("ncclRemoteError", rank=WEAK),
-     Pattern("DistBackendError", rank=WEAK)),
+     Pattern("DistBackendError", rank=WEAK),
+     # a rank's own NCCL_DEBUG warning: the segment a peer created is gone (attach, not create: not a full /dev/shm)
+     Pattern("Error while attaching to shared memory segment", r"attaching to shared memory segment (?P<segment>"
+             r"[^\s(]{1,200}) \(size (?P<shm_segment_bytes>\d{1,20})\)")),
     ("NCCL failed ({nccl}): run with NCCL_DEBUG=INFO; try NCCL_P2P_DISABLE=1 or check the interconnect",
      "NCCL failed between the ranks: run with NCCL_DEBUG=INFO; try NCCL_P2P_DISABLE=1 or check the interconnect"),
-    numbers=("nccl",),
+    numbers=("nccl", "segment", "shm_segment_bytes"),
     examples=("RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version "
               "2.21.5",))
 
@@ -357,17 +411,21 @@ COMPILE_FAILED = Cause(
 
 CORRUPT_CHECKPOINT = Cause(
     "corrupt_checkpoint", K,
-    "a weight file is truncated or corrupt (an interrupted download, a Git LFS pointer instead of the file)",
+    "a weight or config file is truncated or corrupt (an interrupted download, a Git LFS pointer instead of the file, "
+    "an empty config.json)",
     (Pattern("Error while deserializing header"),
      Pattern("HeaderTooLarge"),
      Pattern("MetadataIncompleteBuffer"),
      Pattern("incomplete metadata"),
      Pattern("invalid load key"),
      Pattern("failed finding central directory"),
-     Pattern("PytorchStreamReader failed")),
+     Pattern("PytorchStreamReader failed"),
+     # transformers reading a config.json that is empty or cut short
+     Pattern("is not a valid JSON file", r"config file at '(?P<path>[^']{1,300})' is not a valid JSON file")),
     ("a weight file is corrupt or incomplete: download it again (check for LFS pointers)",),
     examples=("safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooLarge",
-              "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory"))
+              "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory",
+              "OSError: It looks like the config file at '/m/config.json' is not a valid JSON file."))
 
 #: Order: the finer readings first (a nvJitLink symbol before any undefined symbol; offline before a bare connection
 #: error; a missing config.json before the "not a valid model identifier" of the same OSError).

@@ -23,6 +23,8 @@ STEMS: tuple[str, ...] = (
 #: The lines of a traceback that are not exception lines: its start and its frames (decide.py reads the frames).
 TRACEBACK_START = "Traceback (most recent call last)"
 FRAME_NEEDLE = 'File "'
+#: An IPython/Jupyter traceback's frames ("File ~/x.py:49, in f(...)", "File [~/x.py:49](http://...)").
+NOTEBOOK_FRAME_NEEDLES = ("File ~", "File [", "File /")
 
 _TABLE: tuple[tuple[Cause, Pattern], ...] = tuple((c, p) for c in CAUSES for p in c.patterns)
 _ANY_LEVEL: tuple[tuple[Cause, Pattern], ...] = tuple((c, p) for c, p in _TABLE if p.any_level)
@@ -30,8 +32,16 @@ NEEDLES: tuple[str, ...] = tuple(dict.fromkeys(p.needle for _, p in _TABLE))
 #: The needles of the lines that stop the watch (a refusal vLLM prints as it gives up): what a log line past the
 #: parser's bound must hold to be read at all.
 STOP_NEEDLES: tuple[str, ...] = tuple(dict.fromkeys(p.needle for c, p in _TABLE if c.stops and not p.any_level))
+#: The needles of the patterns tried on quiet lines too (an INFO/WARNING record passes the parser's pre-check only
+#: by a fact keyword or one of these).
+ANY_LEVEL_NEEDLES: tuple[str, ...] = tuple(dict.fromkeys(p.needle for _, p in _ANY_LEVEL))
 PREFILTER: tuple[str, ...] = (*STEMS, *(n for n in NEEDLES if not any(s in n for s in STEMS)),
-                              TRACEBACK_START, FRAME_NEEDLE)
+                              TRACEBACK_START, FRAME_NEEDLE, *NOTEBOOK_FRAME_NEEDLES)
+
+
+#: Causes still read after the server said it was up: uvicorn logs "Application startup complete" before it binds
+#: its socket, so a port taken shows after the readiness line, and nothing is listening.
+AFTER_READY: frozenset[str] = frozenset({"port_in_use"})
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from .model import Cause, CauseKind, Numbers, Pattern, read_groups
+from .model import WEAK, Cause, CauseKind, Numbers, Pattern, read_groups
 from .shapes import EXC, NUM, UNIT_GIB, named
 
 K = CauseKind.resource
@@ -59,7 +59,7 @@ _OOM_NUMBERS = ("needed_gib", "available_gib", "total_gib")
 _OOM_HINTS = ("{phase}: tried {needed_gib:.2f} GiB with {available_gib:.2f} GiB free",
               "{phase}: tried {needed_gib:.2f} GiB",)
 _TORCH_OOM = (r"\A(?:[A-Za-z_][\w.]{0,60}\.)?OutOfMemoryError\b"
-              r"|" + EXC + r"(?:CUDA|HIP|XPU|NPU|MPS)(?: error:)? out of memory\b")
+              r"|" + EXC + r"(?:CUDA|HIP|XPU|NPU|MPS)(?: driver)?(?: error:)? out of memory\b")
 
 
 def _oom(cause_id: str, phase: str, meaning: str, patterns: tuple[Pattern, ...] = (), aliases: tuple[str, ...] = (),
@@ -110,18 +110,23 @@ CUDA_OOM_UNKNOWN = _oom(
     aliases=("oom",),
     examples=("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity of "
               "23.54 GiB of which 1.02 GiB is free.",
-              "RuntimeError: CUDA error: out of memory"))
+              "RuntimeError: CUDA error: out of memory",
+              "RuntimeError: CUDA driver error: out of memory"))
 
 HOST_OOM = Cause(
     "host_oom", K,
-    "host memory ran out (the kernel's OOM killer, a failed CPU allocation, Ray's memory monitor)",
+    "host memory ran out (the kernel's OOM killer, a failed CPU allocation, Ray's memory monitor; a Ray worker killed "
+    "without a word, most often by the OOM killer)",
     (Pattern("can't allocate memory", r"DefaultCPUAllocator: can't allocate memory(?:: you tried to allocate "
              r"(?P<needed_bytes>\d{1,20}) bytes)?"),
      Pattern("Cannot allocate memory", r"\[Errno 12\] Cannot allocate memory"),
      Pattern("node running low on memory"),
      Pattern("Killed", r"\A(?:Killed|.{0,200}\bline \d+:\s+\d+ Killed\b.*)\Z"),
      Pattern("Out of memory: Killed process"),
-     Pattern("MemoryError", r"\AMemoryError\b")),
+     Pattern("MemoryError", r"\AMemoryError\b"),
+     # Ray's obituary of a worker that vanished (SIGKILL: the kernel's OOM killer first among the causes it lists),
+     # logged as a WARNING: weak, any specific cause in the log wins
+     Pattern("Worker unexpectedly exits with a connection error code 2", rank=WEAK, any_level=True)),
     ("host memory ran out: give the server more RAM (or a smaller swap/CPU KV space)",),
     numbers=("needed_bytes",),
     examples=("RuntimeError: [enforce fail at alloc_cpu.cpp:114] data. DefaultCPUAllocator: can't allocate memory: "
