@@ -113,7 +113,7 @@ def test_an_oom_takes_its_phase_from_its_own_tracebacks_frames(frame, cause_id):
     signals = [parser.feed(line) for line in log.splitlines()]
     facts = parser.facts
     assert signals[-1] is Signal.REFUSAL and facts.refusal.kind == cause_id and facts.cause.id == cause_id
-    assert facts.cause.numbers == {"needed_gib": 0.5, "available_gib": 100 / 1024, "total_gib": 23.54}
+    assert facts.cause.numbers == {"needed_gib": 0.5, "available_gib": 100 / 1024, "total_gib": 23.54, "device": "0"}
 
 
 @pytest.mark.parametrize(("log", "cause_id", "numbers"), [
@@ -122,7 +122,8 @@ def test_an_oom_takes_its_phase_from_its_own_tracebacks_frames(frame, cause_id):
      "kv_cache_too_small", {"max_seq_len": 32768, "estimated_max_model_len": 7344}),
     ("INFO 05-01 10:00:00 [gpu_worker.py:1] Available KV cache memory: -2.14 GiB\n",
      "no_cache_blocks", {"available_gib": -2.14}),
-    ("INFO 05-01 10:00:00 executor_base.py:1] # GPU blocks: 0, # CPU blocks: 4096\n", "no_cache_blocks", {}),
+    ("INFO 05-01 10:00:00 executor_base.py:1] # GPU blocks: 0, # CPU blocks: 4096\n", "no_cache_blocks",
+     {"gpu_blocks": 0, "cpu_blocks": 4096}),
     ('  File "/x/vllm/worker/worker.py", line 9, in _assert_memory_footprint_increased_during_profiling\n'
      '    raise ValueError("No available memory for the cache blocks. "\n', "no_cache_blocks", {}),
 ])

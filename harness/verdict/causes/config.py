@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from .model import SPECIFIC, WEAK, Cause, CauseKind, Numbers, Pattern, read_groups
+from .model import SPECIFIC, WEAK, Also, Cause, CauseKind, Numbers, Pattern, read_groups
 from .shapes import EXC, INT, NUM, named
 
 K = CauseKind.config_refusal
@@ -50,8 +50,18 @@ def _layers_divisors(numbers: Numbers) -> Numbers:
 
 
 def _dtype(numbers: Numbers) -> Numbers:
-    cap = numbers.get("capability")
-    return {"dtype": "half"} if isinstance(cap, str) and cap < "8.0" else {}
+    """The capabilities as numbers, the dtype asked as --dtype spells it ("Bfloat16" → bfloat16), and the dtype to
+    use where the GPU is older than Ampere (8.0: no bfloat16): half."""
+    out: Numbers = {}
+    for key in ("capability", "min_capability"):
+        if isinstance(value := numbers.get(key), str):
+            out[key] = float(value)
+    if isinstance(asked := numbers.get("dtype_asked"), str):
+        out["dtype_asked"] = asked.lower()
+    cap = out.get("capability")
+    if isinstance(cap, float) and cap < 8.0:
+        out["suggested_dtype"] = "half"
+    return out
 
 
 KV_CACHE_TOO_SMALL = Cause(
@@ -72,6 +82,11 @@ KV_CACHE_TOO_SMALL = Cause(
      "the KV cache cannot hold one request of max_model_len: lower it or raise gpu_memory_utilization"),
     numbers=("max_seq_len", "needed_gib", "available_gib", "estimated_max_model_len"),
     aliases=("kv_insufficient",), stops=True,
+    # the figures of a message a terminal or the reporter wrapped (the lines after it are read for them too)
+    also=(Also("needed_gib", r"(-?\d{1,15}(?:\.\d{1,15})?)\s*GiB KV cach", float),
+          Also("available_gib", r"available KV cache memory\s*\(\s*(-?\d{1,15}(?:\.\d{1,15})?)\s*GiB", float),
+          Also("estimated_max_model_len", r"estimated maximum model length is\s*(\d[\d,]{0,20}\d|\d)",
+               lambda t: int(t.replace(",", "")))),
     examples=(
         "ValueError: To serve at least one request with the models's max seq len (32768), (4.00 GiB KV cache is "
         "needed, which is larger than the available KV cache memory (1.56 GiB). Based on the available memory, the "
@@ -94,7 +109,9 @@ NO_CACHE_BLOCKS = Cause(
     ("no memory left for one KV block ({available_gib} GiB available for the KV cache): shrink the weights' share "
      "(quantize, more GPUs) or raise gpu_memory_utilization",
      "no memory left for one KV block: shrink the weights' share (quantize, more GPUs) or raise gpu_memory_utilization"),
-    numbers=("available_gib",), aliases=("no_cache_memory",), stops=True,
+    numbers=("available_gib", "gpu_blocks", "cpu_blocks"), aliases=("no_cache_memory",), stops=True,
+    also=(Also("gpu_blocks", r"#\s*(?:GPU|cuda|rocm|CUDA|ROCM) blocks:\s*(\d{1,12})", int),
+          Also("cpu_blocks", r"#\s*CPU blocks:\s*(\d{1,12})", int)),
     examples=("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
               "initializing the engine.",
               'raise ValueError("No available memory for the cache blocks. "',
@@ -133,7 +150,8 @@ MAX_LEN_EXCEEDS_MODEL = Cause(
              + named("derived_max_model_len", INT))),
     ("the model allows at most max_model_len {derived_max_model_len} (asked {max_seq_len})",
      "max_model_len {max_seq_len} is above the model's limit"),
-    numbers=("max_seq_len", "derived_max_model_len"), stops=True,
+    numbers=("max_seq_len", "derived_max_model_len", "derived_from"), stops=True,
+    also=(Also("derived_from", r"derived max_model_len\s*\(\s*([A-Za-z_][\w.]{0,60})\s*="),),
     examples=("ValueError: User-specified max_model_len (40000) is greater than the derived max_model_len "
               "(max_position_embeddings=32768 or model_max_length=None in model's config.json). To allow overriding "
               "this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",
@@ -230,10 +248,10 @@ DTYPE_UNSUPPORTED_GPU = Cause(
              r"(?P<capability>\d{1,2}\.\d))?"),
      Pattern("is not supported on this GPU", r"(?P<dtype_asked>bfloat16|float16|fp8|BF16|FP16) is not supported on "
              r"this GPU", flags=re.I)),
-    ("{gpu} (compute capability {capability}) has no {dtype_asked}: use --dtype {dtype}",
+    ("{gpu} (compute capability {capability}) has no {dtype_asked}: use --dtype {suggested_dtype}",
      "this GPU has no {dtype_asked}: use another --dtype (half)",
      "this GPU does not support the dtype: use another --dtype (half)"),
-    numbers=("dtype_asked", "min_capability", "gpu", "capability", "dtype"), derive=_dtype,
+    numbers=("dtype_asked", "min_capability", "gpu", "capability", "suggested_dtype"), derive=_dtype,
     examples=("ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla T4 "
               "GPU has compute capability 7.5. You can use float16 instead by explicitly setting the`dtype` flag in "
               "CLI, for example: --dtype=half.",))
@@ -273,9 +291,10 @@ QUANTIZATION_DTYPE_MISMATCH = Cause(
     "the dtype is not one the quantization method supports (\"torch.bfloat16 is not supported for quantization "
     "method awq\")",
     (Pattern("is not supported for quantization method",
-             r"(?P<dtype_asked>torch\.\w{1,20}) is not supported for quantization method (?P<method>[\w-]{1,40})"),),
+             r"torch\.(?P<dtype_asked>\w{1,20}) is not supported for quantization method (?P<method>[\w-]{1,40})"),),
     ("{method} does not run in {dtype_asked}: use --dtype half", "the dtype does not suit the quantization"),
-    numbers=("dtype_asked", "method"),
+    numbers=("dtype_asked", "method", "supported_dtypes"),
+    also=(Also("supported_dtypes", r"Supported dtypes:\s*\[([^\]]{1,200})\]", lambda s: s.replace("torch.", "")),),
     examples=("ValueError: torch.bfloat16 is not supported for quantization method awq. Supported dtypes: "
               "[torch.float16]",))
 
@@ -314,6 +333,9 @@ TRUST_REMOTE_CODE = Cause(
      Pattern("contains custom code which must be executed"),
      Pattern("trust-remote-code", r"(?:requires|pass|set|add) `?--trust-remote-code`?", rank=SPECIFIC)),
     ("add --trust-remote-code (the model ships its own code)",),
+    numbers=("model", "tokenizer_class"),
+    also=(Also("model", r"Loading (\S{1,300}) requires you to execute"),
+          Also("tokenizer_class", r"Tokenizer class (\w{1,80}) does not exist")),
     examples=("ValueError: Loading /models/x requires you to execute the configuration file in that repo on your "
               "local machine. Make sure you have read the code there to avoid malicious use, then set the option "
               "`trust_remote_code=True` to remove this error.",
@@ -385,7 +407,8 @@ ATTENTION_BACKEND_UNSUPPORTED = Cause(
      Pattern("attention backend", r"\A\w+(?:Error|Exception):.{0,120}attention backend.{0,80}not supported")),
     ("attention backend {backend} does not fit this GPU or configuration: pick another (VLLM_ATTENTION_BACKEND)",
      "no attention backend fits this GPU or configuration"),
-    numbers=("backend",),
+    numbers=("backend", "head_size", "dtype"),
+    also=(Also("head_size", r"\bhead_size=(\d{1,5})", int), Also("dtype", r"\bdtype=(?:torch\.)?(\w{1,20})")),
     examples=("RuntimeError: FlashAttention only supports Ampere GPUs or newer.",
               "ValueError: Selected backend AttentionBackendEnum.FLASHINFER is not valid for this configuration. "
               "Reason: ['head_size not supported']"))

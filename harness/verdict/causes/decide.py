@@ -20,6 +20,10 @@ from .resource import (CUDA_OOM_GRAPH_CAPTURE, CUDA_OOM_KV_ALLOCATION, CUDA_OOM_
 MAX_LINE = 2000
 MAX_FRAMES = 64
 MAX_PROCESSES = 64
+#: How many lines after the decisive one may still state its figures: a message wrapped by a terminal or re-wrapped
+#: by the reporter, an OSError whose text runs over lines ("You are trying to access a gated repo.\nMake sure to have
+#: access to it at https://huggingface.co/x/y.\n401 Client Error.").
+CONTINUATION_LINES = 4
 _FRAME = re.compile(r'\AFile "(?P<file>[^"]{1,500})", line \d{1,9}, in (?P<func>[\w<>.]{1,200})'
                     # IPython/Jupyter: "File ~/x/cache_engine.py:49, in CacheEngine.__init__(...)", or as a markdown
                     # link with the function lost ("File [~/x/cache_engine.py:49](http://...)")
@@ -96,6 +100,7 @@ class CauseReader:
         self._best_process = ""
         self._frames: dict[str, list[tuple[str, str]]] = {}
         self._code_error: tuple[Numbers, str, str] | None = None  # a model's own code raised: numbers, line, process
+        self._continuation = 0
 
     @property
     def best(self) -> Match | None:
@@ -113,6 +118,9 @@ class CauseReader:
                         frames.append((m.group("file") or m.group("nb_file"), m.group("func") or m.group("nb_func") or ""))
                     return None
         found = match(message, quiet)
+        if self._continuation and not quiet and process in (self._best_process, "") and (
+                found is None or not self._decides(found)):
+            self._continue(message)
         if found is None:
             if not quiet and self._code_error is None and (numbers := exception_numbers(message)):
                 where = [f for f, _ in self._frames.get(process, [])
@@ -123,9 +131,24 @@ class CauseReader:
             return None
         if found.cause is CUDA_OOM_UNKNOWN and (phase := oom_phase(self._oom_frames(process, message))) is not None:
             found = Match(phase, found.rank, found.numbers, found.line, found.stops)
-        if self._best is None or found.rank > self._best.rank or self._states_better(found):
+        if self._decides(found):
             self._best, self._best_process = found, process
+            self._continuation = CONTINUATION_LINES
         return found
+
+    def _continue(self, message: str) -> None:
+        """A line after the decisive one that no cause claims: the figures of the decisive cause it states."""
+        self._continuation -= 1
+        best = self._best
+        if best is None:
+            return
+        for also in best.cause.also:
+            if also.name not in best.numbers and (value := also.read(message)) is not None:
+                best.numbers[also.name] = value
+
+    def _decides(self, found: Match) -> bool:
+        """Whether `found` becomes the decisive line: the first of the highest rank, or its exception's own line."""
+        return self._best is None or found.rank > self._best.rank or self._states_better(found)
 
     def _states_better(self, found: Match) -> bool:
         """The exception line after its own traceback's source line (`raise ValueError("No available memory ..."`):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from .model import WEAK, Cause, CauseKind, Numbers, Pattern, read_groups
+from .model import WEAK, Also, Cause, CauseKind, Numbers, Pattern, read_groups
 
 K = CauseKind.environment
 _REPO = r"(?:https?://huggingface\.co/(?:api/models/)?)?(?P<model>[\w.-]{1,96}/[\w.-]{1,96})"
@@ -17,6 +17,8 @@ _REPO = r"(?:https?://huggingface\.co/(?:api/models/)?)?(?P<model>[\w.-]{1,96}/[
 #: huggingface_hub tells them apart and says "Repository Not Found" on the same line or the next (with the advice "If
 #: you are trying to access a private or gated repo, make sure you are authenticated": not a gated model's line).
 _NOT_FOUND_MARKS = ("RepositoryNotFoundError", "Repository Not Found")
+#: The repo a Hub URL names ("https://huggingface.co/Qwen/Qwen3-8B/resolve/main/config.json", ".../api/models/x/y").
+_HUB_URL_MODEL = r"huggingface\.co/(?:api/models/)?([\w.-]{1,96}/[\w.-]{0,95}[\w-])"
 #: A model argument that names a directory on this machine, not a Hub id.
 _LOCAL = re.compile(r"\A(?:[/~.\\]|[A-Za-z]:[\\/])")
 #: The files whose absence means "no config": the rest a local folder lacks (remote code, weights) make it incomplete.
@@ -54,7 +56,8 @@ GATED_MODEL = Cause(
      Pattern("Invalid user token")),
     ("the Hub refused {model}: accept its licence on the Hub and pass HF_TOKEN",
      "the Hub refused the download: accept the model's licence and pass HF_TOKEN"),
-    numbers=("model",),
+    numbers=("model", "http_status"),
+    also=(Also("http_status", r"\b(40[13]) Client Error", int), Also("model", _HUB_URL_MODEL)),
     examples=("huggingface_hub.errors.GatedRepoError: 401 Client Error. (Request ID: Root=1-6)",
               "Cannot access gated repo for url https://huggingface.co/meta-llama/Llama-3.1-8B/resolve/main/"
               "config.json.",
@@ -77,7 +80,8 @@ MODEL_NOT_FOUND = Cause(
      Pattern("Invalid repository ID or local directory", r"Invalid repository ID or local directory specified:?\s*"
              r"'?(?P<model>[^'\s]{1,300}?)'?(?:\.?\s|\.?\Z|\.$)", read=_hub_id)),
     ("{model} is not on the Hub (or not visible to this token): check the id", "the model is not on the Hub"),
-    numbers=("model",),
+    numbers=("model", "http_status"),
+    also=(Also("http_status", r"\b(40[134]) Client Error", int), Also("model", _HUB_URL_MODEL)),
     examples=("huggingface_hub.errors.RepositoryNotFoundError: 404 Client Error. (Request ID: Root=1-66)",
               "OSError: facebook/opt-126m is not a local folder and is not a valid model identifier listed on "
               "'https://huggingface.co/models'",
@@ -89,8 +93,9 @@ BAD_LOCAL_PATH = Cause(
     "repository ID or local directory specified\", HFValidationError, \"Cannot find any model weights\")",
     (Pattern("Invalid repository ID or local directory", r"Invalid repository ID or local directory specified:?\s*"
              r"'?(?P<path>[^'\s]{1,300})"),
-     Pattern("Repo id must", r"Repo id must (?:be in the form|use alphanumeric)[^\n]{0,200}?(?::\s*'(?P<path>[^']"
-             r"{1,300})')?"),
+     # the path is the last quoted name before a full stop (the form's own 'repo_name' examples are quoted too)
+     Pattern("Repo id must", r"Repo id must (?:be in the form|use alphanumeric)(?:.{0,300}'(?P<path>[^']{1,300})'"
+             r"(?:\.|\Z))?"),
      Pattern("HFValidationError"),
      Pattern("Cannot find any model weights", r"Cannot find any model weights with `?(?P<path>[^`\s]{1,300})"),
      # a local folder that lacks a file its config needs (MISSING_CONFIG_JSON leaves it here)
@@ -140,6 +145,8 @@ HF_OFFLINE_NO_CACHE = Cause(
      Pattern("huggingface.co", r"(?:ConnectionError|ConnectTimeout|ReadTimeout|NameResolutionError)\W.{0,200}"
              r"huggingface\.co", rank=WEAK)),
     ("the Hub is unreachable and the model is not cached: download it first or mount the cache (HF_HOME)",),
+    numbers=("model",),
+    also=(Also("model", r"huggingface\.co/(?:api/models/)?([\w.-]{1,96}/[\w.-]{1,96})"),),
     examples=("OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't find it in the "
               "cached files and it looks like Qwen/Qwen2-7B is not the path to a directory containing a file named "
               "config.json.",
@@ -184,7 +191,8 @@ MODEL_INSPECTION_FAILED = Cause(
     (Pattern("failed to be inspected", r"Model architectures?\s*\[?'?(?P<architecture>[\w.]{1,80})'?\]? failed to be "
              r"inspected", rank=WEAK),
      Pattern("Error raised in subprocess", rank=WEAK),
-     Pattern("Error in inspecting model architecture", rank=WEAK)),
+     Pattern("Error in inspecting model architecture", r"Error in inspecting model architecture(?: '(?P<architecture>"
+             r"[\w.]{1,80})')?", rank=WEAK)),
     ("inspecting {architecture} crashed in a subprocess: its error is above, or run `python -c 'import vllm'`",
      "inspecting the model crashed in a subprocess: its error is above, or run `python -c 'import vllm'`"),
     numbers=("architecture",),
@@ -229,7 +237,8 @@ DRIVER_MISMATCH = Cause(
     ("the driver (found {driver_version}) is too old for this image's CUDA: upgrade the driver or use an older image",
      "the image needs CUDA {required_cuda}, newer than the driver supports: upgrade the driver or use an older image",
      "the driver is too old for this image's CUDA: upgrade the driver or use an older image"),
-    numbers=("driver_version", "required_cuda"),
+    numbers=("driver_version", "required_cuda", "cuda_error"),
+    also=(Also("cuda_error", r"\b[Ee]rror (8\d\d)\b", int),),
     examples=("RuntimeError: The NVIDIA driver on your system is too old (found version 11040). Please update your GPU "
               "driver by downloading and installing a new version from the URL: http://www.nvidia.com/Download/"
               "index.aspx",
@@ -312,7 +321,8 @@ NCCL_ERROR = Cause(
              r"[^\s(]{1,200}) \(size (?P<shm_segment_bytes>\d{1,20})\)")),
     ("NCCL failed ({nccl}): run with NCCL_DEBUG=INFO; try NCCL_P2P_DISABLE=1 or check the interconnect",
      "NCCL failed between the ranks: run with NCCL_DEBUG=INFO; try NCCL_P2P_DISABLE=1 or check the interconnect"),
-    numbers=("nccl", "segment", "shm_segment_bytes"),
+    numbers=("nccl", "segment", "shm_segment_bytes", "nccl_version"),
+    also=(Also("nccl_version", r"NCCL version (\d{1,3}\.\d{1,3}(?:\.\d{1,3})?)"),),
     examples=("RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version "
               "2.21.5",))
 
@@ -328,6 +338,8 @@ SHM_TOO_SMALL = Cause(
      Pattern("insufficient shared memory", flags=re.I),
      Pattern("unable to write to file </torch_")),
     ("/dev/shm is too small: run the container with --ipc=host or --shm-size (e.g. 16g)",),
+    numbers=("shm_segment_bytes", "errno"),
+    also=(Also("shm_segment_bytes", r"\(size (\d{1,20})\)", int), Also("errno", r"\((\d{1,4})\)\s*\Z", int)),
     examples=("RuntimeError: Insufficient space in /dev/shm to create shared memory buffer",
               "Bus error (core dumped)",
               "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory "
@@ -343,6 +355,10 @@ TIMEOUT_DISTRIBUTED_INIT = Cause(
      Pattern("timed out after", r"(?:init_process_group|TCPStore|rendezvous|store)\b.{0,200}timed out after", rank=WEAK,
              flags=re.I)),
     ("the ranks never met: check the master address/port, the firewall, and the other ranks' logs",),
+    numbers=("timeout_ms", "host", "port"),
+    also=(Also("timeout_ms", r"timed out after (\d{1,12})\s*ms", int),
+          Also("host", r"trying to connect to \(\[?([^,()\[\]\s]{1,100})\]?,"),
+          Also("port", r"trying to connect to \([^,()]{1,100}, (\d{1,5})\)", int)),
     examples=("torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. 1/2 clients "
               "joined.",))
 
@@ -388,7 +404,8 @@ PORT_IN_USE = Cause(
      Pattern("EADDRINUSE")),
     ("port {port} is taken (another server, or a previous vLLM still holding it): free it or pick another port",
      "the port is taken (another server, or a previous vLLM still holding it): free it or pick another port"),
-    numbers=("host", "port"),
+    numbers=("host", "port", "errno"),
+    also=(Also("errno", r"\[Errno (-?\d{1,4})\]|\bcode: (-?\d{1,4}), name: EADDRINUSE", int),),
     examples=("OSError: [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already in use",
               "OSError: [Errno 98] Address already in use"))
 

@@ -68,6 +68,9 @@ def match(message: str, quiet: bool = False) -> Match | None:
         numbers: Numbers | None = {} if m is None else (pattern.read or read_groups)(message, m)
         if numbers is None:
             continue
+        for also in cause.also:
+            if also.name not in numbers and (value := also.read(message)) is not None:
+                numbers[also.name] = value
         if cause.derive is not None:
             numbers = {**numbers, **cause.derive(numbers)}
         return Match(cause, pattern.rank, numbers, message, cause.stops and pattern.rank != WEAK and not pattern.any_level)
