@@ -46,8 +46,11 @@ MAX_ERROR_CHARS = 1000
 _ALL = tuple(dict.fromkeys((*p.KEYWORDS, *phases.KEYWORDS)))
 #: Both sets' keywords, less those that hold another one ("Model loading took" holds "took"): the same lines pass.
 _KEYWORDS = tuple(k for k in _ALL if not any(o != k and o in k for o in _ALL))
-#: The causes read at any level whose needles no keyword covers (a WARNING that still decides a boot).
-_QUIET_NEEDLES = tuple(n for n in ANY_LEVEL_NEEDLES if not any(k in n for k in _KEYWORDS))
+#: What a quiet record no keyword matched must hold to be read: the needles of the causes read at any level that no
+#: keyword holds (a WARNING that still decides a boot: "Failed to import from vllm._C with ImportError(... undefined
+#: symbol ...)"), each as the stem "rror" where it holds it (one test for all: a flood's every line pays it).
+_QUIET_STEMS = tuple(dict.fromkeys("rror" if "rror" in n else n
+                                   for n in ANY_LEVEL_NEEDLES if not any(k in n for k in _KEYWORDS)))
 
 
 #: Past the parser's bound, what a line must hold to be read at all: a refusal's needle or a readiness line's words
@@ -75,8 +78,8 @@ def _mentions_keyword(text: str) -> bool:
             return True
     head = text[:_HEADER_REACH]
     if ("INFO" in head or "WARN" in head or "DEBUG" in head) and is_quiet_record(text):
-        for needle in _QUIET_NEEDLES:
-            if needle in text:
+        for stem in _QUIET_STEMS:
+            if stem in text:
                 return True
         return False
     for needle in PREFILTER:

@@ -25,7 +25,7 @@ MODEL_CODE_ERROR = Cause(
     "variant of the model, told by the traceback's frames (decide.py)",
     # the model's code reading an attribute the checkpoint's config class lacks: the config names the model's code
     # even where the paste lost the frames
-    (Pattern("Config' object has no attribute", r"\A(?P<exception>AttributeError): '(?P<config>\w{1,80}Config)' "
+    (Pattern("AttributeError: '", r"\A(?P<exception>AttributeError): '(?P<config>\w{1,80}Config)' "
              r"object has no attribute '(?P<attribute>\w{1,80})'"),),
     ("{exception} in the model's code ({where}): a vLLM bug or an unsupported variant of this model",
      "the model's code reads {attribute}, which this checkpoint's {config} lacks: a variant of the model this vLLM "

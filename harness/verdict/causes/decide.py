@@ -12,7 +12,7 @@ import re
 
 from . import BY_ID, GENERIC_CAUSE, UNCAUGHT
 from .crash import MODEL_CODE_ERROR
-from .match import FRAME_NEEDLE, TRACEBACK_START, Match, match
+from .match import ANY_FRAME_NEEDLE, TRACEBACK_START, Match, match
 from .model import GENERIC, WEAK, Cause, Finding, Numbers
 from .resource import (CUDA_OOM_GRAPH_CAPTURE, CUDA_OOM_KV_ALLOCATION, CUDA_OOM_PROFILING, CUDA_OOM_SAMPLER_WARMUP,
                        CUDA_OOM_UNKNOWN, CUDA_OOM_WEIGHTS)
@@ -32,8 +32,6 @@ _FRAME = re.compile(r'\AFile "(?P<file>[^"]{1,500})", line \d{1,9}, in (?P<func>
 #: A method a V0 worker names as it relays an exception ("Exception in worker VllmWorkerProcess while processing method
 #: determine_num_available_blocks: CUDA out of memory. ..."): a frame of its own.
 _RELAYED = re.compile(r"while processing method (?P<func>\w{1,200})")
-#: The IPython frame's trigger (a plain frame starts 'File "').
-NOTEBOOK_FRAME = "File "
 _EXCEPTION = re.compile(r"\A(?P<type>[A-Za-z_][\w.]{0,100}(?:Error|Exception|Exit|Interrupt))(?::\s*(?P<message>.*))?\Z")
 
 #: The functions whose frames say which phase a CUDA OOM happened in, checked in this order (a graph capture runs a
@@ -112,7 +110,7 @@ class CauseReader:
             if message.startswith(TRACEBACK_START):
                 self._frames_of(process).clear()
                 return None
-            if message.startswith(NOTEBOOK_FRAME):
+            if message.startswith(ANY_FRAME_NEEDLE):
                 if (m := _FRAME.match(message)) is not None:
                     if len(frames := self._frames_of(process)) < MAX_FRAMES:
                         frames.append((m.group("file") or m.group("nb_file"), m.group("func") or m.group("nb_func") or ""))

@@ -233,7 +233,7 @@ DRIVER_MISMATCH = Cause(
      Pattern("unsupported display driver / cuda driver combination"),
      Pattern("forward compatibility was attempted on non supported HW"),
      # the NVIDIA container hook refuses to start an image whose CUDA the driver is too old for
-     Pattern("unsatisfied condition: cuda", r"unsatisfied condition: cuda\s*>=?\s*(?P<required_cuda>\d{1,3}\.\d{1,3})")),
+     Pattern("driver", r"unsatisfied condition: cuda\s*>=?\s*(?P<required_cuda>\d{1,3}\.\d{1,3})")),
     ("the driver (found {driver_version}) is too old for this image's CUDA: upgrade the driver or use an older image",
      "the image needs CUDA {required_cuda}, newer than the driver supports: upgrade the driver or use an older image",
      "the driver is too old for this image's CUDA: upgrade the driver or use an older image"),

@@ -23,8 +23,9 @@ STEMS: tuple[str, ...] = (
 #: The lines of a traceback that are not exception lines: its start and its frames (decide.py reads the frames).
 TRACEBACK_START = "Traceback (most recent call last)"
 FRAME_NEEDLE = 'File "'
-#: An IPython/Jupyter traceback's frames ("File ~/x.py:49, in f(...)", "File [~/x.py:49](http://...)").
-NOTEBOOK_FRAME_NEEDLES = ("File ~", "File [", "File /")
+#: Any traceback's frame, a plain one ('File "/x.py", line 9, in f') or IPython's ("File ~/x.py:49, in f(...)",
+#: "File [~/x.py:49](http://...)"): one substring test for all of them in the parser's pre-check.
+ANY_FRAME_NEEDLE = "File "
 
 _TABLE: tuple[tuple[Cause, Pattern], ...] = tuple((c, p) for c in CAUSES for p in c.patterns)
 _ANY_LEVEL: tuple[tuple[Cause, Pattern], ...] = tuple((c, p) for c, p in _TABLE if p.any_level)
@@ -36,7 +37,7 @@ STOP_NEEDLES: tuple[str, ...] = tuple(dict.fromkeys(p.needle for c, p in _TABLE 
 #: by a fact keyword or one of these).
 ANY_LEVEL_NEEDLES: tuple[str, ...] = tuple(dict.fromkeys(p.needle for _, p in _ANY_LEVEL))
 PREFILTER: tuple[str, ...] = (*STEMS, *(n for n in NEEDLES if not any(s in n for s in STEMS)),
-                              TRACEBACK_START, FRAME_NEEDLE, *NOTEBOOK_FRAME_NEEDLES)
+                              TRACEBACK_START, ANY_FRAME_NEEDLE)
 
 
 #: Causes still read after the server said it was up: uvicorn logs "Application startup complete" before it binds
