@@ -215,3 +215,14 @@ def test_a_wrappers_words_before_torchs_oom_still_read_with_the_phase():
         "\"/v/vllm/model_executor/layers/linear.py\", line 202, in create_weights\n")
     # no frame before the line: the log's own phase (the engine started, no weights loaded yet) places it
     assert facts.cause.id == "cuda_oom_weights" and facts.cause.numbers["needed_gib"] == 0.875
+
+
+def test_a_bare_exception_line_is_named_and_a_workers_wrapper_alone_says_the_cause_is_not_shown():
+    """`Exception: ...` has no class prefix (vLLM raises plain Exception in places): it is still the boot's last
+    exception; the engine core's wrapper for a dead worker alone is the 'root cause not in the log' finding."""
+    facts = parse_text("Exception: something broke in the launcher\n")
+    assert (facts.cause.id, facts.cause.numbers) == ("uncaught_exception", {"exception": "Exception",
+                                                                             "message": "something broke in the launcher"})
+    facts = parse_text("(EngineCore pid=9) ERROR 06-03 12:30:47 [core.py:1165] Exception: WorkerProc initialization "
+                       "failed due to an exception in a background process. See stack trace for root cause.\n")
+    assert facts.cause.id == "engine_core_failed_root_cause_not_shown"

@@ -13,11 +13,16 @@ ENGINE_CORE_FAILED_ROOT_CAUSE_NOT_SHOWN = Cause(
     "root cause is not in the log, the engine core's output was not captured",
     (Pattern("Engine core initialization failed", rank=GENERIC),
      Pattern("Engine process failed to start", rank=GENERIC),
-     Pattern("Failed core proc", rank=GENERIC)),
+     Pattern("Failed core proc", rank=GENERIC),
+     # the engine core's own wrapper for a worker that died (0.9+, multiproc_executor.py): the worker's cause is above
+     # it when its output was captured
+     Pattern("WorkerProc initialization failed", rank=GENERIC)),
     ("the root cause is not in the log: the engine core's output was not captured (keep the engine's stderr)",),
     aliases=("engine_init_failed",), stops=True,
     examples=("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
-              "RuntimeError: Engine process failed to start. See stack trace for the root cause."))
+              "RuntimeError: Engine process failed to start. See stack trace for the root cause.",
+              "Exception: WorkerProc initialization failed due to an exception in a background process. See stack "
+              "trace for root cause."))
 
 MODEL_CODE_ERROR = Cause(
     "model_code_error", K,

@@ -32,7 +32,7 @@ _FRAME = re.compile(r'\AFile "(?P<file>[^"]{1,500})", line \d{1,9}, in (?P<func>
 #: A method a V0 worker names as it relays an exception ("Exception in worker VllmWorkerProcess while processing method
 #: determine_num_available_blocks: CUDA out of memory. ..."): a frame of its own.
 _RELAYED = re.compile(r"while processing method (?P<func>\w{1,200})")
-_EXCEPTION = re.compile(r"\A(?P<type>[A-Za-z_][\w.]{0,100}(?:Error|Exception|Exit|Interrupt))(?::\s*(?P<message>.*))?\Z")
+_EXCEPTION = re.compile(r"\A(?P<type>(?:[A-Za-z_][\w.]{0,100})?(?:Error|Exception|Exit|Interrupt))(?::\s*(?P<message>.*))?\Z")
 
 #: The functions whose frames say which phase a CUDA OOM happened in, checked in this order (a graph capture runs a
 #: dummy forward pass, which the profiling run does too: the deeper phase's own function wins).

@@ -254,12 +254,19 @@ CUDA_LIB_MISMATCH = Cause(
              r"cusparse\w{0,8}|cufft|curand|cusolver|nvJitLink|nvToolsExt|nvidia-ml)[\w.]{0,20}): cannot open shared "
              r"object file"),
      Pattern("undefined symbol", r"undefined symbol: (?P<symbol>__nvJitLink\w{1,80}|cuda\w{1,80}|nccl\w{1,80})"),
-     Pattern("CUDA version mismatch", flags=re.I)),
+     Pattern("CUDA version mismatch", flags=re.I),
+     # only a WARNING at import (≤0.6, _custom_ops.py): the boot fails later, when an op is called
+     Pattern("Failed to import from vllm._C with ImportError",
+             r"ImportError\('(?P<library>lib(?:cuda|cudart|cublas\w{0,8}|cudnn\w{0,12}|nccl|nvrtc|cusparse\w{0,8}|"
+             r"cufft|curand|cusolver|nvJitLink|nvToolsExt|nvidia-ml)[\w.]{0,20}): cannot open shared object file",
+             rank=WEAK, any_level=True)),
     ("{library} is missing or of another CUDA version: use the image's own CUDA libraries",
      "a CUDA library does not match the build ({symbol}): use the image's own CUDA libraries",
      "a CUDA library is missing or mismatched"),
     numbers=("library", "symbol"),
     examples=("ImportError: libcudart.so.12: cannot open shared object file: No such file or directory",
+              "WARNING 08-27 13:59:59 _custom_ops.py:15] Failed to import from vllm._C with ImportError('libcudart.so"
+              ".12: cannot open shared object file: No such file or directory')",
               "ImportError: /usr/local/lib/python3.10/dist-packages/torch/lib/../../nvidia/cusparse/lib/"
               "libcusparse.so.12: undefined symbol: __nvJitLinkAddData_12_1, version libnvJitLink.so.12"))
 
