@@ -221,8 +221,8 @@ def test_a_bare_exception_line_is_named_and_a_workers_wrapper_alone_says_the_cau
     """`Exception: ...` has no class prefix (vLLM raises plain Exception in places): it is still the boot's last
     exception; the engine core's wrapper for a dead worker alone is the 'root cause not in the log' finding."""
     facts = parse_text("Exception: something broke in the launcher\n")
-    assert (facts.cause.id, facts.cause.numbers) == ("uncaught_exception", {"exception": "Exception",
-                                                                             "message": "something broke in the launcher"})
+    assert facts.cause.id == "uncaught_exception"
+    assert facts.cause.numbers == {"exception": "Exception", "message": "something broke in the launcher"}
     facts = parse_text("(EngineCore pid=9) ERROR 06-03 12:30:47 [core.py:1165] Exception: WorkerProc initialization "
                        "failed due to an exception in a background process. See stack trace for root cause.\n")
     assert facts.cause.id == "engine_core_failed_root_cause_not_shown"

@@ -127,7 +127,8 @@ DTYPE_UNSUPPORTED_MODEL = Cause(
     ("{model_type} does not run in {dtype_asked}: use --dtype bfloat16 (or float32)",),
     numbers=("model_type", "dtype_asked"),
     examples=("Value error, The model type 'gemma3' does not support float16. Reason: Numerical instability. Please "
-              "use bfloat16 or float32 instead. [type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]",
+              "use bfloat16 or float32 instead. [type=value_error, input_value=ArgsKwargs((), {}), "
+              "input_type=ArgsKwargs]",
               "ValueError: The model type 'gemma2' does not support float16. Reason: Numerical instability. Please use "
               "bfloat16 or float32 instead."))
 

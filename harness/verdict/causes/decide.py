@@ -32,15 +32,18 @@ _FRAME = re.compile(r'\AFile "(?P<file>[^"]{1,500})", line \d{1,9}, in (?P<func>
 #: A method a V0 worker names as it relays an exception ("Exception in worker VllmWorkerProcess while processing method
 #: determine_num_available_blocks: CUDA out of memory. ..."): a frame of its own.
 _RELAYED = re.compile(r"while processing method (?P<func>\w{1,200})")
-_EXCEPTION = re.compile(r"\A(?P<type>(?:[A-Za-z_][\w.]{0,100})?(?:Error|Exception|Exit|Interrupt))(?::\s*(?P<message>.*))?\Z")
+_EXCEPTION = re.compile(r"\A(?P<type>(?:[A-Za-z_][\w.]{0,100})?(?:Error|Exception|Exit|Interrupt))"
+                        r"(?::\s*(?P<message>.*))?\Z")
 
-#: The functions whose frames say which phase a CUDA OOM happened in, checked in this order (a graph capture runs a
-#: dummy forward pass, which the profiling run does too: the deeper phase's own function wins).
+#: The functions whose frames say which phase a CUDA OOM happened in (or the module, for a notebook's frame that lost
+#: its function), checked in this order (a graph capture runs a dummy forward pass, which the profiling run does too:
+#: the deeper phase's own function wins).
 OOM_FRAMES: tuple[tuple[Cause, frozenset[str]], ...] = (
     (CUDA_OOM_GRAPH_CAPTURE, frozenset({"capture_model", "_capture_cudagraphs", "capture", "_warmup_and_capture",
                                         "capture_graphs", "capture_begin", "capture_end"})),
     (CUDA_OOM_SAMPLER_WARMUP, frozenset({"_dummy_sampler_run"})),
-    (CUDA_OOM_KV_ALLOCATION, frozenset({"cache_engine.py", "initialize_kv_cache", "_allocate_kv_cache", "allocate_kv_cache",
+    (CUDA_OOM_KV_ALLOCATION, frozenset({"cache_engine.py", "initialize_kv_cache", "_allocate_kv_cache",
+                                        "allocate_kv_cache",
                                         "_allocate_kv_cache_tensors", "initialize_kv_cache_tensors",
                                         "_init_cache_engine", "initialize_cache", "_reshape_kv_cache_tensors",
                                         "_init_cache"})),
@@ -113,7 +116,8 @@ class CauseReader:
             if message.startswith(ANY_FRAME_NEEDLE):
                 if (m := _FRAME.match(message)) is not None:
                     if len(frames := self._frames_of(process)) < MAX_FRAMES:
-                        frames.append((m.group("file") or m.group("nb_file"), m.group("func") or m.group("nb_func") or ""))
+                        frames.append((m.group("file") or m.group("nb_file"),
+                                       m.group("func") or m.group("nb_func") or ""))
                     return None
         found = match(message, quiet)
         if self._continuation and not quiet and process in (self._best_process, "") and (
