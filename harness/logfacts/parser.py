@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from harness.verdict.causes.decide import CauseReader
-from harness.verdict.causes.match import PREFILTER, STOP_NEEDLES, match
+from harness.verdict.causes.match import AFTER_READY, ANY_LEVEL_NEEDLES, PREFILTER, STOP_NEEDLES, match
 
 from . import patterns as p
 from . import phases
@@ -46,6 +46,11 @@ MAX_ERROR_CHARS = 1000
 _ALL = tuple(dict.fromkeys((*p.KEYWORDS, *phases.KEYWORDS)))
 #: Both sets' keywords, less those that hold another one ("Model loading took" holds "took"): the same lines pass.
 _KEYWORDS = tuple(k for k in _ALL if not any(o != k and o in k for o in _ALL))
+#: What a quiet record no keyword matched must hold to be read: the needles of the causes read at any level that no
+#: keyword holds (a WARNING that still decides a boot: "Failed to import from vllm._C with ImportError(... undefined
+#: symbol ...)"), each as the stem "rror" where it holds it (one test for all: a flood's every line pays it).
+_QUIET_STEMS = tuple(dict.fromkeys("rror" if "rror" in n else n
+                                   for n in ANY_LEVEL_NEEDLES if not any(k in n for k in _KEYWORDS)))
 
 
 #: Past the parser's bound, what a line must hold to be read at all: a refusal's needle or a readiness line's words
@@ -73,6 +78,9 @@ def _mentions_keyword(text: str) -> bool:
             return True
     head = text[:_HEADER_REACH]
     if ("INFO" in head or "WARN" in head or "DEBUG" in head) and is_quiet_record(text):
+        for stem in _QUIET_STEMS:
+            if stem in text:
+                return True
         return False
     for needle in PREFILTER:
         if needle in text:
@@ -214,8 +222,11 @@ class LogParser:
         if self._ready or self._listening:
             # Readiness ends the refusal watch: vLLM refuses while its engine starts; a line like one later (an echo,
             # a request's error) is kept as a note, and as the last error if the server then dies, never as the cause.
+            late = match(msg, quiet)
             found = None
-            if refusal_of(match(msg, quiet)) is not None:
+            if late is not None and late.cause.id in AFTER_READY:
+                found = self._causes.feed(process, msg, quiet)
+            elif refusal_of(late) is not None:
                 self.late_refusals += 1
                 if self._late_refusal is None:
                     self._late_refusal = msg[:MESSAGE_MAX_CHARS]

@@ -74,7 +74,7 @@ ECHO_START = re.compile(r"\A(?:Received request\s|Generated response\s|Request \
 CLIENT_TEXT = re.compile(r"""\b(?:prompt|output|content)['"]?\s{0,4}[:=]\s{0,4}[\[{(]?\s{0,4}[bfru]?['"]""")
 
 # The root-cause line of a traceback: "RuntimeError: Insufficient space in /dev/shm ...".
-ERROR_LINE = re.compile(r"\A[A-Za-z_][\w.]{0,100}(?:Error|Exception): \S")
+ERROR_LINE = re.compile(r"\A(?:[A-Za-z_][\w.]{0,100})?(?:Error|Exception): \S")  # a bare "Exception: ..." too
 
 
 def mentions_keyword(text: str) -> bool:

@@ -37,6 +37,8 @@ _HEADER = re.compile(
         )\s?""",
     re.VERBOSE,
 )
+# What is left of vLLM's header when a paste starts at its "[file.py:123]" (the level and the date cut off).
+_BARE_WHERE = re.compile(r"\A\[(?P<where>[\w./-]{1,200}\.py:\d{1,7})\]\s")
 _CARET_ANSI = re.compile(r"\^\[\[[0-9;?]*[A-Za-z]")
 _LINE_NO = re.compile(r":\d{1,7}\Z")
 _SEGMENT_SPLIT = re.compile(r"\r\n|\r|\n")
@@ -108,6 +110,9 @@ def split_line(line: str) -> Line:
         level, stamp = header.group("level"), header.group("stamp")
         source = _source(header.group("where") or header.group("where0"))
         line = line[header.end():]
+    elif line[:1] == "[" and (where := _BARE_WHERE.match(line)):  # a header pasted from its "[file.py:123]" on
+        source = _source(where.group("where"))
+        line = line[where.end():]
     return Line(process, level, stamp, line.strip(), source, wrappers)
 
 

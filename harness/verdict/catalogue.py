@@ -49,6 +49,7 @@ class Reason(Named):
     not_enough_gpus = "not_enough_gpus"
     ep_not_divisible = "ep_not_divisible"
     dtype_unsupported_gpu = "dtype_unsupported_gpu"
+    dtype_unsupported_model = "dtype_unsupported_model"
     quantization_unsupported_gpu = "quantization_unsupported_gpu"
     quantization_mismatch = "quantization_mismatch"
     quantization_dtype_mismatch = "quantization_dtype_mismatch"

@@ -114,7 +114,7 @@ def test_an_oom_takes_its_phase_from_its_own_tracebacks_frames(frame, cause_id):
     facts = parser.facts
     assert signals[-1] is Signal.REFUSAL and facts.refusal.kind == cause_id and facts.cause.id == cause_id
     assert facts.cause.numbers == {"needed_gib": 0.5, "available_gib": 100 / 1024, "total_gib": 23.54,
-                                   "short_gib": 0.4}
+                                   "short_gib": 0.4, "device": "0"}
 
 
 @pytest.mark.parametrize(("log", "cause_id", "numbers"), [
@@ -123,7 +123,8 @@ def test_an_oom_takes_its_phase_from_its_own_tracebacks_frames(frame, cause_id):
      "kv_cache_too_small", {"max_seq_len": 32768, "estimated_max_model_len": 7344}),
     ("INFO 05-01 10:00:00 [gpu_worker.py:1] Available KV cache memory: -2.14 GiB\n",
      "no_cache_blocks", {"available_gib": -2.14}),
-    ("INFO 05-01 10:00:00 executor_base.py:1] # GPU blocks: 0, # CPU blocks: 4096\n", "no_cache_blocks", {}),
+    ("INFO 05-01 10:00:00 executor_base.py:1] # GPU blocks: 0, # CPU blocks: 4096\n", "no_cache_blocks",
+     {"gpu_blocks": 0, "cpu_blocks": 4096}),
     ('  File "/x/vllm/worker/worker.py", line 9, in _assert_memory_footprint_increased_during_profiling\n'
      '    raise ValueError("No available memory for the cache blocks. "\n', "no_cache_blocks", {}),
 ])
@@ -216,3 +217,14 @@ def test_a_wrappers_words_before_torchs_oom_still_read_with_the_phase():
         "\"/v/vllm/model_executor/layers/linear.py\", line 202, in create_weights\n")
     # no frame before the line: the log's own phase (the engine started, no weights loaded yet) places it
     assert facts.cause.id == "cuda_oom_weights" and facts.cause.numbers["needed_gib"] == 0.875
+
+
+def test_a_bare_exception_line_is_named_and_a_workers_wrapper_alone_says_the_cause_is_not_shown():
+    """`Exception: ...` has no class prefix (vLLM raises plain Exception in places): it is still the boot's last
+    exception; the engine core's wrapper for a dead worker alone is the 'root cause not in the log' finding."""
+    facts = parse_text("Exception: something broke in the launcher\n")
+    assert facts.cause.id == "uncaught_exception"
+    assert facts.cause.numbers == {"exception": "Exception", "message": "something broke in the launcher"}
+    facts = parse_text("(EngineCore pid=9) ERROR 06-03 12:30:47 [core.py:1165] Exception: WorkerProc initialization "
+                       "failed due to an exception in a background process. See stack trace for root cause.\n")
+    assert facts.cause.id == "engine_core_failed_root_cause_not_shown"

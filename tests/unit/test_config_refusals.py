@@ -35,7 +35,7 @@ TINY = ROOT / "tests" / "data" / "kv" / "models" / "tiny-llama"  # 4 attention h
      "config_invalid_batched_tokens", {"least_batched": 4096}, "at least 4096 (was 2048)"),
     ("ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla T4 GPU has "
      "compute capability 7.5. You can use float16 instead by explicitly setting the`dtype` flag in CLI, for example: "
-     "--dtype=half.", "dtype_unsupported_gpu", {"dtype": "half", "capability": "7.5"}, "use --dtype half"),
+     "--dtype=half.", "dtype_unsupported_gpu", {"suggested_dtype": "half", "capability": 7.5}, "use --dtype half"),
     ("ValueError: Total number of attention heads (40) must be divisible by tensor parallel size (16).",
      "tp_not_divisible", {"tp_sizes": "1, 2, 4, 8"}, "use 1, 2, 4, 8"),
     ("ValueError: Number of experts (60) must be divisible by expert parallel size (8).", "ep_not_divisible",
@@ -55,10 +55,10 @@ def test_capabilities_compare_as_numbers_not_text():
     """"10.0" sorts below "8.0" as text: a Blackwell GPU must not be told to use half."""
     m = match("ValueError: FP8 is only supported on GPUs with compute capability of at least 8.9. Your NVIDIA B200 GPU "
               "has compute capability 10.0.")
-    assert m is not None and "dtype" not in m.numbers
+    assert m is not None and "suggested_dtype" not in m.numbers
     m = match("ValueError: FP8 is only supported on GPUs with compute capability of at least 8.9. Your NVIDIA A100 GPU "
               "has compute capability 8.0.")
-    assert m is not None and m.numbers["dtype"] == "half"
+    assert m is not None and m.numbers["suggested_dtype"] == "half"
 
 
 def test_no_short_is_stated_where_the_allocation_was_not_above_the_free():

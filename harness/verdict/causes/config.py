@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import re
 
-from .model import SPECIFIC, WEAK, Cause, CauseKind, Numbers, Pattern, read_groups
+from .model import SPECIFIC, WEAK, Also, Cause, CauseKind, Numbers, Pattern, read_groups
 from .shapes import EXC, INT, NUM, named
 
 K = CauseKind.config_refusal
 _ESTIMATED = re.compile(r"estimated maximum model length is\s*" + INT)
 MAX_LEN_RAISED_MARK = "To allow overriding this maximum"
 MAX_LEN_WARNING_MARK = "Make sure the value is correct and within the model context size"
+MAX_LEN_CAUTION_MARK = "must be used with extreme caution"
 
 
 def _kv_read(message: str, m: re.Match[str]) -> Numbers:
@@ -25,10 +26,11 @@ def _kv_read(message: str, m: re.Match[str]) -> Numbers:
 
 
 def _max_len_read(message: str, m: re.Match[str]) -> Numbers | None:
-    """Raised, the sentence reads "... To allow overriding this maximum, ..." or sits behind an exception class;
-    logged as the VLLM_ALLOW_LONG_MAX_MODEL_LEN warning it has neither (≤0.11 adds "Make sure the value is correct")."""
-    raised = MAX_LEN_RAISED_MARK in message or not message.startswith("User-specified")
-    if MAX_LEN_WARNING_MARK in message or not raised:
+    """Logged as the VLLM_ALLOW_LONG_MAX_MODEL_LEN warning, the sentence goes on "Make sure the value is correct"
+    (≤0.11) or, with no "To allow overriding this maximum" before it, "... must be used with extreme caution" (0.12+).
+    Else it is the refusal, cut or not: a paste that stops after the first sentence (a title, a quote) is how users
+    report the error, and the warning is logged at WARNING, a level no refusal is read from."""
+    if MAX_LEN_WARNING_MARK in message or (MAX_LEN_CAUTION_MARK in message and MAX_LEN_RAISED_MARK not in message):
         return None
     return read_groups(message, m)
 
@@ -64,9 +66,19 @@ def _capability(text: object) -> tuple[int, int] | None:
 
 
 def _dtype(numbers: Numbers) -> Numbers:
-    """The dtype that boots: half, when the GPU's capability is below the one the asked dtype needs (bfloat16: 8.0)."""
+    """The capabilities as numbers (compared as numbers: "10.0" is above "8.0", as text it is below), the dtype asked
+    as --dtype spells it ("Bfloat16" → bfloat16), and the dtype to use where the GPU is below the capability the
+    asked dtype needs (bfloat16: 8.0, Ampere): half."""
+    out: Numbers = {}
+    for key in ("capability", "min_capability"):
+        if (parsed := _capability(numbers.get(key))) is not None:
+            out[key] = float(f"{parsed[0]}.{parsed[1]}")
+    if isinstance(asked := numbers.get("dtype_asked"), str):
+        out["dtype_asked"] = asked.lower()
     cap, need = _capability(numbers.get("capability")), _capability(numbers.get("min_capability"))
-    return {"dtype": "half"} if cap is not None and cap < (need or (8, 0)) else {}
+    if cap is not None and cap < (need or (8, 0)):
+        out["suggested_dtype"] = "half"
+    return out
 
 
 def _least_batched(numbers: Numbers) -> Numbers:
@@ -85,13 +97,19 @@ KV_CACHE_TOO_SMALL = Cause(
              r"the available KV cache memory\s*\(\s*" + named("available_gib", NUM) + r"\s*GiB\))?", read=_kv_read),
      Pattern("that can be stored in KV cache",
              r"max seq len\s*\(\s*" + named("max_seq_len", INT) + r"\s*\) is larger than the maximum number of tokens "
-             r"that can be stored in KV cache\s*\(\s*" + named("estimated_max_model_len", INT) + r"\s*\)")),
+             # a paste cut right after the parenthesis still states the length
+             r"that can be stored in KV cache\s*\(\s*(?:" + named("estimated_max_model_len", INT) + r"\s*\)|\Z)")),
     ("largest max_model_len that fits: {estimated_max_model_len}",
      "max_model_len {max_seq_len} needs {needed_gib} GiB of KV cache, {available_gib} GiB is available",
      "the KV cache cannot hold one request of max_model_len {max_seq_len}: lower it or raise gpu_memory_utilization",
      "the KV cache cannot hold one request of max_model_len: lower it or raise gpu_memory_utilization"),
     numbers=("max_seq_len", "needed_gib", "available_gib", "estimated_max_model_len"),
     aliases=("kv_insufficient",), stops=True,
+    # the figures of a message a terminal or the reporter wrapped (the lines after it are read for them too)
+    also=(Also("needed_gib", r"(-?\d{1,15}(?:\.\d{1,15})?)\s*GiB KV cach", float),
+          Also("available_gib", r"available KV cache memory\s*\(\s*(-?\d{1,15}(?:\.\d{1,15})?)\s*GiB", float),
+          Also("estimated_max_model_len", r"estimated maximum model length is\s*(\d[\d,]{0,20}\d|\d)",
+               lambda t: int(t.replace(",", "")))),
     examples=(
         "ValueError: To serve at least one request with the models's max seq len (32768), (4.00 GiB KV cache is "
         "needed, which is larger than the available KV cache memory (1.56 GiB). Based on the available memory, the "
@@ -114,12 +132,28 @@ NO_CACHE_BLOCKS = Cause(
     ("no memory left for one KV block ({available_gib} GiB available for the KV cache): shrink the weights' share "
      "(quantize, more GPUs) or raise gpu_memory_utilization",
      "no memory left for one KV block: shrink the weights' share (quantize, more GPUs) or raise gpu_memory_utilization"),
-    numbers=("available_gib",), aliases=("no_cache_memory",), stops=True,
+    numbers=("available_gib", "gpu_blocks", "cpu_blocks"), aliases=("no_cache_memory",), stops=True,
+    also=(Also("gpu_blocks", r"#\s*(?:GPU|cuda|rocm|CUDA|ROCM) blocks:\s*(\d{1,12})", int),
+          Also("cpu_blocks", r"#\s*CPU blocks:\s*(\d{1,12})", int)),
     examples=("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
               "initializing the engine.",
               'raise ValueError("No available memory for the cache blocks. "',
               "INFO 05-01 10:00:00 [gpu_worker.py:227] Available KV cache memory: -2.14 GiB",
               "INFO 05-01 10:00:00 executor_base.py:110] # GPU blocks: 0, # CPU blocks: 2048"))
+
+DTYPE_UNSUPPORTED_MODEL = Cause(
+    "dtype_unsupported_model", K,
+    "the model type refuses the dtype whatever the GPU (\"The model type 'gemma3' does not support float16. Reason: "
+    "Numerical instability\")",
+    (Pattern("does not support float16",
+             EXC + r"The model type '(?P<model_type>[\w.-]{1,80})' does not support (?P<dtype_asked>float16)"),),
+    ("{model_type} does not run in {dtype_asked}: use --dtype bfloat16 (or float32)",),
+    numbers=("model_type", "dtype_asked"),
+    examples=("Value error, The model type 'gemma3' does not support float16. Reason: Numerical instability. Please "
+              "use bfloat16 or float32 instead. [type=value_error, input_value=ArgsKwargs((), {}), "
+              "input_type=ArgsKwargs]",
+              "ValueError: The model type 'gemma2' does not support float16. Reason: Numerical instability. Please use "
+              "bfloat16 or float32 instead."))
 
 AUTOFIT_IMPOSSIBLE = Cause(
     "autofit_impossible", K, "auto-fit found no room for even one token (\"Cannot auto-fit max_model_len\")",
@@ -140,7 +174,8 @@ MAX_LEN_EXCEEDS_MODEL = Cause(
              + named("derived_max_model_len", INT))),
     ("the model allows at most max_model_len {derived_max_model_len} (asked {max_seq_len})",
      "max_model_len {max_seq_len} is above the model's limit"),
-    numbers=("max_seq_len", "derived_max_model_len"), stops=True,
+    numbers=("max_seq_len", "derived_max_model_len", "derived_from"), stops=True,
+    also=(Also("derived_from", r"derived max_model_len\s*\(\s*([A-Za-z_][\w.]{0,60})\s*="),),
     examples=("ValueError: User-specified max_model_len (40000) is greater than the derived max_model_len "
               "(max_position_embeddings=32768 or model_max_length=None in model's config.json). To allow overriding "
               "this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",
@@ -238,10 +273,10 @@ DTYPE_UNSUPPORTED_GPU = Cause(
              r"(?P<capability>\d{1,2}\.\d))?"),
      Pattern("is not supported on this GPU", r"(?P<dtype_asked>bfloat16|float16|fp8|BF16|FP16) is not supported on "
              r"this GPU", flags=re.I)),
-    ("{gpu} (compute capability {capability}) has no {dtype_asked}: use --dtype {dtype}",
+    ("{gpu} (compute capability {capability}) has no {dtype_asked}: use --dtype {suggested_dtype}",
      "this GPU has no {dtype_asked}: use another --dtype (half)",
      "this GPU does not support the dtype: use another --dtype (half)"),
-    numbers=("dtype_asked", "min_capability", "gpu", "capability", "dtype"), derive=_dtype,
+    numbers=("dtype_asked", "min_capability", "gpu", "capability", "suggested_dtype"), derive=_dtype,
     examples=("ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla T4 "
               "GPU has compute capability 7.5. You can use float16 instead by explicitly setting the`dtype` flag in "
               "CLI, for example: --dtype=half.",))
@@ -269,8 +304,7 @@ QUANTIZATION_MISMATCH = Cause(
     (Pattern("does not match the quantization method specified",
              r"model config \((?P<checkpoint>[\w-]{1,40})\) does not match the quantization method specified in the "
              r"`?quantization`? argument \((?P<asked>[\w-]{1,40})\)"),
-     Pattern("Unknown quantization method", r"Unknown quantization method:?\s*(?P<asked>[\w-]{1,40})"),
-     Pattern("Cannot find the config file for", r"Cannot find the config file for (?P<asked>[\w-]{1,40})")),
+     Pattern("Unknown quantization method", r"Unknown quantization method:?\s*(?P<asked>[\w-]{1,40})")),
     ("the checkpoint is {checkpoint}-quantized, --quantization says {asked}: drop the flag or match it",
      "the quantization {asked} does not fit this checkpoint",),
     numbers=("checkpoint", "asked"),
@@ -282,9 +316,10 @@ QUANTIZATION_DTYPE_MISMATCH = Cause(
     "the dtype is not one the quantization method supports (\"torch.bfloat16 is not supported for quantization "
     "method awq\")",
     (Pattern("is not supported for quantization method",
-             r"(?P<dtype_asked>torch\.\w{1,20}) is not supported for quantization method (?P<method>[\w-]{1,40})"),),
+             r"torch\.(?P<dtype_asked>\w{1,20}) is not supported for quantization method (?P<method>[\w-]{1,40})"),),
     ("{method} does not run in {dtype_asked}: use --dtype half", "the dtype does not suit the quantization"),
-    numbers=("dtype_asked", "method"),
+    numbers=("dtype_asked", "method", "supported_dtypes"),
+    also=(Also("supported_dtypes", r"Supported dtypes:\s*\[([^\]]{1,200})\]", lambda s: s.replace("torch.", "")),),
     examples=("ValueError: torch.bfloat16 is not supported for quantization method awq. Supported dtypes: "
               "[torch.float16]",))
 
@@ -293,8 +328,12 @@ QUANT_CONFIG_MISSING = Cause(
     "the checkpoint has no quantization config for the method asked (\"Cannot find any of ['quant_config.json', "
     "'quantize_config.json']\")",
     (Pattern("Cannot find any of", r"Cannot find any of \[[^\]]{0,200}quant[^\]]{0,200}\]"),
-     Pattern("quantization config", r"(?:No|Cannot find|missing) (?:the )?quantization config", flags=re.I)),
-    ("the checkpoint has no quantization config: drop --quantization or use a quantized checkpoint",),
+     Pattern("quantization config", r"(?:No|Cannot find|missing) (?:the )?quantization config", flags=re.I),
+     # get_quant_config (0.2+): no file of the method's config names in the checkpoint
+     Pattern("Cannot find the config file for", r"Cannot find the config file for (?P<asked>[\w-]{1,40})")),
+    ("the checkpoint has no {asked} quantization config: drop --quantization or use a {asked} checkpoint",
+     "the checkpoint has no quantization config: drop --quantization or use a quantized checkpoint",),
+    numbers=("asked",),
     examples=("ValueError: Cannot find any of ['quant_config.json', 'quantize_config.json'] in the model's "
               "directory",))
 
@@ -319,6 +358,9 @@ TRUST_REMOTE_CODE = Cause(
      Pattern("contains custom code which must be executed"),
      Pattern("trust-remote-code", r"(?:requires|pass|set|add) `?--trust-remote-code`?", rank=SPECIFIC)),
     ("add --trust-remote-code (the model ships its own code)",),
+    numbers=("model", "tokenizer_class"),
+    also=(Also("model", r"Loading (\S{1,300}) requires you to execute"),
+          Also("tokenizer_class", r"Tokenizer class (\w{1,80}) does not exist")),
     examples=("ValueError: Loading /models/x requires you to execute the configuration file in that repo on your "
               "local machine. Make sure you have read the code there to avoid malicious use, then set the option "
               "`trust_remote_code=True` to remove this error.",
@@ -390,7 +432,8 @@ ATTENTION_BACKEND_UNSUPPORTED = Cause(
      Pattern("attention backend", r"\A\w+(?:Error|Exception):.{0,120}attention backend.{0,80}not supported")),
     ("attention backend {backend} does not fit this GPU or configuration: pick another (VLLM_ATTENTION_BACKEND)",
      "no attention backend fits this GPU or configuration"),
-    numbers=("backend",),
+    numbers=("backend", "head_size", "dtype"),
+    also=(Also("head_size", r"\bhead_size=(\d{1,5})", int), Also("dtype", r"\bdtype=(?:torch\.)?(\w{1,20})")),
     examples=("RuntimeError: FlashAttention only supports Ampere GPUs or newer.",
               "ValueError: Selected backend AttentionBackendEnum.FLASHINFER is not valid for this configuration. "
               "Reason: ['head_size not supported']"))
@@ -407,7 +450,8 @@ WEIGHT_LOADING_KEYERROR = Cause(
 
 CAUSES: tuple[Cause, ...] = (
     KV_CACHE_TOO_SMALL, NO_CACHE_BLOCKS, AUTOFIT_IMPOSSIBLE, MAX_LEN_EXCEEDS_MODEL, TP_NOT_DIVISIBLE, PP_NOT_DIVISIBLE,
-    QUANT_TP_MISALIGNED, NOT_ENOUGH_GPUS, EP_NOT_DIVISIBLE, DTYPE_UNSUPPORTED_GPU, QUANTIZATION_UNSUPPORTED_GPU,
+    QUANT_TP_MISALIGNED, NOT_ENOUGH_GPUS, EP_NOT_DIVISIBLE, DTYPE_UNSUPPORTED_GPU, DTYPE_UNSUPPORTED_MODEL,
+    QUANTIZATION_UNSUPPORTED_GPU,
     QUANTIZATION_MISMATCH, QUANTIZATION_DTYPE_MISMATCH, QUANT_CONFIG_MISSING, UNSUPPORTED_ARCHITECTURE,
     TRUST_REMOTE_CODE, UNRECOGNIZED_ARGUMENT, ENGINE_ARGS_MISMATCH, CONFIG_INVALID_BATCHED_TOKENS, V1_UNSUPPORTED,
     ATTENTION_BACKEND_UNSUPPORTED, WEIGHT_LOADING_KEYERROR)

@@ -13,19 +13,31 @@ ENGINE_CORE_FAILED_ROOT_CAUSE_NOT_SHOWN = Cause(
     "root cause is not in the log, the engine core's output was not captured",
     (Pattern("Engine core initialization failed", rank=GENERIC),
      Pattern("Engine process failed to start", rank=GENERIC),
-     Pattern("Failed core proc", rank=GENERIC)),
+     Pattern("Failed core proc", rank=GENERIC),
+     # the engine core's own wrapper for a worker that died (0.9+, multiproc_executor.py): the worker's cause is above
+     # it when its output was captured
+     Pattern("WorkerProc initialization failed", rank=GENERIC)),
     ("the root cause is not in the log: the engine core's output was not captured (keep the engine's stderr)",),
     aliases=("engine_init_failed",), stops=True,
     examples=("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
-              "RuntimeError: Engine process failed to start. See stack trace for the root cause."))
+              "RuntimeError: Engine process failed to start. See stack trace for the root cause.",
+              "Exception: WorkerProc initialization failed due to an exception in a background process. See stack "
+              "trace for root cause."))
 
 MODEL_CODE_ERROR = Cause(
     "model_code_error", K,
     "an exception raised inside a model's implementation (vllm/model_executor/models/…): a bug or an unsupported "
     "variant of the model, told by the traceback's frames (decide.py)",
-    (), ("{exception} in the model's code ({where}): a vLLM bug or an unsupported variant of this model",
+    # the model's code reading an attribute the checkpoint's config class lacks: the config names the model's code
+    # even where the paste lost the frames
+    (Pattern("AttributeError: '", r"\A(?P<exception>AttributeError): '(?P<config>\w{1,80}Config)' "
+             r"object has no attribute '(?P<attribute>\w{1,80})'"),),
+    ("{exception} in the model's code ({where}): a vLLM bug or an unsupported variant of this model",
+     "the model's code reads {attribute}, which this checkpoint's {config} lacks: a variant of the model this vLLM "
+     "does not support (or a bug)",
          "an exception in the model's code: a vLLM bug or an unsupported variant of this model"),
-    numbers=("exception", "message", "where"))
+    numbers=("exception", "message", "where", "config", "attribute"),
+    examples=("AttributeError: 'LlavaConfig' object has no attribute 'vision_config'",))
 
 UNCAUGHT_EXCEPTION = Cause(
     "uncaught_exception", K,

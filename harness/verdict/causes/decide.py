@@ -12,7 +12,7 @@ import re
 
 from . import BY_ID, GENERIC_CAUSE, UNCAUGHT
 from .crash import MODEL_CODE_ERROR
-from .match import FRAME_NEEDLE, TRACEBACK_START, Match, match
+from .match import ANY_FRAME_NEEDLE, TRACEBACK_START, Match, match
 from .model import GENERIC, WEAK, Cause, Finding, Numbers
 from .resource import (CUDA_OOM_GRAPH_CAPTURE, CUDA_OOM_KV_ALLOCATION, CUDA_OOM_PROFILING, CUDA_OOM_SAMPLER_WARMUP,
                        CUDA_OOM_UNKNOWN, CUDA_OOM_WEIGHTS)
@@ -20,23 +20,38 @@ from .resource import (CUDA_OOM_GRAPH_CAPTURE, CUDA_OOM_KV_ALLOCATION, CUDA_OOM_
 MAX_LINE = 2000
 MAX_FRAMES = 64
 MAX_PROCESSES = 64
-_FRAME = re.compile(r'\AFile "(?P<file>[^"]{1,500})", line \d{1,9}, in (?P<func>[\w<>.]{1,200})')
-_EXCEPTION = re.compile(r"\A(?P<type>[A-Za-z_][\w.]{0,100}(?:Error|Exception|Exit|Interrupt))(?::\s*(?P<message>.*))?\Z")
+#: How many lines after the decisive one may still state its figures: a message wrapped by a terminal or re-wrapped
+#: by the reporter, an OSError whose text runs over lines ("You are trying to access a gated repo.\nMake sure to have
+#: access to it at https://huggingface.co/x/y.\n401 Client Error.").
+CONTINUATION_LINES = 4
+_FRAME = re.compile(r'\AFile "(?P<file>[^"]{1,500})", line \d{1,9}, in (?P<func>[\w<>.]{1,200})'
+                    # IPython/Jupyter: "File ~/x/cache_engine.py:49, in CacheEngine.__init__(...)", or as a markdown
+                    # link with the function lost ("File [~/x/cache_engine.py:49](http://...)")
+                    r'|\AFile \[?(?P<nb_file>[^\s\[\]():,]{1,500}\.py):\d{1,9}(?:\]\([^)\s]{0,500}\)?)?'
+                    r'(?:,? in (?P<nb_func>[\w<>.]{1,200}))?')
+#: A method a V0 worker names as it relays an exception ("Exception in worker VllmWorkerProcess while processing method
+#: determine_num_available_blocks: CUDA out of memory. ..."): a frame of its own.
+_RELAYED = re.compile(r"while processing method (?P<func>\w{1,200})")
+_EXCEPTION = re.compile(r"\A(?P<type>(?:[A-Za-z_][\w.]{0,100})?(?:Error|Exception|Exit|Interrupt))"
+                        r"(?::\s*(?P<message>.*))?\Z")
 
-#: The functions whose frames say which phase a CUDA OOM happened in, checked in this order (a graph capture runs a
-#: dummy forward pass, which the profiling run does too: the deeper phase's own function wins).
+#: The functions whose frames say which phase a CUDA OOM happened in (or the module, for a notebook's frame that lost
+#: its function), checked in this order (a graph capture runs a dummy forward pass, which the profiling run does too:
+#: the deeper phase's own function wins).
 OOM_FRAMES: tuple[tuple[Cause, frozenset[str]], ...] = (
     (CUDA_OOM_GRAPH_CAPTURE, frozenset({"capture_model", "_capture_cudagraphs", "capture", "_warmup_and_capture",
-                                        "capture_graphs"})),
+                                        "capture_graphs", "capture_begin", "capture_end"})),
     (CUDA_OOM_SAMPLER_WARMUP, frozenset({"_dummy_sampler_run"})),
-    (CUDA_OOM_KV_ALLOCATION, frozenset({"initialize_kv_cache", "_allocate_kv_cache", "allocate_kv_cache",
+    (CUDA_OOM_KV_ALLOCATION, frozenset({"cache_engine.py", "initialize_kv_cache", "_allocate_kv_cache",
+                                        "allocate_kv_cache",
                                         "_allocate_kv_cache_tensors", "initialize_kv_cache_tensors",
                                         "_init_cache_engine", "initialize_cache", "_reshape_kv_cache_tensors",
                                         "_init_cache"})),
     (CUDA_OOM_PROFILING, frozenset({"profile_run", "determine_available_memory", "determine_num_available_blocks",
                                     "_dummy_run"})),
     (CUDA_OOM_WEIGHTS, frozenset({"load_model", "load_weights", "get_model", "initialize_model", "_initialize_model",
-                                  "weight_loader", "process_weights_after_loading", "create_weights"})),
+                                  "weight_loader", "process_weights_after_loading", "create_weights",
+                                  "gptq_marlin_repack", "awq_marlin_repack", "gptq_marlin_moe_repack"})),
 )
 #: The log's own phase (harness.logfacts.timeline.PHASES) where no frame tells it.
 OOM_LOG_PHASES: dict[str, Cause] = {
@@ -45,10 +60,17 @@ OOM_LOG_PHASES: dict[str, Cause] = {
     "CUDA-graph capture": CUDA_OOM_GRAPH_CAPTURE,
 }
 MODEL_CODE = "/model_executor/models/"
+#: A traceback's source line: a cause's words in the code that raised it, before the exception's own line.
+SOURCE_LINE = "raise "
+#: The files there that are vLLM's machinery, not a model's code: the registry inspects architectures in a subprocess
+#: (its failure is model_inspection_failed, said on its own line).
+NOT_MODEL_CODE = ("/registry.py",)
 
 
 def oom_phase(frames: list[tuple[str, str]]) -> Cause | None:
-    funcs = {func.rpartition(".")[2] for _, func in frames}
+    """The phase the frames name: by a function's name, or (a frame whose function was lost) by the V0 module that
+    does only that (worker/cache_engine.py allocates the KV cache)."""
+    funcs = {func.rpartition(".")[2] for _, func in frames} | {file.rpartition("/")[2] for file, _ in frames}
     for cause, names in OOM_FRAMES:
         if funcs & names:
             return cause
@@ -79,6 +101,7 @@ class CauseReader:
         self._best_process = ""
         self._frames: dict[str, list[tuple[str, str]]] = {}
         self._code_error: tuple[Numbers, str, str] | None = None  # a model's own code raised: numbers, line, process
+        self._continuation = 0
 
     @property
     def best(self) -> Match | None:
@@ -90,23 +113,57 @@ class CauseReader:
             if message.startswith(TRACEBACK_START):
                 self._frames_of(process).clear()
                 return None
-            if message.startswith(FRAME_NEEDLE):
-                if (m := _FRAME.match(message)) and len(frames := self._frames_of(process)) < MAX_FRAMES:
-                    frames.append((m.group("file"), m.group("func")))
-                return None
+            if message.startswith(ANY_FRAME_NEEDLE):
+                if (m := _FRAME.match(message)) is not None:
+                    if len(frames := self._frames_of(process)) < MAX_FRAMES:
+                        frames.append((m.group("file") or m.group("nb_file"),
+                                       m.group("func") or m.group("nb_func") or ""))
+                    return None
         found = match(message, quiet)
+        if self._continuation and not quiet and process in (self._best_process, "") and (
+                found is None or not self._decides(found)):
+            self._continue(message)
         if found is None:
             if not quiet and self._code_error is None and (numbers := exception_numbers(message)):
-                where = [f for f, _ in self._frames.get(process, []) if MODEL_CODE in f]
+                where = [f for f, _ in self._frames.get(process, [])
+                         if MODEL_CODE in f and not f.endswith(NOT_MODEL_CODE)]
                 if where:
                     numbers["where"] = where[-1].rpartition(MODEL_CODE)[2]
                     self._code_error = (numbers, message, process)
             return None
-        if found.cause is CUDA_OOM_UNKNOWN and (phase := oom_phase(self._frames.get(process, []))) is not None:
+        if found.cause is CUDA_OOM_UNKNOWN and (phase := oom_phase(self._oom_frames(process, message))) is not None:
             found = Match(phase, found.rank, found.numbers, found.line, found.stops)
-        if self._best is None or found.rank > self._best.rank:
+        if self._decides(found):
             self._best, self._best_process = found, process
+            self._continuation = CONTINUATION_LINES
         return found
+
+    def _continue(self, message: str) -> None:
+        """A line after the decisive one that no cause claims: the figures of the decisive cause it states."""
+        self._continuation -= 1
+        best = self._best
+        if best is None:
+            return
+        for also in best.cause.also:
+            if also.name not in best.numbers and (value := also.read(message)) is not None:
+                best.numbers[also.name] = value
+
+    def _decides(self, found: Match) -> bool:
+        """Whether `found` becomes the decisive line: the first of the highest rank, or its exception's own line."""
+        return self._best is None or found.rank > self._best.rank or self._states_better(found)
+
+    def _states_better(self, found: Match) -> bool:
+        """The exception line after its own traceback's source line (`raise ValueError("No available memory ..."`):
+        the same cause, said with the numbers and the whole message."""
+        best = self._best
+        return (best is not None and found.cause is best.cause and found.rank == best.rank
+                and best.line.startswith(SOURCE_LINE) and not found.line.startswith(SOURCE_LINE))
+
+    def _oom_frames(self, process: str, message: str) -> list[tuple[str, str]]:
+        frames = self._frames.get(process, [])
+        if (relayed := _RELAYED.search(message)) is not None:
+            return [*frames, ("", relayed.group("func"))]
+        return frames
 
     def _frames_of(self, process: str) -> list[tuple[str, str]]:
         frames = self._frames.get(process)

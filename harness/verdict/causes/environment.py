@@ -9,24 +9,55 @@ from __future__ import annotations
 
 import re
 
-from .model import WEAK, Cause, CauseKind, Pattern
+from .model import WEAK, Also, Cause, CauseKind, Numbers, Pattern, read_groups
 
 K = CauseKind.environment
 _REPO = r"(?:https?://huggingface\.co/(?:api/models/)?)?(?P<model>[\w.-]{1,96}/[\w.-]{1,96})"
+#: The Hub answers 401 for a repo that does not exist as for a gated one (it does not say which private names exist):
+#: huggingface_hub tells them apart and says "Repository Not Found" on the same line or the next (with the advice "If
+#: you are trying to access a private or gated repo, make sure you are authenticated": not a gated model's line).
+_NOT_FOUND_MARKS = ("RepositoryNotFoundError", "Repository Not Found")
+#: The repo a Hub URL names ("https://huggingface.co/Qwen/Qwen3-8B/resolve/main/config.json", ".../api/models/x/y").
+_HUB_URL_MODEL = r"huggingface\.co/(?:api/models/)?([\w.-]{1,96}/[\w.-]{0,95}[\w-])"
+#: A model argument that names a directory on this machine, not a Hub id.
+_LOCAL = re.compile(r"\A(?:[/~.\\]|[A-Za-z]:[\\/])")
+#: The files whose absence means "no config": the rest a local folder lacks (remote code, weights) make it incomplete.
+_CONFIG_FILES = frozenset({"config.json", "params.json"})
+
+
+def _refused_by_hub(message: str, m: re.Match[str]) -> Numbers | None:
+    """A 401/403 is a gated model unless the line says the repository does not exist."""
+    return None if any(mark in message for mark in _NOT_FOUND_MARKS) else read_groups(message, m)
+
+
+def _hub_id(message: str, m: re.Match[str]) -> Numbers | None:
+    """"Invalid repository ID or local directory specified: 'X'": X not a path is a Hub id that is not there."""
+    numbers = read_groups(message, m)
+    return None if _LOCAL.match(str(numbers.get("model", "/"))) else numbers
+
+
+def _no_config(message: str, m: re.Match[str]) -> Numbers | None:
+    """"P does not appear to have a file named F": no config when F is the config, or P is a Hub repo; a local folder
+    lacking another file (the remote code its config names, a weight index) is an incomplete local folder."""
+    numbers = read_groups(message, m)
+    if numbers.get("file") not in _CONFIG_FILES and _LOCAL.match(str(numbers.get("path", ""))):
+        return None
+    return numbers
 
 GATED_MODEL = Cause(
     "gated_model", K,
     "the Hub refused the download: a gated or private model and no (or a wrong) token (401/403, GatedRepoError)",
     (Pattern("GatedRepoError"),
-     Pattern("gated repo", r"[Gg]ated repo(?: for url)?[^\n]{0,40}?" + _REPO + r"|ated repo"),
-     Pattern("401 Client Error", r"401 Client Error[^\n]{0,120}?(?:" + _REPO + r"|\Z|\.)"),
-     Pattern("403 Client Error", r"403 Client Error[^\n]{0,120}?(?:" + _REPO + r"|\Z|\.)"),
+     Pattern("gated repo", r"[Gg]ated repo(?: for url)?[^\n]{0,40}?" + _REPO + r"|ated repo", read=_refused_by_hub),
+     Pattern("401 Client Error", r"401 Client Error[^\n]{0,120}?(?:" + _REPO + r"|\Z|\.)", read=_refused_by_hub),
+     Pattern("403 Client Error", r"403 Client Error[^\n]{0,120}?(?:" + _REPO + r"|\Z|\.)", read=_refused_by_hub),
      Pattern("is restricted", r"Access to model (?P<model>\S{1,200}) is restricted"),
      Pattern("Invalid credentials in Authorization header"),
      Pattern("Invalid user token")),
     ("the Hub refused {model}: accept its licence on the Hub and pass HF_TOKEN",
      "the Hub refused the download: accept the model's licence and pass HF_TOKEN"),
-    numbers=("model",),
+    numbers=("model", "http_status"),
+    also=(Also("http_status", r"\b(40[13]) Client Error", int), Also("model", _HUB_URL_MODEL)),
     examples=("huggingface_hub.errors.GatedRepoError: 401 Client Error. (Request ID: Root=1-6)",
               "Cannot access gated repo for url https://huggingface.co/meta-llama/Llama-3.1-8B/resolve/main/"
               "config.json.",
@@ -44,12 +75,17 @@ MODEL_NOT_FOUND = Cause(
      Pattern("is not a valid model identifier", r"'?(?P<model>[^'\s]{1,200})'? is not a local folder and is not a "
              r"valid model identifier"),
      Pattern("RevisionNotFoundError"),
-     Pattern("EntryNotFoundError")),
+     Pattern("EntryNotFoundError"),
+     # vLLM's own check (0.8+): neither a local folder nor a repo on the Hub; a name that is not a path is the latter
+     Pattern("Invalid repository ID or local directory", r"Invalid repository ID or local directory specified:?\s*"
+             r"'?(?P<model>[^'\s]{1,300}?)'?(?:\.?\s|\.?\Z|\.$)", read=_hub_id)),
     ("{model} is not on the Hub (or not visible to this token): check the id", "the model is not on the Hub"),
-    numbers=("model",),
+    numbers=("model", "http_status"),
+    also=(Also("http_status", r"\b(40[134]) Client Error", int), Also("model", _HUB_URL_MODEL)),
     examples=("huggingface_hub.errors.RepositoryNotFoundError: 404 Client Error. (Request ID: Root=1-66)",
               "OSError: facebook/opt-126m is not a local folder and is not a valid model identifier listed on "
-              "'https://huggingface.co/models'"))
+              "'https://huggingface.co/models'",
+              "ValueError: Invalid repository ID or local directory specified: 'Qwen3-8B-typo'."))
 
 BAD_LOCAL_PATH = Cause(
     "bad_local_path", K,
@@ -57,14 +93,21 @@ BAD_LOCAL_PATH = Cause(
     "repository ID or local directory specified\", HFValidationError, \"Cannot find any model weights\")",
     (Pattern("Invalid repository ID or local directory", r"Invalid repository ID or local directory specified:?\s*"
              r"'?(?P<path>[^'\s]{1,300})"),
-     Pattern("Repo id must", r"Repo id must (?:be in the form|use alphanumeric)[^\n]{0,200}?(?::\s*'(?P<path>[^']"
-             r"{1,300})')?"),
+     # the path is the last quoted name before a full stop (the form's own 'repo_name' examples are quoted too)
+     Pattern("Repo id must", r"Repo id must (?:be in the form|use alphanumeric)(?:.{0,300}'(?P<path>[^']{1,300})'"
+             r"(?:\.|\Z))?"),
      Pattern("HFValidationError"),
-     Pattern("Cannot find any model weights", r"Cannot find any model weights with `?(?P<path>[^`\s]{1,300})")),
-    ("the model path {path} is not a model directory here: mount it or fix the path",
+     Pattern("Cannot find any model weights", r"Cannot find any model weights with `?(?P<path>[^`\s]{1,300})"),
+     # a local folder that lacks a file its config needs (MISSING_CONFIG_JSON leaves it here)
+     Pattern("does not appear to have a file named", r"(?P<path>\S{1,300}) does not appear to have a file named "
+             r"(?P<file>[\w-]{1,60}(?:\.[A-Za-z]\w{0,9})?)")),
+    ("the model folder {path} has no {file}: copy the model whole (with its code files) or fix the path",
+     "the model path {path} is not a model directory here: mount it or fix the path",
      "the model path is not a model directory here: mount it or fix the path"),
-    numbers=("path",),
-    examples=("ValueError: Invalid repository ID or local directory specified: '/models/nope'. Please verify the "
+    numbers=("path", "file"),
+    examples=("OSError: /models/deepseek-r1 does not appear to have a file named configuration_deepseek.py. Checkout "
+              "'https://huggingface.co//models/deepseek-r1/tree/None' for available files.",
+              "ValueError: Invalid repository ID or local directory specified: '/models/nope'. Please verify the "
               "following requirements:",
               "huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or "
               "'namespace/repo_name': '/models/nope/x'. Use `repo_type` argument if needed.",
@@ -74,8 +117,10 @@ MISSING_CONFIG_JSON = Cause(
     "missing_config_json", K,
     "the model directory (or repo) has no config.json (\"does not appear to have a file named config.json\")",
     (Pattern("does not appear to have a file named", r"(?P<path>\S{1,300}) does not appear to have a file named "
-             r"(?P<file>[\w-]{1,60}(?:\.[A-Za-z]\w{0,9})?)"),
+             r"(?P<file>[\w-]{1,60}(?:\.[A-Za-z]\w{0,9})?)", read=_no_config),
      Pattern("Can't load the configuration of", r"Can't load the configuration of '(?P<path>[^']{1,300})'"),
+     # 0.7+ (get_config with config_format auto): neither config.json nor params.json
+     Pattern("Could not detect config format", r"Could not detect config format for no config file found"),
      Pattern("No supported config format found", r"No supported config format found in (?P<path>\S{1,300})")),
     ("{path} has no {file}: point the server at the model's directory",
      "{path} has no config.json: point the server at the model's directory",
@@ -83,7 +128,9 @@ MISSING_CONFIG_JSON = Cause(
     numbers=("path", "file"),
     examples=("OSError: /models/x does not appear to have a file named config.json. Checkout "
               "'https://huggingface.co//models/x/tree/None' for available files.",
-              "ValueError: No supported config format found in /models/x"))
+              "ValueError: No supported config format found in /models/x",
+              "ValueError: Could not detect config format for no config file found. With config_format 'auto', "
+              "ensure your model has either config.json (HF format) or params.json (Mistral format)."))
 
 HF_OFFLINE_NO_CACHE = Cause(
     "hf_offline_no_cache", K,
@@ -98,6 +145,8 @@ HF_OFFLINE_NO_CACHE = Cause(
      Pattern("huggingface.co", r"(?:ConnectionError|ConnectTimeout|ReadTimeout|NameResolutionError)\W.{0,200}"
              r"huggingface\.co", rank=WEAK)),
     ("the Hub is unreachable and the model is not cached: download it first or mount the cache (HF_HOME)",),
+    numbers=("model",),
+    also=(Also("model", r"huggingface\.co/(?:api/models/)?([\w.-]{1,96}/[\w.-]{1,96})"),),
     examples=("OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't find it in the "
               "cached files and it looks like Qwen/Qwen2-7B is not the path to a directory containing a file named "
               "config.json.",
@@ -142,7 +191,8 @@ MODEL_INSPECTION_FAILED = Cause(
     (Pattern("failed to be inspected", r"Model architectures?\s*\[?'?(?P<architecture>[\w.]{1,80})'?\]? failed to be "
              r"inspected", rank=WEAK),
      Pattern("Error raised in subprocess", rank=WEAK),
-     Pattern("Error in inspecting model architecture", rank=WEAK)),
+     Pattern("Error in inspecting model architecture", r"Error in inspecting model architecture(?: '(?P<architecture>"
+             r"[\w.]{1,80})')?", rank=WEAK)),
     ("inspecting {architecture} crashed in a subprocess: its error is above, or run `python -c 'import vllm'`",
      "inspecting the model crashed in a subprocess: its error is above, or run `python -c 'import vllm'`"),
     numbers=("architecture",),
@@ -181,14 +231,20 @@ DRIVER_MISMATCH = Cause(
      Pattern("CUDA driver version is insufficient"),
      Pattern("cudaErrorInsufficientDriver"),
      Pattern("unsupported display driver / cuda driver combination"),
-     Pattern("forward compatibility was attempted on non supported HW")),
+     Pattern("forward compatibility was attempted on non supported HW"),
+     # the NVIDIA container hook refuses to start an image whose CUDA the driver is too old for
+     Pattern("driver", r"unsatisfied condition: cuda\s*>=?\s*(?P<required_cuda>\d{1,3}\.\d{1,3})")),
     ("the driver (found {driver_version}) is too old for this image's CUDA: upgrade the driver or use an older image",
+     "the image needs CUDA {required_cuda}, newer than the driver supports: upgrade the driver or use an older image",
      "the driver is too old for this image's CUDA: upgrade the driver or use an older image"),
-    numbers=("driver_version",),
+    numbers=("driver_version", "required_cuda", "cuda_error"),
+    also=(Also("cuda_error", r"\b[Ee]rror (8\d\d)\b", int),),
     examples=("RuntimeError: The NVIDIA driver on your system is too old (found version 11040). Please update your GPU "
               "driver by downloading and installing a new version from the URL: http://www.nvidia.com/Download/"
               "index.aspx",
-              "RuntimeError: CUDA driver version is insufficient for CUDA runtime version"))
+              "RuntimeError: CUDA driver version is insufficient for CUDA runtime version",
+              "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.4, please update your driver "
+              "to a newer version, or use an earlier cuda container: unknown."))
 
 CUDA_LIB_MISMATCH = Cause(
     "cuda_lib_mismatch", K,
@@ -198,12 +254,19 @@ CUDA_LIB_MISMATCH = Cause(
              r"cusparse\w{0,8}|cufft|curand|cusolver|nvJitLink|nvToolsExt|nvidia-ml)[\w.]{0,20}): cannot open shared "
              r"object file"),
      Pattern("undefined symbol", r"undefined symbol: (?P<symbol>__nvJitLink\w{1,80}|cuda\w{1,80}|nccl\w{1,80})"),
-     Pattern("CUDA version mismatch", flags=re.I)),
+     Pattern("CUDA version mismatch", flags=re.I),
+     # only a WARNING at import (≤0.6, _custom_ops.py): the boot fails later, when an op is called
+     Pattern("Failed to import from vllm._C with ImportError",
+             r"ImportError\('(?P<library>lib(?:cuda|cudart|cublas\w{0,8}|cudnn\w{0,12}|nccl|nvrtc|cusparse\w{0,8}|"
+             r"cufft|curand|cusolver|nvJitLink|nvToolsExt|nvidia-ml)[\w.]{0,20}): cannot open shared object file",
+             rank=WEAK, any_level=True)),
     ("{library} is missing or of another CUDA version: use the image's own CUDA libraries",
      "a CUDA library does not match the build ({symbol}): use the image's own CUDA libraries",
      "a CUDA library is missing or mismatched"),
     numbers=("library", "symbol"),
     examples=("ImportError: libcudart.so.12: cannot open shared object file: No such file or directory",
+              "WARNING 08-27 13:59:59 _custom_ops.py:15] Failed to import from vllm._C with ImportError('libcudart.so"
+              ".12: cannot open shared object file: No such file or directory')",
               "ImportError: /usr/local/lib/python3.10/dist-packages/torch/lib/../../nvidia/cusparse/lib/"
               "libcusparse.so.12: undefined symbol: __nvJitLinkAddData_12_1, version libnvJitLink.so.12"))
 
@@ -224,7 +287,11 @@ EXTENSION_ABI_MISMATCH = Cause(
     "a compiled extension (vLLM's _C, flash-attn, xformers) was built against another torch (\"undefined symbol\")",
     (Pattern("undefined symbol", r"(?P<extension>[\w./-]{0,200}\.so)\S*: undefined symbol: (?P<symbol>\w{1,200})"),
      Pattern("undefined symbol"),
-     Pattern("was compiled against a different", flags=re.I)),
+     Pattern("was compiled against a different", flags=re.I),
+     # only a WARNING at import (≤0.6, _custom_ops.py): the boot fails later, when an op is called
+     Pattern("Failed to import from vllm._C with ImportError",
+             r"ImportError\('(?P<extension>[\w./-]{0,200}\.so)\S*: undefined symbol: (?P<symbol>\w{1,200})",
+             rank=WEAK, any_level=True)),
     ("{extension} was built against another torch: reinstall it for this torch",
      "a compiled extension does not match this torch: reinstall it"),
     numbers=("extension", "symbol"),
@@ -255,10 +322,14 @@ NCCL_ERROR = Cause(
      Pattern("ncclSystemError", rank=WEAK),
      Pattern("ncclInternalError", rank=WEAK),
      Pattern("ncclRemoteError", rank=WEAK),
-     Pattern("DistBackendError", rank=WEAK)),
+     Pattern("DistBackendError", rank=WEAK),
+     # a rank's own NCCL_DEBUG warning: the segment a peer created is gone (attach, not create: not a full /dev/shm)
+     Pattern("Error while attaching to shared memory segment", r"attaching to shared memory segment (?P<segment>"
+             r"[^\s(]{1,200}) \(size (?P<shm_segment_bytes>\d{1,20})\)")),
     ("NCCL failed ({nccl}): run with NCCL_DEBUG=INFO; try NCCL_P2P_DISABLE=1 or check the interconnect",
      "NCCL failed between the ranks: run with NCCL_DEBUG=INFO; try NCCL_P2P_DISABLE=1 or check the interconnect"),
-    numbers=("nccl",),
+    numbers=("nccl", "segment", "shm_segment_bytes", "nccl_version"),
+    also=(Also("nccl_version", r"NCCL version (\d{1,3}\.\d{1,3}(?:\.\d{1,3})?)"),),
     examples=("RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version "
               "2.21.5",))
 
@@ -274,6 +345,8 @@ SHM_TOO_SMALL = Cause(
      Pattern("insufficient shared memory", flags=re.I),
      Pattern("unable to write to file </torch_")),
     ("/dev/shm is too small: run the container with --ipc=host or --shm-size (e.g. 16g)",),
+    numbers=("shm_segment_bytes", "errno"),
+    also=(Also("shm_segment_bytes", r"\(size (\d{1,20})\)", int), Also("errno", r"\((\d{1,4})\)\s*\Z", int)),
     examples=("RuntimeError: Insufficient space in /dev/shm to create shared memory buffer",
               "Bus error (core dumped)",
               "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory "
@@ -289,6 +362,10 @@ TIMEOUT_DISTRIBUTED_INIT = Cause(
      Pattern("timed out after", r"(?:init_process_group|TCPStore|rendezvous|store)\b.{0,200}timed out after", rank=WEAK,
              flags=re.I)),
     ("the ranks never met: check the master address/port, the firewall, and the other ranks' logs",),
+    numbers=("timeout_ms", "host", "port"),
+    also=(Also("timeout_ms", r"timed out after (\d{1,12})\s*ms", int),
+          Also("host", r"trying to connect to \(\[?([^,()\[\]\s]{1,100})\]?,"),
+          Also("port", r"trying to connect to \([^,()]{1,100}, (\d{1,5})\)", int)),
     examples=("torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. 1/2 clients "
               "joined.",))
 
@@ -334,7 +411,8 @@ PORT_IN_USE = Cause(
      Pattern("EADDRINUSE")),
     ("port {port} is taken (another server, or a previous vLLM still holding it): free it or pick another port",
      "the port is taken (another server, or a previous vLLM still holding it): free it or pick another port"),
-    numbers=("host", "port"),
+    numbers=("host", "port", "errno"),
+    also=(Also("errno", r"\[Errno (-?\d{1,4})\]|\bcode: (-?\d{1,4}), name: EADDRINUSE", int),),
     examples=("OSError: [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already in use",
               "OSError: [Errno 98] Address already in use"))
 
@@ -357,17 +435,21 @@ COMPILE_FAILED = Cause(
 
 CORRUPT_CHECKPOINT = Cause(
     "corrupt_checkpoint", K,
-    "a weight file is truncated or corrupt (an interrupted download, a Git LFS pointer instead of the file)",
+    "a weight or config file is truncated or corrupt (an interrupted download, a Git LFS pointer instead of the file, "
+    "an empty config.json)",
     (Pattern("Error while deserializing header"),
      Pattern("HeaderTooLarge"),
      Pattern("MetadataIncompleteBuffer"),
      Pattern("incomplete metadata"),
      Pattern("invalid load key"),
      Pattern("failed finding central directory"),
-     Pattern("PytorchStreamReader failed")),
+     Pattern("PytorchStreamReader failed"),
+     # transformers reading a config.json that is empty or cut short
+     Pattern("is not a valid JSON file", r"config file at '(?P<path>[^']{1,300})' is not a valid JSON file")),
     ("a weight file is corrupt or incomplete: download it again (check for LFS pointers)",),
     examples=("safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooLarge",
-              "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory"))
+              "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory",
+              "OSError: It looks like the config file at '/m/config.json' is not a valid JSON file."))
 
 #: Order: the finer readings first (a nvJitLink symbol before any undefined symbol; offline before a bare connection
 #: error; a missing config.json before the "not a valid model identifier" of the same OSError).

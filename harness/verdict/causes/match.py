@@ -23,6 +23,9 @@ STEMS: tuple[str, ...] = (
 #: The lines of a traceback that are not exception lines: its start and its frames (decide.py reads the frames).
 TRACEBACK_START = "Traceback (most recent call last)"
 FRAME_NEEDLE = 'File "'
+#: Any traceback's frame, a plain one ('File "/x.py", line 9, in f') or IPython's ("File ~/x.py:49, in f(...)",
+#: "File [~/x.py:49](http://...)"): one substring test for all of them in the parser's pre-check.
+ANY_FRAME_NEEDLE = "File "
 
 _TABLE: tuple[tuple[Cause, Pattern], ...] = tuple((c, p) for c in CAUSES for p in c.patterns)
 _ANY_LEVEL: tuple[tuple[Cause, Pattern], ...] = tuple((c, p) for c, p in _TABLE if p.any_level)
@@ -30,8 +33,16 @@ NEEDLES: tuple[str, ...] = tuple(dict.fromkeys(p.needle for _, p in _TABLE))
 #: The needles of the lines that stop the watch (a refusal vLLM prints as it gives up): what a log line past the
 #: parser's bound must hold to be read at all.
 STOP_NEEDLES: tuple[str, ...] = tuple(dict.fromkeys(p.needle for c, p in _TABLE if c.stops and not p.any_level))
+#: The needles of the patterns tried on quiet lines too (an INFO/WARNING record passes the parser's pre-check only
+#: by a fact keyword or one of these).
+ANY_LEVEL_NEEDLES: tuple[str, ...] = tuple(dict.fromkeys(p.needle for _, p in _ANY_LEVEL))
 PREFILTER: tuple[str, ...] = (*STEMS, *(n for n in NEEDLES if not any(s in n for s in STEMS)),
-                              TRACEBACK_START, FRAME_NEEDLE)
+                              TRACEBACK_START, ANY_FRAME_NEEDLE)
+
+
+#: Causes still read after the server said it was up: uvicorn logs "Application startup complete" before it binds
+#: its socket, so a port taken shows after the readiness line, and nothing is listening.
+AFTER_READY: frozenset[str] = frozenset({"port_in_use"})
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,9 @@ def match(message: str, quiet: bool = False) -> Match | None:
         numbers: Numbers | None = {} if m is None else (pattern.read or read_groups)(message, m)
         if numbers is None:
             continue
+        for also in cause.also:
+            if also.name not in numbers and (value := also.read(message)) is not None:
+                numbers[also.name] = value
         if cause.derive is not None:
             numbers = {**numbers, **cause.derive(numbers)}
         return Match(cause, pattern.rank, numbers, message, cause.stops and pattern.rank != WEAK and not pattern.any_level)

@@ -85,6 +85,29 @@ class Pattern:
 
 
 @dataclass(frozen=True)
+class Also:
+    """A figure the decisive line states beside what its pattern reads (the device, an errno, the HTTP status),
+    searched in the line once it is known to be this cause's: the first group that matched, converted."""
+
+    name: str
+    regex: str
+    convert: Callable[[str], int | float | str] = str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "compiled", re.compile(self.regex))
+
+    def read(self, message: str) -> int | float | str | None:
+        m = self.compiled.search(message)  # type: ignore[attr-defined]
+        text = next((g for g in m.groups() if g is not None), None) if m is not None else None
+        if text is None:
+            return None
+        try:
+            return self.convert(text)
+        except ValueError:
+            return None
+
+
+@dataclass(frozen=True)
 class Cause:
     id: str
     kind: CauseKind
@@ -98,6 +121,8 @@ class Cause:
     """Names this cause had before the catalogue (recorded runs and matrices still say them)."""
     stops: bool = False
     """A line of it ends the watch at once: vLLM printed it as it gave up (the refusals it was built around)."""
+    also: tuple[Also, ...] = ()
+    """Figures read from the decisive line wherever they stand in it (what no pattern's groups hold)."""
     derive: Callable[[Numbers], Numbers] | None = None
     """Numbers worked out from the ones read (what would boot)."""
     examples: tuple[str, ...] = field(default=(), repr=False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from .model import Cause, CauseKind, Numbers, Pattern, read_groups
+from .model import WEAK, Also, Cause, CauseKind, Numbers, Pattern, read_groups
 from .shapes import EXC, NUM, UNIT_GIB, named
 
 K = CauseKind.resource
@@ -65,25 +65,36 @@ GPU_MEM_UTIL_EXCEEDS_FREE = Cause(
      "GPU",
      "free memory {available_gib} GiB is below what gpu_memory_utilization asks: lower it or free the GPU",
      "another process's memory use changed while vLLM profiled: run alone on the GPU"),
-    numbers=("available_gib", "total_gib", "needed_gib", "current_free_gib", "short_gib"), aliases=("gpu_memory_busy",),
+    numbers=("available_gib", "total_gib", "needed_gib", "current_free_gib", "short_gib", "device",
+             "gpu_memory_utilization"),
+    also=(Also("device", r"Free memory on device (?!\()([^\s(]{1,40})"),
+          Also("gpu_memory_utilization", r"(?:desired GPU memory utilization|gpu_memory_utilization)\s*\(\s*"
+               r"(\d{1,3}(?:\.\d{1,6})?)\s*[,)]", float)),
+    aliases=("gpu_memory_busy",),
     stops=True, derive=_short,
     examples=("ValueError: Free memory on device (10.5/79.1 GiB) on startup is less than desired GPU memory "
               "utilization (0.9, 71.2 GiB). Decrease GPU memory utilization or reduce GPU memory used by other "
               "processes.",))
 
-_OOM_NUMBERS = ("needed_gib", "available_gib", "total_gib", "short_gib")
+_OOM_NUMBERS = ("needed_gib", "available_gib", "total_gib", "short_gib", "device", "in_use_gib")
+#: torch's allocator message names the GPU and what a process holds: "GPU 0 has a total capacity of 93.09 GiB of
+#: which 739.81 MiB is free. Including non-PyTorch memory, this process has 92.34 GiB memory in use." (2.1+), or
+#: "Process 3270336 has 78.96 GiB memory in use." (2.2+, one per process on the GPU: the first is read)
+_OOM_ALSO = (Also("device", r"\bGPU (\d{1,3}) has a total capacity"),
+             Also("in_use_gib", r"[Pp]rocess (?:\d{1,10} )?has (\d{1,9}(?:\.\d{1,6})?) GiB memory in use", float))
 _OOM_HINTS = ("{phase}: tried {needed_gib:.2f} GiB with {available_gib:.2f} GiB free ({short_gib:.2f} GiB short)",
               "{phase}: tried {needed_gib:.2f} GiB with {available_gib:.2f} GiB free",
               "{phase}: tried {needed_gib:.2f} GiB",)
 _TORCH_OOM = (r"\A(?:[A-Za-z_][\w.]{0,60}\.)?OutOfMemoryError\b"
-              r"|" + EXC + r"(?:CUDA|HIP|XPU|NPU|MPS)(?: error:)? out of memory\b")
+              r"|" + EXC + r"(?:CUDA|HIP|XPU|NPU|MPS)(?: driver)?(?: error:)? out of memory\b")
 
 
 def _oom(cause_id: str, phase: str, meaning: str, patterns: tuple[Pattern, ...] = (), aliases: tuple[str, ...] = (),
-         examples: tuple[str, ...] = ()) -> Cause:
+         examples: tuple[str, ...] = (), also: tuple[Also, ...] = ()) -> Cause:
+    extra = tuple(a.name for a in also)
     hints = tuple(h.replace("{phase}", phase) for h in _OOM_HINTS) + (phase,)
-    return Cause(cause_id, K, meaning, patterns, hints, numbers=_OOM_NUMBERS, aliases=aliases, stops=True,
-                 derive=_short, examples=examples)
+    return Cause(cause_id, K, meaning, patterns, hints, numbers=_OOM_NUMBERS + extra, aliases=aliases, stops=True,
+                 derive=_short, examples=examples, also=_OOM_ALSO + also)
 
 
 CUDA_OOM_WEIGHTS = _oom(
@@ -113,6 +124,7 @@ CUDA_OOM_SAMPLER_WARMUP = _oom(
     "cuda_oom_sampler_warmup", "out of GPU memory warming up the sampler: lower max_num_seqs or gpu_memory_utilization",
     "CUDA out of memory warming up the sampler with max_num_seqs dummy requests",
     (Pattern("when warming up sampler", read=_allocation),),
+    also=(Also("dummy_requests", r"warming up sampler with (\d{1,9})(?: dummy requests|\s*\Z)", int),),
     examples=("RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy requests. Please try "
               "lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.",))
 CUDA_OOM_UNKNOWN = _oom(
@@ -127,18 +139,23 @@ CUDA_OOM_UNKNOWN = _oom(
     aliases=("oom",),
     examples=("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity of "
               "23.54 GiB of which 1.02 GiB is free.",
-              "RuntimeError: CUDA error: out of memory"))
+              "RuntimeError: CUDA error: out of memory",
+              "RuntimeError: CUDA driver error: out of memory"))
 
 HOST_OOM = Cause(
     "host_oom", K,
-    "host memory ran out (the kernel's OOM killer, a failed CPU allocation, Ray's memory monitor)",
+    "host memory ran out (the kernel's OOM killer, a failed CPU allocation, Ray's memory monitor; a Ray worker killed "
+    "without a word, most often by the OOM killer)",
     (Pattern("can't allocate memory", r"DefaultCPUAllocator: can't allocate memory(?:: you tried to allocate "
              r"(?P<needed_bytes>\d{1,20}) bytes)?"),
      Pattern("Cannot allocate memory", r"\[Errno 12\] Cannot allocate memory"),
      Pattern("node running low on memory"),
      Pattern("Killed", r"\A(?:Killed|.{0,200}\bline \d+:\s+\d+ Killed\b.*)\Z"),
      Pattern("Out of memory: Killed process"),
-     Pattern("MemoryError", r"\AMemoryError\b")),
+     Pattern("MemoryError", r"\AMemoryError\b"),
+     # Ray's obituary of a worker that vanished (SIGKILL: the kernel's OOM killer first among the causes it lists),
+     # logged as a WARNING: weak, any specific cause in the log wins
+     Pattern("Worker unexpectedly exits with a connection error code 2", rank=WEAK, any_level=True)),
     ("host memory ran out allocating {needed_gib:.2f} GiB: give the server more RAM (or a smaller swap/CPU KV space)",
      "host memory ran out: give the server more RAM (or a smaller swap/CPU KV space)"),
     numbers=("needed_bytes", "needed_gib"), derive=_host_gib,
