@@ -58,9 +58,9 @@ BAD_LOCAL_PATH = Cause(
     "0.32 words a directory without config.json the same way",
     (Pattern("Invalid repository ID or local directory", r"Invalid repository ID or local directory specified:?\s*"
              r"'?(?P<path>[^'\s]{1,300})"),
-     Pattern("Repo id must", r"Repo id must (?:be in the form|use alphanumeric)[^\n]{0,200}?(?::\s*'(?P<path>[^']"
-             r"{1,300})')?"),
-     Pattern("HFValidationError"),
+     Pattern("Repo id must", r"Repo id must (?:be in the form|use alphanumeric)(?:[^\n]{0,200}?:\s*'(?P<path>"
+             r"[^']{1,300})')?"),
+     Pattern("HFValidationError", rank=WEAK),  # a traceback's `raise HFValidationError(` names no path: the message does
      Pattern("Cannot find any model weights", r"Cannot find any model weights with `?(?P<path>[^`\s]{1,300})")),
     ("the model path {path} is not a model directory here (missing, or no config.json in it): mount it or fix the "
      "path",
