@@ -70,12 +70,16 @@ def check_records(cells: dict[str, dict], faults: dict[str, Fault]) -> None:
 
 
 def check_readers(capsys, monkeypatch, run_dir: Path, cells: dict[str, dict]) -> None:
-    """`check` passes on the expectations by cause id; `report` and `history` name each cell's cause; `facts` reads
+    """`check` passes on the expectations by cause id; `report` (markdown, HTML) and `history` name each cell's
+    cause; `facts` reads
     each saved log to the cause the run recorded, line and numbers alike."""
     code, out = read_only(capsys, monkeypatch, "check", run_dir)
     assert code == 0 and ": ok" in out, out
     code, md = read_only(capsys, monkeypatch, "report", run_dir, "--markdown", "-")
     assert code == 0, md
+    html = run_dir.parent / f"{run_dir.name}.html"
+    assert read_only(capsys, monkeypatch, "report", run_dir, "--html", html)[0] == 0
+    page = html.read_text()
     code, hist = read_only(capsys, monkeypatch, "history", run_dir, "--json")
     assert code == 0, hist
     told = {c["id"]: c["verdict"] for c in json.loads(hist)["cells"]}
@@ -83,6 +87,7 @@ def check_readers(capsys, monkeypatch, run_dir: Path, cells: dict[str, dict]) ->
         verdict = f"{c['outcome']} ({c['cause']['id']})"
         assert f"**{c['outcome']}** ({c['cause']['id']})" in md, (cid, md)
         assert told[cid] == verdict, (cid, told)
+        assert c["cause"]["id"] in page, cid
         code, facts = read_only(capsys, monkeypatch, "facts", run_dir / c["log_path"], "--json")
         read = json.loads(facts)["cause"]
         assert {k: read[k] for k in ("id", "line", "numbers", "hint")} == \
