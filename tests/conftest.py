@@ -58,12 +58,14 @@ LANES = {
                 "tests/integration/test_pulls.py", "tests/integration/test_container_spec.py",
                 "tests/rehearsal/test_readme_gpu_matrix.py",
                 "tests/rehearsal/test_nightly_workflow.py", "tests/integration/test_memory_containers.py",
-                "tests/rehearsal/test_slurm.py", "tests/integration/test_bisect_docker.py"),
+                "tests/rehearsal/test_slurm.py", "tests/integration/test_bisect_docker.py",
+                "tests/integration/test_real_faults_docker.py"),
     "vllm": ("tests/integration/test_vllm_cpu.py", "tests/integration/test_scale_cpu.py",
              "tests/integration/test_frontier.py", "tests/integration/test_architectures.py",
              "tests/rehearsal/test_gpu_memory.py",
              "tests/integration/test_compile_cache.py", "tests/integration/test_serve_flags_vllm.py",
-             "tests/integration/test_history_real.py", "tests/integration/test_memory_real.py"),
+             "tests/integration/test_history_real.py", "tests/integration/test_memory_real.py",
+             "tests/integration/test_real_faults.py"),
 }
 
 

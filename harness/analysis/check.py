@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.results.model import RunResult, RunStatus
-from harness.verdict import Outcome
 
 
 @dataclass(frozen=True)
@@ -18,8 +17,8 @@ class Miss:
 
 def misses(run: RunResult) -> list[Miss]:
     """Each reason the run does not pass: it did not finish (a lost or interrupted shard), or a cell errored (the
-    harness could not boot it, so nothing was learnt) or missed its expectation. Cells without one pass. A run that
-    holds no cell does not pass either: a gate that checked nothing must not say ok. (`run` is what the one loader,
+    harness could not boot it, so nothing was learnt, unless its expectation said it would error) or missed its
+    expectation. Cells without one pass. A run that holds no cell does not pass either: a gate that checked nothing must not say ok. (`run` is what the one loader,
     harness.results.store.load_run, read from the cells on disk: a missing or unreadable cell file never gets here.)"""
     found = []
     if run.status != RunStatus.complete:
@@ -30,6 +29,6 @@ def misses(run: RunResult) -> list[Miss]:
         hint = f" — hint: {h}" if (h := c.cause_hint()) else ""
         if (why := c.miss()) is not None:
             found.append(Miss(c.cell_id, why + hint))
-        elif c.outcome == Outcome.error:
+        elif c.errored_unexpected():
             found.append(Miss(c.cell_id, f"{c.verdict()}: the harness could not boot it{hint}"))
     return found

@@ -24,7 +24,6 @@ from harness.gpu.inventory import Inventory
 from harness.matrix.load import LoadedMatrix
 from harness.matrix.scheduler import SchedulerRef
 from harness.results.model import CellResult, RunResult, RunStatus
-from harness.verdict import Outcome
 from harness.results.store import RunLock, RunStore, new_run_id
 from harness.runtime import make_runtime, scratch
 from harness.runtime.compile_cache import RUN_DIR_NAME, CompileCache, planned_dir
@@ -181,9 +180,9 @@ class RunSession:
             self.lock.release()
 
     def exit_code(self) -> ExitCode:
-        """FAILED when a selected cell errored or missed its expectation; OK otherwise."""
+        """FAILED when a selected cell errored (where its expectation did not say so) or missed its expectation."""
         selected = {c.id for c in self.cells}
-        bad = [c for c in self.store.run.cells if c.cell_id in selected and (c.matched is False or c.outcome == Outcome.error)]
+        bad = [c for c in self.store.run.cells if c.cell_id in selected and (c.matched is False or c.errored_unexpected())]
         return ExitCode.FAILED if bad else ExitCode.OK
 
 

@@ -90,7 +90,7 @@ def register(sub: argparse._SubParsersAction) -> dict:
     p = add_command(sub, "check", "the nightly gate on one run by itself: did every cell meet its expectation?",
                     ["boot-harness check merged/nightly-<run>"],
                     {0: "complete, and every cell met its expectation (or has none)",
-                     1: "not complete, or a cell errored or missed (one line each)", **USAGE_EXIT})
+                     1: "not complete, or a cell errored (where its expectation did not say so) or missed (one line each)", **USAGE_EXIT})
     p.add_argument("run", type=Path, metavar="RUN", help="a run directory (or its results.json)")
 
     p = add_command(sub, "history", "many nights at once: since when each cell has its verdict, what changed across "

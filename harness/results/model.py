@@ -17,7 +17,7 @@ from harness.runtime.records import AppliedPatch, CompileCacheUse, ContainerInfo
 from harness.predict.prediction import PredictionRecord
 from harness.units import fmt_seconds
 from harness.watch.records import LogCut
-from harness.verdict.catalogue import OUTCOME_MEANINGS, REASONS, OutcomeMember, ReasonMember
+from harness.verdict.catalogue import OUTCOME_MEANINGS, REASONS, Outcome, OutcomeMember, ReasonMember
 from harness.verdict.causes import Finding
 
 #: The catalogue, as the schema's descriptions say it.
@@ -132,6 +132,14 @@ class CellResult(_Record):
             return None
         exc = self.cause.numbers.get("exception")
         return str(exc)[:120] if exc else None
+
+    def errored_unexpected(self) -> bool:
+        """The harness could not boot it and nothing said it would: an `error` cell fails a run and `check`, unless
+        its expectation names `outcome: error` and it matched (a fault the matrix sets up on purpose: a missing
+        model, a port taken, a tiny /dev/shm), which is a verdict that came out as written."""
+        if self.outcome != Outcome.error:
+            return False
+        return not (self.matched and self.expected is not None and self.expected.outcome == Outcome.error)
 
     def miss(self) -> str | None:
         """Why the cell missed its expectation, in one line; None when it matched or had none. A verdict that came

@@ -90,20 +90,22 @@ MODEL_NOT_FOUND = Cause(
 BAD_LOCAL_PATH = Cause(
     "bad_local_path", K,
     "the model path is neither a directory on this machine nor a Hub id, or it holds no weight files (\"Invalid "
-    "repository ID or local directory specified\", HFValidationError, \"Cannot find any model weights\")",
+    "repository ID or local directory specified\", HFValidationError, \"Cannot find any model weights\"); vLLM "
+    "0.32 words a directory without config.json the same way",
     (Pattern("Invalid repository ID or local directory", r"Invalid repository ID or local directory specified:?\s*"
              r"'?(?P<path>[^'\s]{1,300})"),
      # the path is the last quoted name before a full stop (the form's own 'repo_name' examples are quoted too)
      Pattern("Repo id must", r"Repo id must (?:be in the form|use alphanumeric)(?:.{0,300}'(?P<path>[^']{1,300})'"
              r"(?:\.|\Z))?"),
-     Pattern("HFValidationError"),
+     Pattern("HFValidationError", rank=WEAK),  # a traceback's `raise HFValidationError(` names no path: the message does
      Pattern("Cannot find any model weights", r"Cannot find any model weights with `?(?P<path>[^`\s]{1,300})"),
      # a local folder that lacks a file its config needs (MISSING_CONFIG_JSON leaves it here)
      Pattern("does not appear to have a file named", r"(?P<path>\S{1,300}) does not appear to have a file named "
              r"(?P<file>[\w-]{1,60}(?:\.[A-Za-z]\w{0,9})?)")),
     ("the model folder {path} has no {file}: copy the model whole (with its code files) or fix the path",
-     "the model path {path} is not a model directory here: mount it or fix the path",
-     "the model path is not a model directory here: mount it or fix the path"),
+     "the model path {path} is not a model directory here (missing, or no config.json in it): mount it or fix "
+     "the path",
+     "the model path is not a model directory here (missing, or no config.json in it): mount it or fix the path"),
     numbers=("path", "file"),
     examples=("OSError: /models/deepseek-r1 does not appear to have a file named configuration_deepseek.py. Checkout "
               "'https://huggingface.co//models/deepseek-r1/tree/None' for available files.",
@@ -337,17 +339,23 @@ SHM_TOO_SMALL = Cause(
     "shm_too_small", K,
     "/dev/shm is too small for the workers' shared memory (a container's 64 MB default: a \"Bus error\", "
     "\"Insufficient space in /dev/shm\")",
-    (Pattern("/dev/shm", r"(?:Insufficient space|No space left|Error while creating shared memory segment|unable to "
+    (Pattern("/dev/shm", r"Insufficient space in /dev/shm[^\n]{0,80}?:\s*(?P<required_mib>\d{1,9}(?:\.\d{1,3})?)\s*MiB "
+             r"required,\s*(?P<free_mib>\d{1,9}(?:\.\d{1,3})?)\s*MiB free"),
+     Pattern("/dev/shm", r"(?:Insufficient space|No space left|Error while creating shared memory segment|unable to "
              r"(?:write|allocate)|No such file or directory)[^\n]{0,120}/dev/shm|/dev/shm[^\n]{0,120}(?:too small|"
              r"insufficient|No space left)"),
      Pattern("Bus error", r"\A(?:.{0,200}\s)?Bus error(?: \(core dumped\))?\s*\Z|unexpected bus error", flags=re.I),
      Pattern("bus error", r"unexpected bus error", flags=re.I),
      Pattern("insufficient shared memory", flags=re.I),
      Pattern("unable to write to file </torch_")),
-    ("/dev/shm is too small: run the container with --ipc=host or --shm-size (e.g. 16g)",),
-    numbers=("shm_segment_bytes", "errno"),
+    ("/dev/shm has {free_mib} MiB free of the {required_mib} MiB the workers need: run the container with --ipc=host "
+     "or --shm-size (e.g. 16g)",
+     "/dev/shm is too small: run the container with --ipc=host or --shm-size (e.g. 16g)"),
+    numbers=("required_mib", "free_mib", "shm_segment_bytes", "errno"),
     also=(Also("shm_segment_bytes", r"\(size (\d{1,20})\)", int), Also("errno", r"\((\d{1,4})\)\s*\Z", int)),
     examples=("RuntimeError: Insufficient space in /dev/shm to create shared memory buffer",
+              "RuntimeError: Insufficient space in /dev/shm for shared-memory allocation: 160 MiB required, 1 MiB "
+              "free. Increase /dev/shm (e.g. --shm-size or --ipc=host).",
               "Bus error (core dumped)",
               "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory "
               "(shm)."))
