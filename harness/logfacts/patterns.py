@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import re
 
-# A GiB figure: "12.5", "12.50", "0.0", "-2.34" (available memory goes negative when weights overflow the budget).
-# Bounded digit runs keep float()/int() cheap and exact on adversarial input.
-NUM = r"(-?\d{1,15}(?:\.\d{1,15})?)(?![\d.]\d)"
-# A token count: "10,720" or "2048".
-INT = r"(\d{1,3}(?:,\d{3}){1,6}|\d{1,18})(?![\d,]\d)"
+from harness.verdict.causes.shapes import INT, NUM, UNIT_GIB, to_float, to_int  # noqa: F401 - read as p.X
+
 # What may precede a refusal's text on its line: an exception's class ("ValueError: ", "torch.OutOfMemoryError: ")
 # or pydantic's "Value error, ". Anchoring refusals here keeps source-code lines in tracebacks from matching.
 EXC = r"\A(?:[A-Za-z_][\w.]{0,100}(?:Error|Exception|Exit)\s*:\s*|Value error,\s*)?"
@@ -240,18 +237,3 @@ OOM_TRIED = _c(r"Tried to allocate\s*" + NUM + r"\s*(B|KiB|MiB|GiB|TiB)")
 OOM_FREE = _c(r"of which\s*" + NUM + r"\s*(B|KiB|MiB|GiB|TiB) is free")
 ENGINE_INIT_FAILED = _c(EXC + r"Engine core initialization failed")
 
-UNIT_GIB = {"B": 1 / (1 << 30), "KiB": 1 / (1 << 20), "MiB": 1 / (1 << 10), "GiB": 1.0, "TiB": 1024.0}
-
-
-def to_int(text: str | None) -> int | None:
-    """A logged integer ("10,720" → 10720); None for None or anything that is not one."""
-    if text is None:
-        return None
-    digits = text.replace(",", "")
-    return int(digits) if digits.isdigit() else None
-
-
-def to_float(text: str | None) -> float | None:
-    if text is None:
-        return None
-    return float(text)
