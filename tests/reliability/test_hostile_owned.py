@@ -166,7 +166,7 @@ def test_gc_does_not_reach_records_through_a_symlinked_folder(tmp_path, victim, 
     done = gc(results)
     assert done.returncode == 0 and survives(victim), done.stdout + done.stderr
     assert (elsewhere / "active" / "c.json").is_file(), "a file reached through a link is not removed"
-    assert "its folder is a symlink" in done.stdout, done.stdout
+    assert "its folder is a symlink" in " ".join(done.stdout.split()), done.stdout  # wrapped at spaces
 
 
 def test_a_genuine_leftover_server_is_still_killed(tmp_path):

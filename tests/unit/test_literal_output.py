@@ -93,10 +93,14 @@ def cli(request, monkeypatch, capsys):
 
 
 def whole(text: str, *needles: str, cut: str = "…") -> None:
-    """Every needle appears in one line of `text` (not wrapped, not cut), and nothing was cut with an ellipsis."""
+    """Every needle appears in `text` as written, each of its words whole on one line (a line may wrap at its spaces
+    through a pipe, never inside an id, a path or a value), and nothing was cut with an ellipsis."""
     lines = text.splitlines()
+    words = " ".join(text.split())
     for n in needles:
-        assert any(n in line for line in lines), f"{n!r} is not on one line of:\n{text}"
+        assert " ".join(n.split()) in words, f"{n!r} is not in:\n{text}"
+        for w in n.split():
+            assert any(w in line for line in lines), f"{w!r} (of {n!r}) is not whole on one line of:\n{text}"
     assert not cut or cut not in text, text
 
 
