@@ -12,6 +12,7 @@ import uuid
 import pytest
 
 from tests.builders import fake_matrix
+from tests.conftest import require
 from tests.integration.conftest import harness_cli
 
 FIRST_BAD = 11
@@ -24,8 +25,8 @@ def standins(docker_image):
 
     client = docker.from_env()
     base = next((t for img in client.images.list("boot-harness/debian-bookworm-python") for t in img.tags), None)
-    if base is None:
-        pytest.skip("no boot-harness/debian-bookworm-python image (scripts/setup-container-example.sh makes it)")
+    require("the boot-harness/debian-bookworm-python image", base is not None,
+            "scripts/setup-container-example.sh makes it")
     repo = f"boot-harness/bisect-standin-{uuid.uuid4().hex[:8]}"
     made = []
     try:
