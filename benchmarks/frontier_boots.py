@@ -50,7 +50,7 @@ def real_run(args) -> tuple[Path, dict, float]:
     t0 = time.monotonic()
     run_dir, found = run_frontier(loaded, cells, lo=args.lo, hi=args.hi, results_dir=args.results_dir, predict=False,
                                 selection=[SELECT], say=lambda line: print(f"  {line}", flush=True))
-    return run_dir, found[0].to_dict(), time.monotonic() - t0
+    return run_dir, found[0].output().model_dump(mode="json"), time.monotonic() - t0
 
 
 def calibrate(run_dir: Path) -> tuple[int, int, list[tuple[int, Observation]], tuple[int, int]]:

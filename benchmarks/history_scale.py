@@ -93,6 +93,7 @@ def measure(where: Path) -> None:
 
     from harness.analysis.history import build_history
     from harness.analysis.history_runs import read_nights
+    from harness.jsonout import render
     from harness.report.history import render_html, render_markdown, render_table
     from harness.report.text import plain_console, show
 
@@ -105,7 +106,7 @@ def measure(where: Path) -> None:
     sink = io.StringIO()
     with redirect_stdout(sink):
         show(plain_console(), render_table(h))
-    sizes = {"markdown": len(render_markdown(h)), "html": len(render_html(h)), "json": len(json.dumps(h.to_dict()))}
+    sizes = {"markdown": len(render_markdown(h)), "html": len(render_html(h)), "json": len(render(h.output()))}
     total = time.perf_counter() - t0
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"read_s": t_read, "analyse_s": t_analyse, "total_s": total, "peak_mb": peak_mb,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Write the JSON Schemas of the matrix file and the results records into harness/schemas/.
+"""Write the JSON Schemas of the matrix file, the results records and every command's `--json` into harness/schemas/.
 
-    python scripts/export-schemas.py           # (re)write the three files
+    python scripts/export-schemas.py           # (re)write the files
     python scripts/export-schemas.py --check   # exit 1 if a committed file differs from what the models export
 
 The models are the source of truth; these files are derived from them for editors (yaml-language-server, VS Code)
@@ -11,6 +11,9 @@ harness/matrix/model.py, harness/results/model.py or harness/logfacts/model.py.
 harness/schemas/matrix.schema.json   ← harness.matrix.model.Matrix, adjusted to accept the file *as written*
 harness/schemas/results.schema.json  ← harness.results.model.RunResult (results.json)
 harness/schemas/cell.schema.json     ← harness.results.model.CellResult (cells/<cell_id>.json)
+harness/schemas/<command>.output.schema.json ← harness.cli.outputs.OUTPUTS[command]: what `boot-harness COMMAND
+                                       --json` prints (facts, kv, plan, cells, analyze, compare, history, check, report,
+                                       frontier), exported as pydantic serializes it (every key always printed)
 
 Why the matrix schema is adjusted: pydantic describes what `Matrix` holds after its "before" validators ran, and
 those validators accept more than they produce. A file says `values: [131072]` and `args: [--x, 0.9]` (YAML numbers;
@@ -133,6 +136,18 @@ def cell_schema() -> dict[str, Any]:
                    "A boot-harness cell record: RESULTS_DIR/<run_id>/cells/<cell_id>.json.")
 
 
+def output_schemas() -> dict[str, dict[str, Any]]:
+    """`<command>.output.schema.json` for each command with a `--json` (harness.cli.outputs)."""
+    from harness.cli.outputs import OUTPUTS, output_schema
+
+    out = {}
+    for command, kind in OUTPUTS.items():
+        source = " | ".join(f"{t.__module__}.{t.__qualname__}" for t in getattr(kind, "__args__", (kind,)))
+        out[f"{command}.output.schema.json"] = _finish(output_schema(command), source,
+                                                       f"What `boot-harness {command} --json` prints.")
+    return out
+
+
 def _finish(schema: dict[str, Any], source: str, what: str) -> dict[str, Any]:
     head = {"$schema": DRAFT, "$comment": f"{what} Generated from {source} by scripts/export-schemas.py; do not edit."}
     return {**head, **schema}
@@ -144,6 +159,7 @@ def build() -> dict[str, dict[str, Any]]:
         "matrix.schema.json": matrix_schema(),
         "results.schema.json": results_schema(),
         "cell.schema.json": cell_schema(),
+        **output_schemas(),
     }
 
 

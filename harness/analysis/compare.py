@@ -1,59 +1,30 @@
-"""`boot-harness compare`: cells that differ in one axis within a run, or the same cells across two runs.
+"""`boot-harness compare RUN_A RUN_B`: the same cells across two runs (last night vs tonight); the pairs within one
+run are harness.analysis.pairs, the flags' parsers harness.cli.tolerances.
 
-- **Within one run** (`compare RUN [--axis image]`): every pair of cells equal on all axes but `axis`, with both
-  outcomes and reasons and the KV numbers side by side with their differences. Pairs whose outcome flipped come
-  first.
-- **Across two runs** (`compare RUN_A RUN_B`): cells matched by id. A **regression** is a cell that booted in A and
-  did anything else in B, or that newly fails its expectation in B (a cell only B has counts when it mismatches);
-  a **fix** is the reverse. Cells found in one run only are listed, and so are KV numbers that moved by more than the
-  tolerance (default 2 %; GiB figures also by more than their 0.01 print unit). Boot times and phases that became
-  slower beyond the time tolerance (both ways: default 25 % and 30 s) are time regressions (harness.analysis.timing).
-  A memory peak that grew beyond the memory tolerance (both ways: default 10 % and 256 MiB) is a memory regression;
-  only cells with a memory curve in both runs, the same outcome and the same source are compared.
-  `has_regression` decides exit 1.
+Cells are matched by id. A **regression** is a cell that booted in A and did anything else in B, or that newly fails
+its expectation in B (a cell only B has counts when it mismatches); a **fix** is the reverse. Cells found in one run
+only are listed, and so are KV numbers that moved by more than the tolerance (default 2 %; GiB figures also by more
+than their 0.01 print unit). Boot times and phases that became slower beyond the time tolerance (both ways: default
+25 % and 30 s) are time regressions (harness.analysis.timing). A memory peak that grew beyond the memory tolerance
+(both ways: default 10 % and 256 MiB) is a memory regression; only cells with a memory curve in both runs, the same
+outcome and the same source are compared. `has_regression` decides exit 1.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from harness.analysis.kv import (
-    GIB,
-    CellKv,
-    axis_order,
-    axis_values,
-    cell_kv,
-    human_int,
-    length_axis,
-)
-from harness.analysis.timing import DEFAULT_TIME_TOLERANCE, TimeChange, TimeTolerance, time_changes
-from harness.units import KIB, MIB, fmt_bytes
-from harness.errors import UsageError
-from harness.results.model import CellResult, RunResult
+from pydantic import Field
+
+from harness.analysis.timing import DEFAULT_TIME_TOLERANCE, TimeChange, TimeChangeJson, TimeTolerance, time_changes
+from harness.jsonout import JsonOutput, Number
+from harness.results.model import CellResult, Expected, RunResult
 from harness.results.store import now as wall_now
-from harness.verdict import Outcome
+from harness.units import KIB, MIB, fmt_bytes
+from harness.verdict import Outcome, Reason
 
-DEFAULT_AXIS = "image"
 DEFAULT_TOLERANCE = 0.02
-
-
-def parse_tolerance(text: str) -> float:
-    """`2%`, `2` (percent) or `0.02` (a fraction) → 0.02."""
-    raw = str(text).strip()
-    try:
-        if raw.endswith("%"):
-            value = float(raw[:-1]) / 100
-        else:
-            value = float(raw)
-            value = value / 100 if value >= 1 else value
-    except ValueError:
-        raise UsageError(f"--tolerance {text}: not a number (write 2%, 2 or 0.02)") from None
-    if not math.isfinite(value) or value < 0:
-        raise UsageError(f"--tolerance {text}: must be a finite fraction or percentage, 0 or more")
-    return value
 
 
 # ---------------------------------------------------------------- memory peaks
@@ -81,34 +52,6 @@ class MemoryTolerance:
 DEFAULT_MEMORY_TOLERANCE = MemoryTolerance()
 _MEM_NAMES = ((1 << 40, "TiB"), (1 << 30, "GiB"), (MIB, "MiB"), (KIB, "KiB"), (1, "B"))
 
-_MEM_PART = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|b|kib|mib|gib|tib)\s*$", re.IGNORECASE)
-_MEM_UNIT = {"b": 1, "kib": KIB, "mib": MIB, "gib": GIB, "tib": 1 << 40}
-
-
-def parse_memory_tolerance(text: str) -> MemoryTolerance:
-    """`10%,256MiB` (either order; one part keeps the other's default; B, KiB, MiB, GiB, TiB) → MemoryTolerance."""
-    rel, abs_bytes = DEFAULT_MEMORY_TOLERANCE.rel, DEFAULT_MEMORY_TOLERANCE.abs_bytes
-    parts = str(text).split(",")
-    if not 1 <= len(parts) <= 2:
-        raise UsageError(f"--memory-tolerance {text}: write a percentage and a size, e.g. 10%,256MiB")
-    seen = set()
-    for part in parts:
-        m = _MEM_PART.match(part)
-        kind = None if m is None else "%" if m.group(2) == "%" else "size"
-        if m is None or kind in seen:
-            raise UsageError(f"--memory-tolerance {text}: {part.strip()!r} is not a percentage (10%) or a size "
-                             "(256MiB)")
-        seen.add(kind)
-        value = float(m.group(1))
-        if not math.isfinite(value) or value * _MEM_UNIT.get(m.group(2).lower(), 1) > 1 << 62:
-            raise UsageError(f"--memory-tolerance {text}: {part.strip()!r} is beyond any memory")
-        if kind == "%":
-            rel = value / 100
-        else:
-            abs_bytes = int(value * _MEM_UNIT[m.group(2).lower()])
-    return MemoryTolerance(rel, abs_bytes)
-
-
 @dataclass(frozen=True)
 class MemoryChange:
     """One cell's memory peak in A and in B (the phase each came in)."""
@@ -128,11 +71,11 @@ class MemoryChange:
         change = f"{self.rel:+.0%}" if self.rel is not None else "from 0"
         return f"peak {fmt_bytes(self.a_bytes)} → {fmt_bytes(self.b_bytes)} ({change})"
 
-    def to_dict(self) -> dict:
-        return {"cell_id": self.cell_id, "a_bytes": self.a_bytes, "b_bytes": self.b_bytes,
-                "delta_bytes": self.b_bytes - self.a_bytes,
-                "relative": None if self.rel is None else round(self.rel, 4),
-                "a_phase": self.a_phase, "b_phase": self.b_phase, "source": self.source}
+    def output(self) -> MemoryChangeJson:
+        return MemoryChangeJson(cell_id=self.cell_id, a_bytes=self.a_bytes, b_bytes=self.b_bytes,
+                                delta_bytes=self.b_bytes - self.a_bytes,
+                                relative=None if self.rel is None else round(self.rel, 4),
+                                a_phase=self.a_phase, b_phase=self.b_phase, source=self.source)
 
 
 def memory_change(a: CellResult, b: CellResult) -> MemoryChange | None:
@@ -144,125 +87,6 @@ def memory_change(a: CellResult, b: CellResult) -> MemoryChange | None:
     if a.outcome != b.outcome or ma.source != mb.source:
         return None
     return MemoryChange(a.cell_id, ma.peak_bytes, mb.peak_bytes, ma.peak_phase, mb.peak_phase, str(mb.source))
-
-
-# ---------------------------------------------------------------- numbers side by side
-
-
-@dataclass
-class NumberDiff:
-    name: str
-    unit: str  # "bytes" | "tokens" | "x"
-    a: float | None
-    b: float | None
-    #: (a, b) only known as a GiB figure too coarse to compare (`0.01 GiB`): shown as printed, no difference.
-    coarse: tuple[bool, bool] = (False, False)
-
-    @property
-    def delta(self) -> float | None:
-        if self.a is None or self.b is None or any(self.coarse):
-            return None
-        return self.b - self.a
-
-    @property
-    def rel(self) -> float | None:
-        """The change relative to A."""
-        d = self.delta
-        if d is None or not self.a:
-            return None
-        return d / abs(self.a)
-
-    def fmt(self, v: float | None, signed: bool = False, coarse: bool = False) -> str:
-        if v is None:
-            return "—"
-        if coarse:
-            return f"{v / GIB:.2f} GiB (as printed)"
-        if self.unit == "bytes":
-            return fmt_bytes(v, signed)
-        if self.unit == "x":
-            return f"{v:+.2f}x" if signed else f"{v:.2f}x"
-        return f"{v:+,.0f}" if signed else f"{v:,.0f}"
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "unit": self.unit, "a": self.a, "b": self.b, "delta": self.delta,
-                "coarse": list(self.coarse)}
-
-
-def kv_numbers(a: CellKv, b: CellKv) -> list[NumberDiff]:
-    """needed, available, cap, KV tokens, concurrency and vLLM's estimated max length of two cells."""
-    def q(k: CellKv, what: str) -> float | None:
-        v = getattr(k, what)
-        return None if v is None else v.bytes
-
-    def c(what: str) -> tuple[bool, bool]:
-        return tuple(bool(getattr(k, what) is not None and getattr(k, what).coarse) for k in (a, b))  # type: ignore
-
-    def est(k: CellKv) -> float | None:
-        return k.cell.refusal.estimated_max_model_len if k.cell.refusal else None
-
-    return [
-        NumberDiff("needed", "bytes", q(a, "need"), q(b, "need"), c("need")),
-        NumberDiff("available", "bytes", q(a, "available"), q(b, "available"), c("available")),
-        NumberDiff("cap", "bytes", q(a, "cap"), q(b, "cap"), c("cap")),
-        NumberDiff("KV tokens", "tokens", a.cell.kv.kv_tokens, b.cell.kv.kv_tokens),
-        NumberDiff("concurrency", "x", a.cell.kv.max_concurrency, b.cell.kv.max_concurrency),
-        NumberDiff("estimated max len", "tokens", est(a), est(b)),
-    ]
-
-
-# ---------------------------------------------------------------- within one run
-
-
-@dataclass
-class Pair:
-    axis: str
-    shared: dict[str, str]
-    a: CellResult
-    b: CellResult
-    numbers: list[NumberDiff]
-
-    @property
-    def flipped(self) -> bool:
-        return self.a.outcome != self.b.outcome
-
-    def to_dict(self) -> dict:
-        side = lambda c: {"cell_id": c.cell_id, "value": c.axes.get(self.axis), "outcome": c.outcome,  # noqa: E731
-                          "reason": c.reason, "matched": c.matched}
-        return {"axis": self.axis, "shared": self.shared, "flipped": self.flipped, "a": side(self.a),
-                "b": side(self.b), "numbers": [n.to_dict() for n in self.numbers if n.a is not None or n.b is not None]}
-
-
-def pairs_within(run: RunResult, axis: str | None = None,
-                 length_override: str | None = None) -> list[Pair]:
-    """Pairs of cells equal on every axis but `axis` (default `image`), flipped outcomes first."""
-    axes = axis_order(run)
-    if axis is None:
-        if DEFAULT_AXIS not in axes:
-            raise UsageError(f"run {run.run_id} has no `{DEFAULT_AXIS}` axis: choose one with --axis "
-                             f"(axes are: {', '.join(axes) or 'none'})")
-        axis = DEFAULT_AXIS
-    if axis not in axes:
-        raise UsageError(f"--axis {axis}: the run has no such axis (axes are: {', '.join(axes) or 'none'})")
-    lax = length_axis(run, length_override)
-    order = axis_values(run, axis)
-    others = [a for a in axes if a != axis]
-    groups: dict[tuple, dict[str, CellResult]] = {}
-    for c in run.cells:
-        groups.setdefault(tuple(c.axes.get(o, "") for o in others), {})[c.axes.get(axis, "")] = c
-    pairs = []
-    for key, by_value in groups.items():
-        present = [v for v in order if v in by_value]
-        for i, va in enumerate(present):
-            for vb in present[i + 1:]:
-                a, b = by_value[va], by_value[vb]
-                pairs.append(Pair(axis, dict(zip(others, key)), a, b,
-                                  kv_numbers(cell_kv(a, lax), cell_kv(b, lax))))
-
-    def sort_key(p: Pair) -> tuple:
-        vals = tuple((human_int(v) is None, human_int(v) or 0, v) for v in p.shared.values())
-        return (not p.flipped, vals)
-
-    return sorted(pairs, key=sort_key)
 
 
 # ---------------------------------------------------------------- across two runs
@@ -292,11 +116,12 @@ class Change:
     b: CellResult | None
     why: str
 
-    def to_dict(self) -> dict:
-        side = lambda c: None if c is None else {  # noqa: E731
-            "outcome": c.outcome, "reason": c.reason, "matched": c.matched,
-            "expected": None if c.expected is None else c.expected.model_dump()}
-        return {"cell_id": self.cell_id, "a": side(self.a), "b": side(self.b), "why": self.why}
+    def output(self) -> ChangeJson:
+        def side(c: CellResult | None) -> ChangeSideJson | None:
+            return None if c is None else ChangeSideJson(outcome=c.outcome, reason=c.reason, matched=c.matched,
+                                                         expected=c.expected)
+
+        return ChangeJson(cell_id=self.cell_id, a=side(self.a), b=side(self.b), why=self.why)
 
 
 @dataclass
@@ -314,9 +139,9 @@ class Drift:
             return None
         return (self.b - self.a) / abs(self.a)
 
-    def to_dict(self) -> dict:
-        return {"cell_id": self.cell_id, "field": self.field, "unit": self.unit, "a": self.a, "b": self.b,
-                "relative": None if self.rel is None else round(self.rel, 6)}
+    def output(self) -> DriftJson:
+        return DriftJson(cell_id=self.cell_id, field=self.field, unit=self.unit, a=self.a, b=self.b,
+                         relative=None if self.rel is None else round(self.rel, 6))
 
 
 @dataclass
@@ -345,22 +170,22 @@ class RunDiff:
     def has_regression(self) -> bool:
         return bool(self.regressions or self.slower or self.bigger)
 
-    def to_dict(self) -> dict:
-        return {"a": self.a_id, "b": self.b_id, "tolerance": self.tolerance, "has_regression": self.has_regression,
-                "regressions": [c.to_dict() for c in self.regressions], "fixes": [c.to_dict() for c in self.fixes],
-                "changed": [c.to_dict() for c in self.changed],
-                "only_in_a": [{"cell_id": c.cell_id, "outcome": c.outcome, "reason": c.reason} for c in self.only_a],
-                "only_in_b": [{"cell_id": c.cell_id, "outcome": c.outcome, "reason": c.reason,
-                               "matched": c.matched} for c in self.only_b],
-                "drift": [d.to_dict() for d in self.drift], "unchanged": self.unchanged, "notes": self.notes,
-                "time_tolerance": {"relative": self.time_tolerance.rel, "seconds": self.time_tolerance.abs_s},
-                "time_regressions": [t.to_dict() for t in self.slower],
-                "time_improvements": [t.to_dict() for t in self.faster],
-                "memory_tolerance": {"relative": self.memory_tolerance.rel,
-                                     "bytes": self.memory_tolerance.abs_bytes},
-                "memory_compared": self.memory_compared,
-                "memory_regressions": [m.to_dict() for m in self.bigger],
-                "memory_improvements": [m.to_dict() for m in self.smaller]}
+    def output(self) -> CompareRunsJson:
+        """What `compare RUN_A RUN_B --json` prints."""
+        return CompareRunsJson(
+            a=self.a_id, b=self.b_id, tolerance=self.tolerance, has_regression=self.has_regression,
+            regressions=[c.output() for c in self.regressions], fixes=[c.output() for c in self.fixes],
+            changed=[c.output() for c in self.changed],
+            only_in_a=[OnlyInAJson(cell_id=c.cell_id, outcome=c.outcome, reason=c.reason) for c in self.only_a],
+            only_in_b=[OnlyInBJson(cell_id=c.cell_id, outcome=c.outcome, reason=c.reason, matched=c.matched)
+                       for c in self.only_b],
+            drift=[d.output() for d in self.drift], unchanged=self.unchanged, notes=self.notes,
+            time_tolerance=TimeToleranceJson(relative=self.time_tolerance.rel, seconds=self.time_tolerance.abs_s),
+            time_regressions=[t.output() for t in self.slower], time_improvements=[t.output() for t in self.faster],
+            memory_tolerance=MemoryToleranceJson(relative=self.memory_tolerance.rel,
+                                                 bytes=self.memory_tolerance.abs_bytes),
+            memory_compared=self.memory_compared, memory_regressions=[m.output() for m in self.bigger],
+            memory_improvements=[m.output() for m in self.smaller])
 
 
 def _state(c: CellResult) -> str:
@@ -446,5 +271,82 @@ def compare_runs(a: RunResult, b: RunResult, tolerance: float = DEFAULT_TOLERANC
     return diff
 
 
-# ---------------------------------------------------------------- rendering (rich)
+# ---------------------------------------------------------------- `compare RUN_A RUN_B --json` (harness.jsonout)
 
+
+class MemoryChangeJson(JsonOutput):
+    cell_id: str
+    a_bytes: int
+    b_bytes: int
+    delta_bytes: int
+    relative: float | None
+    a_phase: str | None
+    b_phase: str | None
+    source: str | None
+
+
+class ChangeSideJson(JsonOutput):
+    outcome: Outcome
+    reason: Reason | None
+    matched: bool | None
+    expected: Expected | None
+
+
+class ChangeJson(JsonOutput):
+    cell_id: str
+    a: ChangeSideJson | None = Field(description="null: a cell only B has")
+    b: ChangeSideJson | None
+    why: str
+
+
+class OnlyInAJson(JsonOutput):
+    cell_id: str
+    outcome: Outcome
+    reason: Reason | None
+
+
+class OnlyInBJson(OnlyInAJson):
+    matched: bool | None
+
+
+class DriftJson(JsonOutput):
+    cell_id: str
+    field: str = Field(description="the record's figure (kv.kv_tokens, refusal.needed_gib, ...)")
+    unit: str
+    a: Number | None
+    b: Number | None
+    relative: float | None
+
+
+class TimeToleranceJson(JsonOutput):
+    relative: float
+    seconds: float
+
+
+class MemoryToleranceJson(JsonOutput):
+    relative: float
+    bytes: int
+
+
+class CompareRunsJson(JsonOutput):
+    """`boot-harness compare RUN_A RUN_B --json`: what changed from A to B; `has_regression` is exit 1."""
+
+    a: str
+    b: str
+    tolerance: float
+    has_regression: bool
+    regressions: list[ChangeJson]
+    fixes: list[ChangeJson]
+    changed: list[ChangeJson]
+    only_in_a: list[OnlyInAJson]
+    only_in_b: list[OnlyInBJson]
+    drift: list[DriftJson]
+    unchanged: int
+    notes: list[str]
+    time_tolerance: TimeToleranceJson
+    time_regressions: list[TimeChangeJson]
+    time_improvements: list[TimeChangeJson]
+    memory_tolerance: MemoryToleranceJson
+    memory_compared: int
+    memory_regressions: list[MemoryChangeJson]
+    memory_improvements: list[MemoryChangeJson]

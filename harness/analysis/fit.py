@@ -19,9 +19,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
+from pydantic import Field
+
+from harness.jsonout import JsonOutput
 from harness.names import Named
-from harness.verdict import Outcome
+from harness.predict.prediction import FactCheck
+from harness.verdict import Outcome, Reason
 
 from harness.analysis.kv import (
     FLOOR_ENV,
@@ -54,6 +59,114 @@ class Severity(Named):
     note = "note"
 
 
+# ---------------------------------------------------------------- `analyze --json` (harness.jsonout)
+
+
+class PointJson(JsonOutput):
+    length: int
+    bytes: int
+    gib: float
+    cell_id: str
+    source: str = Field(description="where the figure came from, as reports print it")
+    residual_bytes: int
+
+
+class LineJson(JsonOutput):
+    """bytes = fixed_bytes + bytes_per_token × max_model_len."""
+
+    bytes_per_token: float
+    fixed_bytes: int
+    fixed_gib: float
+    method: str
+    max_abs_residual_bytes: int
+    rms_residual_bytes: int
+    points: list[PointJson]
+
+
+class CrossoverJson(JsonOutput):
+    kind: CrossoverKind
+    length: int | None
+    cap_bytes_there: int | None
+    text: str
+
+
+class FloorJson(JsonOutput):
+    """The smallest KV floor that boots one refused cell, and what to paste for it."""
+
+    cell_id: str
+    length: int
+    cap_bytes: int | None
+    cap_source: str | None
+    need_bytes: int | None
+    need_hi_bytes: int | None
+    need_source: str | None
+    fitted_need_bytes: int | None
+    floor_bytes: int | None
+    floor_gib: str | None
+    basis: str
+    paste: list[str]
+    vllm_estimated_max_model_len: int | None
+    fitted_max_model_len: int | None
+    notes: list[str]
+
+
+class FindingJson(JsonOutput):
+    severity: Severity
+    cell_id: str | None
+    text: str
+
+
+class GroupCellJson(JsonOutput):
+    cell_id: str
+    length: int | None
+    outcome: Outcome
+    reason: Reason | None
+    cap_bytes: int | None
+    need_bytes: int | None
+
+
+class PredictionRowJson(JsonOutput):
+    cell_id: str
+    predicted_need_bytes: int | None
+    bytes_per_token: int | None
+    agrees: bool | None
+    checks: list[FactCheck]
+    skipped: str | None
+
+
+class GroupJson(JsonOutput):
+    group: dict[str, str] = Field(description="the axis values the group's cells share")
+    label: str
+    block_tokens: int
+    block_source: str
+    cells: list[GroupCellJson]
+    need: LineJson | None
+    need_why: str
+    cap: LineJson | None
+    cap_why: str
+    predicted_need: LineJson | None
+    predictions: list[PredictionRowJson]
+    crossover: CrossoverJson
+    floors: list[FloorJson]
+    findings: list[FindingJson]
+
+
+class AnalyzeJson(JsonOutput):
+    """`boot-harness analyze --json`: per group of cells sharing every axis but max_model_len, the fitted lines."""
+
+    run_id: str
+    length_axis: str
+    groups: list[GroupJson]
+
+
+class AnalyzeEmptyJson(JsonOutput):
+    """`boot-harness analyze --json` of a run that holds no cells: nothing to analyze, said so."""
+
+    run: str
+    cells: Literal[0]
+    note: str
+
+
 @dataclass
 class Point:
     length: int
@@ -64,9 +177,10 @@ class Point:
     #: the source as printed (with what a derived figure was derived from)
     where: str = ""
 
-    def to_dict(self) -> dict:
-        return {"length": self.length, "bytes": round(self.bytes), "gib": round(self.bytes / GIB, 4),
-                "cell_id": self.cell_id, "source": self.where or str(self.source), "residual_bytes": round(self.residual)}
+    def output(self) -> PointJson:
+        return PointJson(length=self.length, bytes=round(self.bytes), gib=round(self.bytes / GIB, 4),
+                         cell_id=self.cell_id, source=self.where or str(self.source),
+                         residual_bytes=round(self.residual))
 
 
 @dataclass
@@ -99,11 +213,11 @@ class Line:
             fixed = fmt_bytes(abs(self.intercept))
         return f"{self.slope:,.0f} B/token {sign} {fixed} fixed"
 
-    def to_dict(self) -> dict:
-        return {"bytes_per_token": round(self.slope, 3), "fixed_bytes": round(self.intercept),
-                "fixed_gib": round(self.intercept / GIB, 4), "method": self.method,
-                "max_abs_residual_bytes": round(self.max_residual), "rms_residual_bytes": round(self.rms_residual),
-                "points": [p.to_dict() for p in self.points]}
+    def output(self) -> LineJson:
+        return LineJson(bytes_per_token=round(self.slope, 3), fixed_bytes=round(self.intercept),
+                        fixed_gib=round(self.intercept / GIB, 4), method=self.method,
+                        max_abs_residual_bytes=round(self.max_residual), rms_residual_bytes=round(self.rms_residual),
+                        points=[p.output() for p in self.points])
 
 
 def least_squares(points: list[Point], method: str | None = None) -> Line | None:
@@ -135,9 +249,10 @@ class Crossover:
     text: str = ""
     cap_bytes: float | None = None
 
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "length": None if self.length is None else round(self.length),
-                "cap_bytes_there": None if self.cap_bytes is None else round(self.cap_bytes), "text": self.text}
+    def output(self) -> CrossoverJson:
+        return CrossoverJson(kind=self.kind, length=None if self.length is None else round(self.length),
+                             cap_bytes_there=None if self.cap_bytes is None else round(self.cap_bytes),
+                             text=self.text)
 
 
 def crossover(cap: Line | None, need: Line | None, block: int = 1) -> Crossover:
@@ -190,17 +305,17 @@ class Floor:
         env = [f"{FLOOR_ENV}={self.floor_gib}"] if self.floor_env_applies else []
         return [*env, f"{KV_BYTES_FLAG} {self.floor_bytes}"]
 
-    def to_dict(self) -> dict:
-        return {"cell_id": self.cell_id, "length": self.length,
-                "cap_bytes": None if self.cap is None else round(self.cap.bytes),
-                "cap_source": None if self.cap is None else self.cap.where,
-                "need_bytes": None if self.need is None else round(self.need.bytes),
-                "need_hi_bytes": None if self.need is None else round(self.need.hi),
-                "need_source": None if self.need is None else self.need.where,
-                "fitted_need_bytes": None if self.fitted_need is None else round(self.fitted_need),
-                "floor_bytes": self.floor_bytes, "floor_gib": self.floor_gib, "basis": self.basis,
-                "paste": self.paste(), "vllm_estimated_max_model_len": self.vllm_estimate,
-                "fitted_max_model_len": self.fitted_max_len, "notes": self.notes}
+    def output(self) -> FloorJson:
+        return FloorJson(cell_id=self.cell_id, length=self.length,
+                         cap_bytes=None if self.cap is None else round(self.cap.bytes),
+                         cap_source=None if self.cap is None else self.cap.where,
+                         need_bytes=None if self.need is None else round(self.need.bytes),
+                         need_hi_bytes=None if self.need is None else round(self.need.hi),
+                         need_source=None if self.need is None else self.need.where,
+                         fitted_need_bytes=None if self.fitted_need is None else round(self.fitted_need),
+                         floor_bytes=self.floor_bytes, floor_gib=self.floor_gib, basis=self.basis,
+                         paste=self.paste(), vllm_estimated_max_model_len=self.vllm_estimate,
+                         fitted_max_model_len=self.fitted_max_len, notes=self.notes)
 
 
 @dataclass
@@ -209,8 +324,8 @@ class Finding:
     text: str
     cell_id: str | None = None
 
-    def to_dict(self) -> dict:
-        return {"severity": self.severity, "cell_id": self.cell_id, "text": self.text}
+    def output(self) -> FindingJson:
+        return FindingJson(severity=self.severity, cell_id=self.cell_id, text=self.text)
 
 
 @dataclass
@@ -239,17 +354,18 @@ class GroupAnalysis:
                 ("predicted need", self.predicted_line, "no cell's model could be predicted at two lengths"),
                 ("cap", self.cap_line, self.cap_why)]
 
-    def to_dict(self) -> dict:
-        return {"group": self.key, "label": self.label, "block_tokens": self.block, "block_source": self.block_source,
-                "cells": [{"cell_id": c.cell_id, "length": c.length, "outcome": c.outcome, "reason": c.cell.reason,
-                           "cap_bytes": None if c.cap is None else round(c.cap.bytes),
-                           "need_bytes": None if c.need is None else round(c.need.bytes)} for c in self.cells],
-                "need": self.need_line.to_dict() if self.need_line else None, "need_why": self.need_why,
-                "cap": self.cap_line.to_dict() if self.cap_line else None, "cap_why": self.cap_why,
-                "predicted_need": self.predicted_line.to_dict() if self.predicted_line else None,
-                "predictions": [_prediction_row(c) for c in self.cells if c.cell.prediction is not None],
-                "crossover": self.cross.to_dict(), "floors": [f.to_dict() for f in self.floors],
-                "findings": [f.to_dict() for f in self.findings]}
+    def output(self) -> GroupJson:
+        return GroupJson(
+            group=self.key, label=self.label, block_tokens=self.block, block_source=self.block_source,
+            cells=[GroupCellJson(cell_id=c.cell_id, length=c.length, outcome=c.outcome, reason=c.cell.reason,
+                                 cap_bytes=None if c.cap is None else round(c.cap.bytes),
+                                 need_bytes=None if c.need is None else round(c.need.bytes)) for c in self.cells],
+            need=self.need_line.output() if self.need_line else None, need_why=self.need_why,
+            cap=self.cap_line.output() if self.cap_line else None, cap_why=self.cap_why,
+            predicted_need=self.predicted_line.output() if self.predicted_line else None,
+            predictions=[_prediction_row(c) for c in self.cells if c.cell.prediction is not None],
+            crossover=self.cross.output(), floors=[f.output() for f in self.floors],
+            findings=[f.output() for f in self.findings])
 
 
 @dataclass
@@ -262,16 +378,17 @@ class Analysis:
     def findings(self) -> list[Finding]:
         return [f for g in self.groups for f in g.findings]
 
-    def to_dict(self) -> dict:
-        return {"run_id": self.run_id, "length_axis": self.length_axis, "groups": [g.to_dict() for g in self.groups]}
+    def output(self) -> AnalyzeJson:
+        """What `analyze --json` prints."""
+        return AnalyzeJson(run_id=self.run_id, length_axis=self.length_axis, groups=[g.output() for g in self.groups])
 
 
-def _prediction_row(c: CellKv) -> dict:
+def _prediction_row(c: CellKv) -> PredictionRowJson:
     r = c.cell.prediction
     p = r.prediction if r else None
-    return {"cell_id": c.cell_id, "predicted_need_bytes": p.need_bytes if p else None,
-            "bytes_per_token": p.bytes_per_token if p else None, "agrees": r.agrees if r else None,
-            "checks": [ch.model_dump() for ch in (r.checks if r else [])], "skipped": r.skipped if r else None}
+    return PredictionRowJson(cell_id=c.cell_id, predicted_need_bytes=p.need_bytes if p else None,
+                             bytes_per_token=p.bytes_per_token if p else None, agrees=r.agrees if r else None,
+                             checks=list(r.checks if r else []), skipped=r.skipped if r else None)
 
 
 def _predicted_points(cells: list[CellKv]) -> list[Point]:

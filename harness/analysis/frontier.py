@@ -23,7 +23,10 @@ from dataclasses import dataclass, field
 
 from harness.analysis.kv import cell_length
 from harness.predict.predictor import CPU_BLOCK, GPU_BLOCK
+from pydantic import Field
+
 from harness.errors import UsageError
+from harness.jsonout import JsonOutput
 from harness.names import Named
 from harness.results.model import CellResult
 from harness.verdict import Outcome, Reason
@@ -73,9 +76,9 @@ class Probe:
     obs: Answer
     booted: bool = True  # False: known from an earlier run, no boot spent
 
-    def to_dict(self) -> dict:
-        return {"length": self.length, "why": self.why, "outcome": self.obs.outcome, "reason": self.obs.reason,
-                "estimate": self.obs.estimate, "cell_id": self.obs.cell_id, "boot": self.booted}
+    def output(self) -> ProbeJson:
+        return ProbeJson(length=self.length, why=self.why, outcome=self.obs.outcome, reason=self.obs.reason,
+                         estimate=self.obs.estimate, cell_id=self.obs.cell_id, boot=self.booted)
 
     def short(self) -> str:
         mark = {Outcome.booted: "✓", Outcome.refused: "✗"}.get(self.obs.outcome, "!")
@@ -98,10 +101,6 @@ class Search:
     def boots(self) -> int:
         return sum(1 for p in self.probes if p.booted)
 
-    def to_dict(self) -> dict:
-        return {"lo": self.lo, "hi": self.hi, "block": self.block, "status": self.status, "frontier": self.frontier,
-                "refused_at": self.refused_at, "boots": self.boots, "text": self.text,
-                "probes": [p.to_dict() for p in self.probes]}
 
 
 Oracle = Callable[[int, str], Answer]
@@ -266,8 +265,45 @@ class GroupFrontier:
     def label(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.key.items()) or "all cells"
 
-    def to_dict(self) -> dict:
-        return {"group": self.key, "label": self.label, "template": self.template, **self.search.to_dict()}
+    def output(self) -> GroupFrontierJson:
+        s = self.search
+        return GroupFrontierJson(group=self.key, label=self.label, template=self.template, lo=s.lo, hi=s.hi,
+                                 block=s.block, status=s.status, frontier=s.frontier, refused_at=s.refused_at,
+                                 boots=s.boots, text=s.text, probes=[p.output() for p in s.probes])
+
+
+class ProbeJson(JsonOutput):
+    length: int
+    why: str
+    outcome: Outcome
+    reason: Reason | None
+    estimate: int | None = Field(description="the longest length the server said would fit")
+    cell_id: str | None
+    boot: bool = Field(description="false: known from an earlier run (--from), no boot spent")
+
+
+class GroupFrontierJson(JsonOutput):
+    """One group's search: its bounds, where it ended, and every probe."""
+
+    group: dict[str, str]
+    label: str
+    template: str
+    lo: int
+    hi: int
+    block: int
+    status: SearchStatus
+    frontier: int | None
+    refused_at: int | None
+    boots: int
+    text: str
+    probes: list[ProbeJson]
+
+
+class FrontierJson(JsonOutput):
+    """`boot-harness frontier --json` (and frontier.json, with the run's id, axis and flag)."""
+
+    run_dir: str
+    groups: list[GroupFrontierJson]
 
 
 def known_from_run(run, axis: str, key: dict[str, str]) -> list[tuple[int, Answer]]:

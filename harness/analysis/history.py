@@ -15,12 +15,17 @@ import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pydantic import Field
+
 from harness.analysis.changepoints import MIN_POINTS, TooFew, find_change_points
 from harness.analysis.history_runs import TOTAL, Entry, Night
 from harness.errors import UsageError
 from harness.matrix.cells import select_cells
+from harness.jsonout import JsonOutput
 from harness.names import Named
+from harness.results.model import RunStatus
 from harness.units import fmt_seconds
+from harness.verdict import Outcome
 
 
 #: A boot-time step is news only beyond both (the method's defaults, said here so the shortcut below agrees with them):
@@ -68,8 +73,8 @@ class Change:
         cut = (lambda v: v if n is None else v[:n])  # noqa: E731 - a digest's or hash's prefix, as git shortens one
         return f"{LABELS[self.name]} {cut(self.before or '—')} → {cut(self.after or '—')}"
 
-    def to_dict(self) -> dict:
-        return {"name": self.name.value, "before": self.before, "after": self.after}
+    def output(self) -> ChangeJson:
+        return ChangeJson(name=self.name, before=self.before, after=self.after)
 
 
 @dataclass(frozen=True)
@@ -82,8 +87,8 @@ class TimeChange:
     def describe(self) -> str:
         return f"{self.phase} {fmt_seconds(self.before_s)} → {fmt_seconds(self.after_s)} since {self.run}"
 
-    def to_dict(self) -> dict:
-        return {"run": self.run, "phase": self.phase, "before_s": self.before_s, "after_s": self.after_s}
+    def output(self) -> TimeStepJson:
+        return TimeStepJson(run=self.run, phase=self.phase, before_s=self.before_s, after_s=self.after_s)
 
 
 @dataclass(frozen=True)
@@ -140,25 +145,82 @@ class History:
             text += "; " + ", ".join(t.describe() for t in c.time_changes)
         return text
 
-    def to_dict(self) -> dict:
-        def cell(c: CellHistory) -> dict:
-            return {"id": c.cell_id,
-                    "outcomes": [None if e is None else e.outcome for e in c.entries],
-                    "matched": [None if e is None else e.matched for e in c.entries],
-                    "since": None if c.since is None else self.runs[c.since].run_id,
-                    "before": None if c.before is None else self.runs[c.before].run_id,
-                    "verdict": None if c.latest is None else c.latest.verdict,
-                    "changes": [ch.name.value for ch in c.changes],
-                    "change_details": [ch.to_dict() for ch in c.changes],
-                    "time_changes": [t.to_dict() for t in c.time_changes],
-                    "too_few": None if c.too_few is None else {"needed": c.too_few.needed, "got": c.too_few.got},
-                    "line": self.line(c)}
+    def output(self) -> HistoryJson:
+        """What `history --json` prints."""
+        def cell(c: CellHistory) -> HistoryCellJson:
+            return HistoryCellJson(
+                id=c.cell_id, outcomes=[None if e is None else e.outcome for e in c.entries],
+                matched=[None if e is None else e.matched for e in c.entries],
+                since=None if c.since is None else self.runs[c.since].run_id,
+                before=None if c.before is None else self.runs[c.before].run_id,
+                verdict=None if c.latest is None else c.latest.verdict,
+                changes=[ch.name for ch in c.changes], change_details=[ch.output() for ch in c.changes],
+                time_changes=[t.output() for t in c.time_changes],
+                too_few=None if c.too_few is None else TooFewJson(needed=c.too_few.needed, got=c.too_few.got),
+                line=self.line(c))
 
-        return {"runs": [{"id": n.run_id, "started_at": n.started_at.isoformat(), "status": n.status,
-                          "path": str(n.path)} for n in self.runs],
-                "cells": [cell(c) for c in self.cells],
-                "missed": [{"id": cid, "why": why} for cid, why in self.missed()],
-                "warnings": list(self.warnings)}
+        return HistoryJson(
+            runs=[HistoryRunJson(id=n.run_id, started_at=n.started_at.isoformat(), status=n.status, path=str(n.path))
+                  for n in self.runs],
+            cells=[cell(c) for c in self.cells], missed=[MissedJson(id=cid, why=why) for cid, why in self.missed()],
+            warnings=list(self.warnings))
+
+
+# ---------------------------------------------------------------- `history --json` (harness.jsonout)
+
+
+class ChangeJson(JsonOutput):
+    name: ChangeName
+    before: str
+    after: str
+
+
+class TimeStepJson(JsonOutput):
+    run: str = Field(description="the run the step was first seen in")
+    phase: str
+    before_s: float
+    after_s: float
+
+
+class TooFewJson(JsonOutput):
+    needed: int
+    got: int
+
+
+class HistoryCellJson(JsonOutput):
+    id: str
+    outcomes: list[Outcome | None] = Field(description="one per run, oldest first; null where the cell did not run")
+    matched: list[bool | None]
+    since: str | None = Field(description="the run its current verdict began in")
+    before: str | None = Field(description="the run just before, whose verdict differed")
+    verdict: str | None
+    changes: list[ChangeName]
+    change_details: list[ChangeJson]
+    time_changes: list[TimeStepJson]
+    too_few: TooFewJson | None = Field(description="the boot times were too few for the step search")
+    line: str
+
+
+class HistoryRunJson(JsonOutput):
+    id: str
+    started_at: str
+    status: RunStatus
+    path: str
+
+
+class MissedJson(JsonOutput):
+    id: str
+    why: str
+
+
+class HistoryJson(JsonOutput):
+    """`boot-harness history --json`: each cell's verdict since when, what changed across that boundary, its boot
+    time's steps; `missed` (exit 1) are the cells the latest complete run has that missed their expectation."""
+
+    runs: list[HistoryRunJson]
+    cells: list[HistoryCellJson]
+    missed: list[MissedJson]
+    warnings: list[str]
 
 
 # ---------------------------------------------------------------- building it

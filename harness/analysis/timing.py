@@ -7,11 +7,11 @@ relative and an absolute tolerance (`25%,30s`): 30 s more on a 40-minute boot is
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass
 
-from harness.errors import UsageError
+from pydantic import Field
+
+from harness.jsonout import JsonOutput
 from harness.results.model import CellResult
 from harness.units import fmt_seconds
 
@@ -34,31 +34,6 @@ class TimeTolerance:
 
 DEFAULT_TIME_TOLERANCE = TimeTolerance()
 
-_PART = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|s)\s*$")
-
-
-def parse_time_tolerance(text: str) -> TimeTolerance:
-    """`25%,30s` (either order; one part keeps the other's default) → TimeTolerance(0.25, 30)."""
-    rel, abs_s = DEFAULT_TIME_TOLERANCE.rel, DEFAULT_TIME_TOLERANCE.abs_s
-    parts = [p for p in str(text).split(",")]
-    if not 1 <= len(parts) <= 2:
-        raise UsageError(f"--time-tolerance {text}: write a percentage and seconds, e.g. 25%,30s")
-    seen = set()
-    for part in parts:
-        m = _PART.match(part)
-        if not m or m.group(2) in seen:
-            raise UsageError(f"--time-tolerance {text}: {part.strip()!r} is not a percentage (25%) or seconds (30s)")
-        seen.add(m.group(2))
-        value = float(m.group(1))
-        if not math.isfinite(value):  # digits enough to overflow a float
-            raise UsageError(f"--time-tolerance {text}: {part.strip()!r} is beyond any duration")
-        if m.group(2) == "%":
-            rel = value / 100
-        else:
-            abs_s = value
-    return TimeTolerance(rel, abs_s)
-
-
 @dataclass(frozen=True)
 class TimeChange:
     cell_id: str
@@ -75,9 +50,17 @@ class TimeChange:
         change = f"{self.rel:+.0%}" if self.rel is not None else "from 0"
         return f"{self.what}: {fmt_seconds(self.a_s)} → {fmt_seconds(self.b_s)} ({change})"
 
-    def to_dict(self) -> dict:
-        return {"cell_id": self.cell_id, "what": self.what, "a_s": self.a_s, "b_s": self.b_s,
-                "relative": None if self.rel is None else round(self.rel, 4)}
+    def output(self) -> TimeChangeJson:
+        return TimeChangeJson(cell_id=self.cell_id, what=self.what, a_s=self.a_s, b_s=self.b_s,
+                              relative=None if self.rel is None else round(self.rel, 4))
+
+
+class TimeChangeJson(JsonOutput):
+    cell_id: str
+    what: str = Field(description="`boot` (the verdict time) or a phase's name")
+    a_s: float
+    b_s: float
+    relative: float | None
 
 
 def boot_times(c: CellResult) -> dict[str, float]:

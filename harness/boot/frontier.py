@@ -120,7 +120,8 @@ def run_frontier(loaded, cells: list, *, lo: int | None, hi: int | None, axis: s
         found.append(GroupFrontier(key, template.id, search))
         say(f"[{label}] {search.text} — {search.boots} boot(s)")
     atomic_write_text(session.run_dir / "frontier.json", dump_json(
-        {"run_id": session.store.run.run_id, "axis": axis, "flag": flag, "groups": [g.to_dict() for g in found]}),
+        {"run_id": session.store.run.run_id, "axis": axis, "flag": flag,
+         "groups": [g.output().model_dump(mode="json") for g in found]}),
         session.run_dir)
     session.finish(RunStatus.complete)
     return session.run_dir, found

@@ -4,7 +4,6 @@ pure) and render them (harness.report); `frontier` boots, through harness.boot.f
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from harness.cli import values
 from harness.cli.common import USAGE_EXIT, add_command, add_timeout, say_to, stderr
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
+from harness.jsonout import emit
 from harness.predict.platforms import HELP, PLATFORMS
 from harness.report.text import show
 from harness.verdict import Outcome
@@ -86,12 +86,16 @@ def register(sub: argparse._SubParsersAction) -> dict:
     p.add_argument("--plot", type=Path, metavar="FILE", help="also write the KV plot as a PNG (linked from markdown)")
     p.add_argument("--axis", help="split into one grid per value of this axis (default: image, if any)")
     p.add_argument("--length-axis", help="the max_model_len axis (the grid's rows)")
+    p.add_argument("--json", action="store_true", help="every cell as the grid shows it (outcome, cause and hint, KV "
+                   "figures, expectation) and the notes, as one JSON object on stdout")
 
     p = add_command(sub, "check", "the nightly gate on one run by itself: did every cell meet its expectation?",
                     ["boot-harness check merged/nightly-<run>"],
                     {0: "complete, and every cell met its expectation (or has none)",
                      1: "not complete, or a cell errored (where its expectation did not say so) or missed (one line each)", **USAGE_EXIT})
     p.add_argument("run", type=Path, metavar="RUN", help="a run directory (or its results.json)")
+    p.add_argument("--json", action="store_true", help="the verdict, the counts and each miss as one JSON object on "
+                   "stdout")
 
     p = add_command(sub, "history", "many nights at once: since when each cell has its verdict, what changed across "
                     "that boundary, and where its boot time stepped",
@@ -140,7 +144,7 @@ def cmd_history(args: argparse.Namespace, out: Console) -> int:
         write_text(args.markdown, render_markdown(h), "--markdown")
         warn(f"markdown: {args.markdown}")
     if args.json:
-        print(json.dumps(h.to_dict(), indent=2))
+        emit(h.output())
     elif str(args.markdown) == "-":
         sys.stdout.write(render_markdown(h))
     else:
@@ -149,11 +153,14 @@ def cmd_history(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_check(args: argparse.Namespace, out: Console) -> int:
-    from harness.analysis.check import misses
+    from harness.analysis.check import check_output, misses
     from harness.results.store import load_run
 
     run, run_dir = load_run(args.run)
     found = misses(run)
+    if args.json:
+        emit(check_output(run, str(run_dir), found))
+        return ExitCode.FAILED if found else ExitCode.OK
     say = say_to(out)
     for m in found:
         say(f"{m.cell_id or run.run_id}: {m.why}")
@@ -164,9 +171,10 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_compare(args: argparse.Namespace, out: Console) -> int:
-    from harness.analysis.compare import compare_runs, pairs_within, parse_memory_tolerance, parse_tolerance
+    from harness.analysis.compare import compare_runs
     from harness.analysis.kv import length_axis
-    from harness.analysis.timing import parse_time_tolerance
+    from harness.analysis.pairs import pairs_output, pairs_within
+    from harness.cli.tolerances import parse_memory_tolerance, parse_time_tolerance, parse_tolerance
     from harness.report.compare import render_diff, render_pairs
     from harness.results.store import load_run
 
@@ -176,8 +184,7 @@ def cmd_compare(args: argparse.Namespace, out: Console) -> int:
         run, run_dir = load_run(args.runs[0])
         pairs = pairs_within(run, args.axis, args.length_axis)
         if args.json:
-            print(json.dumps({"run": run.run_id, "axis": pairs[0].axis if pairs else args.axis,
-                              "pairs": [p.to_dict() for p in pairs]}, indent=2))
+            emit(pairs_output(run, args.axis, pairs))
         else:
             show(out, render_pairs(pairs, run.run_id))
         return ExitCode.OK
@@ -189,31 +196,31 @@ def cmd_compare(args: argparse.Namespace, out: Console) -> int:
         length_axis(run, args.length_axis)  # a --length-axis no run has is refused, never silently unused
     diff = compare_runs(a, b, tolerance, time_tolerance, memory_tolerance)
     if args.json:
-        print(json.dumps(diff.to_dict(), indent=2, default=str))
+        emit(diff.output())
     else:
         show(out, render_diff(diff))
     return ExitCode.FAILED if diff.has_regression else ExitCode.OK
 
 
 def cmd_analyze(args: argparse.Namespace, out: Console) -> int:
-    from harness.analysis.fit import analyze_run, no_cells
+    from harness.analysis.fit import AnalyzeEmptyJson, analyze_run, no_cells
     from harness.report.analysis import render
     from harness.results.store import load_run
 
     run, run_dir = load_run(args.run)
     if (empty := no_cells(run)) is not None:  # not bad input: nothing to analyze, said so
-        print(json.dumps({"run": run.run_id, "cells": 0, "note": empty}, indent=2)) if args.json else say_to(out)(empty)
+        emit(AnalyzeEmptyJson(run=run.run_id, cells=0, note=empty)) if args.json else say_to(out)(empty)
         return ExitCode.OK
     analysis = analyze_run(run, args.length_axis, args.block_size)
     if args.json:
-        print(json.dumps(analysis.to_dict(), indent=2))
+        emit(analysis.output())
     else:
         show(out, render(analysis))
     return ExitCode.OK
 
 
 def cmd_frontier(args: argparse.Namespace, out: Console) -> int:
-    from harness.analysis.frontier import SearchStatus
+    from harness.analysis.frontier import FrontierJson, SearchStatus
     from harness.boot.frontier import run_frontier
     from harness.boot.signals import Interrupted
     from harness.report.frontier import render_frontiers
@@ -235,7 +242,7 @@ def cmd_frontier(args: argparse.Namespace, out: Console) -> int:
         say_to(stderr())("interrupted: the probes booted so far are kept in the run directory")
         return ExitCode.INTERRUPTED
     if args.json:
-        print(json.dumps({"run_dir": str(run_dir), "groups": [g.to_dict() for g in found]}, indent=2))
+        emit(FrontierJson(run_dir=str(run_dir), groups=[g.output() for g in found]))
     else:
         show(out, render_frontiers(found, run_dir))
         say_to(out)(f"boots: {sum(g.search.boots for g in found)}; results: {run_dir / 'results.json'}")
@@ -251,6 +258,8 @@ def cmd_report(args: argparse.Namespace, out: Console) -> int:
     for flag, path in (("--html", args.html), ("--markdown", args.markdown), ("--plot", args.plot)):
         if path is not None and str(path) != "-" and path.is_dir():
             raise UsageError(f"{flag} {path}: is a directory; give the file to write")
+    if args.json and str(args.markdown) == "-":
+        raise UsageError("--json and --markdown -: both write stdout; give --markdown a file")
     run, run_dir = load_run(args.run)
     rep = build_report(run, args.axis, args.length_axis, plot=bool(args.html or args.plot))
     if args.plot:
@@ -274,7 +283,11 @@ def cmd_report(args: argparse.Namespace, out: Console) -> int:
         else:
             write_text(args.markdown, text, "--markdown")
             say_to(stderr())(f"markdown: {args.markdown}")
-    if str(args.markdown) != "-":  # markdown on stdout is for a pipe: nothing else goes there
+    if args.json:
+        from harness.report.json_view import report_output
+
+        emit(report_output(rep, str(run_dir)))
+    elif str(args.markdown) != "-":  # markdown on stdout is for a pipe: nothing else goes there
         show(out, grid_renderable(run, args.axis, args.length_axis))
         for n in rep.notes:
             say_to(out)(f"note: {n}")

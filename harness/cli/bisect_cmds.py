@@ -94,8 +94,9 @@ def _plan(args: argparse.Namespace, recorded, kind, cell_id: str, matrix: Path):
 
 
 def _oracle(plan):
-    from harness.analysis.compare import DEFAULT_MEMORY_TOLERANCE, parse_memory_tolerance
-    from harness.analysis.timing import BOOT, DEFAULT_TIME_TOLERANCE, parse_time_tolerance
+    from harness.analysis.compare import DEFAULT_MEMORY_TOLERANCE
+    from harness.analysis.timing import BOOT, DEFAULT_TIME_TOLERANCE
+    from harness.cli.tolerances import parse_memory_tolerance, parse_time_tolerance
     from harness.bisect.oracle import Oracle
     from harness.logfacts.timeline import PHASES
 

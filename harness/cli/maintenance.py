@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from rich.console import Console
 
 from harness.cli.common import USAGE_EXIT, add_command, say_to, stderr
 from harness.exitcodes import ExitCode
+from harness.jsonout import emit
 
 
 def register(sub: argparse._SubParsersAction) -> dict:
@@ -87,21 +87,14 @@ def cmd_facts(args: argparse.Namespace, out: Console) -> int:
     from harness.escape import terminal, terminal_line
     from harness.logfacts.engine_config import read_engine_config
     from harness.logfacts.parser import iter_file_lines
+    from harness.predict.facts_json import facts_output
     from harness.predict.stated import Bytes, gib_shown, stated
-    from harness.verdict import Reason
 
     facts = parse_file(args.logfile)  # a missing, non-regular or unreadable file: one line naming it
     said = stated(facts, read_engine_config(iter_file_lines(args.logfile)))
     cause = facts.cause
-    reason = (cause.id if cause is not None and cause.id is not None else facts.refusal.kind if facts.refusal
-              else Reason.ready if facts.ready_lines else None)
-    record = {"vllm_version": facts.vllm_version, "reason": reason, "kv": facts.kv.model_dump(),
-              "cause": cause.model_dump(mode="json") if cause is not None else None,
-              "refusal": facts.refusal.model_dump() if facts.refusal else None,
-              "stated": said.model_dump(mode="json"),
-              "timeline": facts.timeline.model_dump(mode="json")}
     if args.json:
-        print(json.dumps(record, indent=2))
+        emit(facts_output(facts, said))
         return ExitCode.OK
     say = say_to(out, whole=True)  # the log's own lines, quoted: whole
     say(Text.assemble((terminal_line(str(args.logfile)), "bold"),
@@ -110,7 +103,7 @@ def cmd_facts(args: argparse.Namespace, out: Console) -> int:
         say(f"  {said.cap_key}: {said.cap_bytes:,} ({Bytes(low=said.cap_bytes, high=said.cap_bytes).show()}, "
             f"from {said.cap_source})")
     exact = None if said.cap_bytes is None else Bytes(low=said.cap_bytes, high=said.cap_bytes)
-    for key, value in record["kv"].items():
+    for key, value in facts.kv.model_dump().items():
         if value is not None and key != said.cap_key:
             shown = gib_shown(value, exact if key == "reserved_gib" else None, "the cap") if key.endswith("_gib") \
                 else value

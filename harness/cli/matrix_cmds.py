@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from rich.console import Console
 
 from harness.cli.common import USAGE_EXIT, add_command, add_matrix, add_selection, add_shard, echo, say_to, stderr
 from harness.exitcodes import ExitCode
+from harness.jsonout import emit
 
 
 def register(sub: argparse._SubParsersAction) -> dict:
@@ -54,9 +54,8 @@ def _unset_note(sel) -> None:
 
 
 def cmd_cells(args: argparse.Namespace, out: Console) -> int:
-    from harness.matrix.selection import selected
+    from harness.matrix.selection import cells_output, selected
     from harness.matrix.shard import resolve_shard
-    from harness.masking import Masker, secret_values
 
     shard, scheduler = resolve_shard(args.shard)
     sel = selected(args.matrix, args.select, shard, placeholders=True)
@@ -69,14 +68,5 @@ def cmd_cells(args: argparse.Namespace, out: Console) -> int:
         for c in sel.cells:
             echo(c.id, line=True)
         return ExitCode.OK
-    cells = []
-    for c in sel.cells:
-        masker = Masker(secret_values() | secret_values(c.env, c.server_args))
-        cells.append({"cell_id": c.id, "axes": c.axes, "server_args": masker.argv(c.server_args),
-                      "env": masker.env(c.env), "image": c.image,
-                      "expected": None if not c.expected else {"outcome": c.expected.outcome,
-                                                               "reason": c.expected.reason,
-                                                               "within_s": c.expected.within_s}})
-    print(json.dumps({"matrix": str(args.matrix), "selection": args.select or [], "shard": sel.shard,
-                      "total": sel.total, "cells": cells}, indent=2))
+    emit(cells_output(args.matrix, args.select, sel))
     return ExitCode.OK

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from typing import TYPE_CHECKING
 
@@ -13,6 +12,7 @@ from harness.cli import values
 from harness.cli.common import USAGE_EXIT, add_command, say_to
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
+from harness.jsonout import emit
 from harness.predict.platforms import HELP, PLATFORMS
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def register(sub: argparse._SubParsersAction) -> dict:
 
 def cmd_plan(args: argparse.Namespace, out: Console) -> int:
     from harness.matrix.selection import selected
-    from harness.predict.plan import Logged, PlanPlatform, plan_cells, platform_of_matrix
+    from harness.predict.plan import Logged, PlanPlatform, plan_cells, plan_output, platform_of_matrix
     from harness.report.kv import render_plan
     from harness.results.store import load_run
 
@@ -112,8 +112,7 @@ def cmd_plan(args: argparse.Namespace, out: Console) -> int:
     said = f"{chosen.platform} ({chosen.why})" + ("" if args.platform or prior is None else
                                                   "; a cell --from logged keeps the device it logged")
     if args.json:
-        print(json.dumps({"matrix": str(args.matrix), "platform": {"platform": chosen.platform, "why": chosen.why},
-                          "cells": [p.to_dict() for p in planned]}, indent=2))
+        emit(plan_output(str(args.matrix), chosen, planned))
     else:
         for line in render_plan(planned, said).split("\n"):  # each wrapped at the output's width
             say_to(out)(line)
@@ -155,7 +154,7 @@ def cmd_kv(args: argparse.Namespace, out: Console) -> int:
                 allow_long_max_model_len=allows_long_max_model_len(os.environ),  # as `vllm serve` here would see it
                 machine=_machine(args, None))
     if args.json:
-        print(json.dumps(p.model_dump(mode="json"), indent=2))
+        emit(p)
     else:
         say_to(out)(render_prediction(p))
     return ExitCode.OK if p.fits is not False and p.refused_by is None else ExitCode.FAILED
@@ -207,7 +206,7 @@ def _kv_log(args: argparse.Namespace, out: Console) -> int:
     checked = check_log(args.model, args.log, args.serve_flags, version=args.vllm_version, platform=args.platform,
                         draft=args.draft, available=_available_arg(args), same_model=args.same_model)
     if args.json:
-        print(json.dumps(checked.to_dict(), indent=2))
+        emit(checked.output())
     else:
         say = say_to(out)
         say(render_log_check(checked))

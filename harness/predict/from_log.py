@@ -15,14 +15,17 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from pydantic import ConfigDict, Field
+
 from harness.errors import FileRefused, UsageError
+from harness.jsonout import JsonOutput
 from harness.logfacts import LogFacts, LogParser
 from harness.logfacts.engine_config import EngineConfig, read_engine_config, speculative_of
 from harness.logfacts.parser import iter_file_lines
 from harness.predict.cell import GIB, _available, checks, hint, platform_of
 from harness.predict.log_model import LoggedModel, check_architecture, identify, logged_model
 from harness.predict.model import ModelShape, read_model
-from harness.predict.prediction import FactCheck, PredictionRecord
+from harness.predict.prediction import FactCheck, KvPrediction, PredictionRecord
 from harness.predict.predictor import draft_model_path, predict
 from harness.predict.serve_flags import parse_serve_flags, spelling_of
 from harness.predict.stated import stated
@@ -150,29 +153,66 @@ class LogCheck:
     def disagreements(self) -> list[FactCheck]:
         return [c for c in self.record.checks if not c.agrees]
 
-    def to_dict(self) -> dict[str, Any]:
-        """`kv --json`'s prediction, plus the log's side: what it logged, the checks, the disagreements."""
-        out = self.record.prediction.model_dump(mode="json") if self.record.prediction else {}
-        out.update({
-            "log": self.log,
-            "vllm_version_source": self.version_source,
-            "platform": self.platform,
-            "platform_source": self.platform_source,
-            "serve_flags": {"from_log": self.from_log, "given": self.given},
-            "logged": self.logged,
-            "checks": [c.model_dump(mode="json") for c in self.record.checks],
-            "agrees": self.record.agrees,
-            "disagreements": [{**c.model_dump(mode="json"), "points_at": points_at(c)} for c in self.disagreements],
-            "hint": self.record.hint,
-            "unchecked": self.unchecked,
-            "model": None if self.model is None else {
-                "served": self.model.served, "architecture": self.model.architecture,
-                "bytes_per_token": None if self.model.bytes_per_token is None else
-                {"low": round(self.model.bytes_per_token[0], 1), "high": round(self.model.bytes_per_token[1], 1),
-                 "from": self.model.source},
-                "note": self.model_note},
-        })
-        return out
+    def output(self) -> KvLogJson:
+        """`kv --log --json`: the prediction, plus the log's side: what it logged, the checks, the disagreements."""
+        assert self.record.prediction is not None  # check_log always predicts (it raises where it cannot)
+        m = self.model
+        return KvLogJson(
+            **{k: v for k, v in self.record.prediction if k != "model"},
+            log=self.log, vllm_version_source=self.version_source, platform=self.platform,
+            platform_source=self.platform_source,
+            serve_flags=ServeFlagsJson(from_log=self.from_log, given=self.given), logged=self.logged,
+            checks=self.record.checks, agrees=self.record.agrees,
+            disagreements=[DisagreementJson(**dict(c), points_at=points_at(c)) for c in self.disagreements],
+            hint=self.record.hint, unchecked=self.unchecked,
+            model=None if m is None else LoggedModelJson(
+                served=m.served, architecture=m.architecture,
+                bytes_per_token=None if m.bytes_per_token is None else BytesPerTokenJson(
+                    low=round(m.bytes_per_token[0], 1), high=round(m.bytes_per_token[1], 1), from_=m.source),
+                note=self.model_note))
+
+
+class ServeFlagsJson(JsonOutput):
+    from_log: list[str] = Field(description="the serve flags the log stated")
+    given: list[str] = Field(description="the flags given after `--`, which win")
+
+
+class DisagreementJson(FactCheck):
+    points_at: str | None = Field(description="the term of the prediction the differing figure points at")
+
+
+class BytesPerTokenJson(JsonOutput):
+    model_config = ConfigDict(extra="forbid", validate_by_name=True, serialize_by_alias=True)  # `from` is a keyword
+
+    low: float
+    high: float
+    from_: str | None = Field(alias="from", description="the figures the range was read from")
+
+
+class LoggedModelJson(JsonOutput):
+    served: str | None = Field(description="the model path or id the log served")
+    architecture: str | None
+    bytes_per_token: BytesPerTokenJson | None = Field(description="the KV bytes a token the log's figures imply")
+    note: str | None = Field(description="MODEL taken as the log's model under another name, or by --same-model")
+
+
+class KvLogJson(KvPrediction):
+    """`boot-harness kv MODEL --log LOG --json`: the prediction of the configuration the log states, every figure the
+    log printed held against it; a disagreement is exit 1. `model` is what the log states about its model (not the
+    prediction's config path)."""
+
+    model: LoggedModelJson | None  # type: ignore[assignment]  # the log's model replaces the prediction's path
+    log: str
+    vllm_version_source: str
+    platform: str
+    platform_source: str
+    serve_flags: ServeFlagsJson
+    logged: dict[str, bool | int | float | str] = Field(description="every KV figure the log printed")
+    checks: list[FactCheck]
+    agrees: bool | None
+    disagreements: list[DisagreementJson]
+    hint: str | None
+    unchecked: dict[str, str] = Field(description="figures the log has that could not be checked, and why")
 
 
 def logged_figures(facts: LogFacts) -> dict[str, Any]:

@@ -6,11 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pydantic import Field
+
+from harness.jsonout import JsonOutput
 from harness.matrix.cells import Cell
 from harness.matrix.model import Matrix
 from harness.logfacts import KvFacts, Refusal
 from harness.predict.cell import platform_of, predict_cell
-from harness.predict.prediction import PredictionRecord
+from harness.predict.prediction import KvPrediction, PredictionRecord
 from harness.errors import UsageError
 from harness.predict.refusals import Machine, refusals_of_argv
 from harness.verdict.catalogue import Outcome, Reason
@@ -92,12 +95,43 @@ class PlannedCell:
         want = self.cell.expected.reason if self.cell.expected else None
         return self.outcome == self.expected and (want is None or self.reason is None or self.reason == want)
 
-    def to_dict(self) -> dict:
-        return {"cell_id": self.cell.id, "predicted_outcome": self.outcome, "predicted_reason": self.reason,
-                "expected_outcome": self.expected, "agrees_with_expectation": self.agrees, "why": self.why,
-                "not_modelled": list(self.not_modelled), "platform": self.platform,
-                "prediction": self.record.prediction.model_dump(mode="json") if self.record.prediction else None,
-                "skipped": self.record.skipped}
+    def output(self) -> PlannedCellJson:
+        return PlannedCellJson(cell_id=self.cell.id, predicted_outcome=self.outcome, predicted_reason=self.reason,
+                               expected_outcome=self.expected, agrees_with_expectation=self.agrees, why=self.why,
+                               not_modelled=list(self.not_modelled), platform=self.platform,
+                               prediction=self.record.prediction, skipped=self.record.skipped)
+
+
+class PlannedCellJson(JsonOutput):
+    cell_id: str
+    predicted_outcome: Outcome | None = Field(description="null: the KV pool is unknown or the model unreadable")
+    predicted_reason: Reason | None
+    expected_outcome: Outcome | None
+    agrees_with_expectation: bool | None
+    why: str
+    not_modelled: list[str] = Field(description="what the prediction cannot model for this cell")
+    platform: str | None
+    prediction: KvPrediction | None
+    skipped: str | None = Field(description="why no prediction was made")
+
+
+class PlanPlatformJson(JsonOutput):
+    platform: str
+    why: str
+
+
+class PlanJson(JsonOutput):
+    """`boot-harness plan --json`: every cell's predicted outcome and KV figures, before anything boots; a
+    prediction that differs from an expectation (`agrees_with_expectation` false) is exit 1."""
+
+    matrix: str
+    platform: PlanPlatformJson
+    cells: list[PlannedCellJson]
+
+
+def plan_output(matrix: str, chosen: PlanPlatform, planned: list[PlannedCell]) -> PlanJson:
+    return PlanJson(matrix=matrix, platform=PlanPlatformJson(platform=chosen.platform, why=chosen.why),
+                    cells=[p.output() for p in planned])
 
 
 def plan_cells(cells: list[Cell], read: Callable[[Cell, str], bytes | None], prior: dict[str, Logged] | None = None,

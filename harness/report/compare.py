@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from harness.analysis.compare import Change, Pair, RunDiff
+from harness.analysis.compare import Change, RunDiff
+from harness.analysis.pairs import Pair
 from harness.escape import terminal
 from harness.report.style import outcome_text
 from harness.results.model import CellResult

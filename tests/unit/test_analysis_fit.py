@@ -178,7 +178,7 @@ def test_a_prediction_without_the_state_term_is_told_apart_from_a_per_token_erro
     texts = [f.text for f in g.findings if f.severity == "inconsistent"]
     assert any(t.startswith("slope:") and "over-modelled" in t for t in texts), texts
     assert any(t.startswith("intercept:") and "+0.52 GiB" in t and "lacks" in t for t in texts), texts
-    assert analyze_run(run).to_dict()["groups"][1]["predicted_need"]["bytes_per_token"] == 13_600
+    assert analyze_run(run).output().groups[1].predicted_need.bytes_per_token == 13_600
 
 
 def test_a_prediction_that_matches_the_boots_raises_no_finding():

@@ -11,7 +11,7 @@ import pytest
 from harness.bisect.oracle import On, Oracle
 from harness.bisect.runner import BisectRunner, Plan, read_plan
 from harness.bisect.candidates import BuildKind, ordered
-from harness.analysis.timing import parse_time_tolerance
+from harness.cli.tolerances import parse_time_tolerance
 from harness.cli import main
 from harness.clock import FakeClock
 from harness.errors import RuntimeUnavailable

@@ -197,7 +197,7 @@ def test_plan_says_per_cell_that_the_forks_cap_is_not_modelled(monkeypatch):
     assert cell.outcome == Outcome.booted  # upstream's arithmetic: 2.61 GiB of 4 GiB
     assert any("not an upstream vLLM image" in n for n in cell.not_modelled), cell.not_modelled
     assert "not modelled: " in cell.why and "KV cap" in cell.why
-    assert cell.to_dict()["not_modelled"] == list(cell.not_modelled) and cell.platform == "gpu"
+    assert cell.output().not_modelled == list(cell.not_modelled) and cell.platform == "gpu"
     assert "KV cap" in render_plan([cell], "gpu (the matrix requests GPUs)")
 
 

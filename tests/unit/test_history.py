@@ -468,10 +468,10 @@ def test_a_run_the_one_loader_takes_tells_the_same(tmp_path, monkeypatch, change
     dirs = _nights(tmp_path)
     change(dirs[1])
     assert loader_says(dirs[1]) is None
-    fast = history([tmp_path]).to_dict()
+    fast = history([tmp_path]).output()
     assert read_run(dirs[0]) is not None, "a night as the harness writes it takes the faster road"
     monkeypatch.setattr("harness.analysis.history_runs.read_run", lambda d: None)
-    assert fast == history([tmp_path]).to_dict()
+    assert fast == history([tmp_path]).output()
 
 
 def test_the_faster_road_reads_what_the_loader_reads_but_the_memory_curve(tmp_path):

@@ -23,7 +23,7 @@ HARNESS = ROOT / "harness"
 #: `--shard`) above the loader.
 LAYERS: list[tuple[str, ...]] = [
     ("harness", "harness.names", "harness.exitcodes", "harness.errors", "harness.units", "harness.clock",
-     "harness.files", "harness.masking", "harness.shell", "harness.escape"),
+     "harness.files", "harness.masking", "harness.shell", "harness.escape", "harness.jsonout"),
     ("harness.verdict",),
     ("harness.logfacts",),
     ("harness.verdict.policy",),

@@ -15,8 +15,8 @@ from harness.analysis.compare import (
     DEFAULT_MEMORY_TOLERANCE,
     MemoryTolerance,
     compare_runs,
-    parse_memory_tolerance,
 )
+from harness.cli.tolerances import parse_memory_tolerance
 from harness.errors import UsageError
 from harness.logfacts.timeline import Milestone, span_name
 from harness.report import memory

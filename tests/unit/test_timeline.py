@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from harness.analysis.compare import compare_runs
-from harness.analysis.timing import TimeTolerance, parse_time_tolerance
+from harness.analysis.timing import TimeTolerance
+from harness.cli.tolerances import parse_time_tolerance
 from harness.boot.attempt import CellRunner, NullObserver, watch_config
 from harness.boot.executor import Executor
 from harness.clock import FakeClock
@@ -162,7 +163,7 @@ def test_compare_flags_a_boot_made_twice_as_slow_per_cell_and_per_phase(tmp_path
     assert {x.cell_id for x in diff.slower} == {"c_b"}
     boot = next(x for x in diff.slower if x.what == "boot")
     assert boot.b_s > 2 * boot.a_s
-    assert json.loads(json.dumps(diff.to_dict()))["time_regressions"][0]["cell_id"] == "c_b"
+    assert json.loads(json.dumps(diff.output().model_dump(mode="json")))["time_regressions"][0]["cell_id"] == "c_b"
     # the same runs under a tolerance the change does not exceed both ways: nothing
     assert not compare_runs(fast_run, slow_run, time_tolerance=TimeTolerance(0.5, 60)).slower
 
