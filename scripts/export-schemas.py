@@ -13,7 +13,8 @@ harness/schemas/results.schema.json  ← harness.results.model.RunResult (result
 harness/schemas/cell.schema.json     ← harness.results.model.CellResult (cells/<cell_id>.json)
 harness/schemas/<command>.output.schema.json ← harness.cli.outputs.OUTPUTS[command]: what `boot-harness COMMAND
                                        --json` prints (facts, kv, plan, cells, analyze, compare, history, check, report,
-                                       frontier), exported as pydantic serializes it (every key always printed)
+                                       frontier, bisect), exported as pydantic serializes it (every key always
+                                       printed)
 
 Why the matrix schema is adjusted: pydantic describes what `Matrix` holds after its "before" validators ran, and
 those validators accept more than they produce. A file says `values: [131072]` and `args: [--x, 0.9]` (YAML numbers;

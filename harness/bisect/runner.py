@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.bisect.answer import BisectJson
 from harness.bisect.candidates import BuildKind, Candidate
 from harness.bisect.oracle import Mark, On, Oracle, Said, verdict_key
 from harness.bisect.search import EndsDisagree, Found, Step, bisect
@@ -145,7 +146,7 @@ class BisectRunner:
         self.probed: dict[int, Probed] = {}
         self.steps: list[Step] = []
         self.status = "running"
-        self.answer: dict | None = None
+        self.answer: BisectJson | None = None
 
     @property
     def run_dir(self) -> Path:
@@ -279,10 +280,10 @@ class BisectRunner:
                           "cells": [r.cell_id for r in (self.probed[s.index].records if s.index in self.probed
                                                          else [])]} for s in self.steps]}
         if self.answer is not None:
-            doc["answer"] = self.answer
+            doc["answer"] = self.answer.model_dump(mode="json")
         atomic_write_text(self.run_dir / PLAN_FILE, dump_json(doc))
 
-    def keep_answer(self, answer: dict) -> None:
+    def keep_answer(self, answer: BisectJson) -> None:
         self.answer = answer
         self._write()
 

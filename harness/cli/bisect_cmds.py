@@ -4,7 +4,6 @@ process cell) between a good end and a bad end, through harness.bisect."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from harness.cli import values
 from harness.cli.common import USAGE_EXIT, add_command, add_timeout, say_to, stderr
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
+from harness.jsonout import emit
 
 
 def register(sub: argparse._SubParsersAction) -> dict:
@@ -112,7 +112,7 @@ def _oracle(plan):
 
 
 def cmd_bisect(args: argparse.Namespace, out: Console) -> int:
-    from harness.bisect.answer import answer, build_facts, markdown, text_lines
+    from harness.bisect.answer import CandidateJson, answer, build_facts, markdown, text_lines
     from harness.bisect.candidates import BuildKind
     from harness.bisect.runner import BisectRunner, plan_matches, read_plan
     from harness.boot.signals import Interrupted
@@ -161,7 +161,7 @@ def cmd_bisect(args: argparse.Namespace, out: Console) -> int:
         return ExitCode.INTERRUPTED
     labels_of = runner.session.runtime.image_labels
 
-    def facts(i: int) -> dict:
+    def facts(i: int) -> CandidateJson:
         cand = plan.candidates[i]
         p = runner.probed.get(i)
         labels = None
@@ -180,14 +180,14 @@ def cmd_bisect(args: argparse.Namespace, out: Console) -> int:
         write_text(args.markdown, markdown(a), "--markdown")
         say(f"markdown: {args.markdown}")
     if args.json:
-        print(json.dumps(a, indent=2))
+        emit(a)
     elif str(args.markdown) == "-":
         sys.stdout.write(markdown(a))
     else:
         show = say_to(out)
         for line in text_lines(a):
             show(line)
-    return ExitCode.OK if a["status"] == "found" else ExitCode.FAILED
+    return ExitCode.OK if a.status == "found" else ExitCode.FAILED
 
 
 def _worst(n: int) -> int:

@@ -14,6 +14,7 @@ from harness.analysis.fit import AnalyzeEmptyJson, AnalyzeJson
 from harness.analysis.frontier import FrontierJson
 from harness.analysis.history import HistoryJson
 from harness.analysis.pairs import ComparePairsJson
+from harness.bisect.answer import BisectJson
 from harness.matrix.selection import CellsJson
 from harness.predict.facts_json import FactsJson
 from harness.predict.from_log import KvLogJson
@@ -33,6 +34,7 @@ OUTPUTS: dict[str, Any] = {
     "check": CheckJson,
     "report": ReportJson,
     "frontier": FrontierJson,
+    "bisect": BisectJson,
 }
 
 

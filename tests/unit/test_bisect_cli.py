@@ -98,6 +98,19 @@ def test_the_first_bad_build_is_found_in_four_boots_after_the_ends(found):
     assert changed["estimated max model len"] == (None, 3072)
 
 
+def test_the_answer_is_valid_against_the_bisect_schema_in_json_and_in_bisect_json(found):
+    """harness/schemas/bisect.output.schema.json describes what --json printed and bisect.json keeps."""
+    import jsonschema
+
+    schema = json.loads((Path(__file__).resolve().parents[2] / "harness" / "schemas" / "bisect.output.schema.json")
+                        .read_text(encoding="utf-8"))
+    _, a, _, d = found
+    kept = json.loads((d / "bisect.json").read_text())["answer"]
+    assert kept == a
+    assert [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(a)] == []
+    assert not jsonschema.Draft202012Validator(schema).is_valid({**a, "status": "maybe"})
+
+
 def test_every_boot_is_a_cell_record_of_one_run_that_report_history_check_and_facts_read(found, capsys):
     _, a, runtime, d = found
     run = json.loads((d / "results.json").read_text())

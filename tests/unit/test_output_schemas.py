@@ -1,7 +1,8 @@
 """Every command's real `--json` output is valid against its exported schema (harness/schemas/<command>.output
 .schema.json): the commands run in this process over the recorded example nights, the shipped matrices and logs
 (the cases of scripts/json-outputs.py, the same that prove the outputs byte-identical across a change), and a
-frontier search (it boots, so its groups come from the pure search over a fake oracle).
+frontier search (it boots, so its groups come from the pure search over a fake oracle). `bisect --json` boots too:
+tests/unit/test_bisect_cli.py holds its answer (over the FakeRuntime) to its schema.
 
 The schemas forbid keys they do not name, so a key printed but not modelled, or modelled but not printed, fails."""
 
@@ -45,7 +46,7 @@ def problems(command: str, doc: object) -> list[str]:
 
 
 def test_every_json_command_has_cases_and_every_case_a_schema():
-    assert {command for command, _ in CASES.values()} | {"frontier"} == set(OUTPUTS)
+    assert {command for command, _ in CASES.values()} | {"frontier", "bisect"} == set(OUTPUTS)
     for command, argv in CASES.values():
         assert argv[0] == command and "--json" in argv
 
