@@ -67,6 +67,11 @@ CLASSES = [
      "links as a cell's log, `logs/`, `work/`, `work/<cell>`, `.owner.json`, `active/`, `cells/`, `patches/`, "
      "`compile-cache`, `.lock`; a hard link or FIFO as a log; someone's real `work/<cell>/`, `compile-cache/`; "
      "each planted before `run --resume` and mid-run; the run held under another TMPDIR; GPU host locks as links"),
+    # issue 41 (4) / 42: every --json a typed model with an exported schema
+    ("test_hostile_json.py", "breaks a `--json` output: not one object, not its schema, a value rewritten",
+     "quotes, backslashes, a newline, OSC, a bidi override, NUL, U+1F680, `</script>`, a 2,000-character line in "
+     "axis values, cause lines and hints, exceptions, refusal messages, argv and env, through `report`, `check`, "
+     "`analyze`, `compare` (two runs, pairs), `history`, `facts`, `cells`; `--json` with `--markdown -`"),
 ]
 
 #: The cases held by the harness of main before the fixes (0d5ff7a), of those tried there (2026-12-04): `--before
@@ -89,6 +94,8 @@ BEFORE: dict[str, tuple[int, int, str]] = {
     "test_hostile_watch.py": (2, 21, ROUND_TWO_REF),  # the two skew cases that keep a run held
     "test_hostile_procs.py": (6, 11, ROUND_TWO_REF),  # the bystanders and the scan's own cases
     "test_hostile_bounds.py": (18, 65, ROUND_TWO_REF),
+    "test_hostile_json.py": (7, 10, "9fc699a"),  # its base, with the new schemas copied in (check and report had no
+                                                 # --json)
     "test_hostile_links.py": (2, 19, ROUND_TWO_REF),  # the plants before a resume and the two TMPDIRs (the rest need
                                                        # the new writers' API)
 }
