@@ -154,8 +154,10 @@ def read_bytes_at(dir_fd: int | None, name: str | os.PathLike[str] | os.DirEntry
         if st.st_size > limit:
             raise FileRefused(shown, "", f"is {st.st_size:,} bytes, more than the {limit:,} this file may be")
         data = os.read(fd, st.st_size + 1)
-        while len(data) <= limit:  # to the end — a short read, a size that lies (/proc), a file still growing — and
-            more = os.read(fd, min(limit + 1 - len(data), 1 << 20))  # never past the bound
+        # the size fstat gave, read in one go, is the whole file (a read short of what was asked ends at its end): no
+        # second read to be told so — one syscall less for each of a year's 23,000 records
+        while len(data) != st.st_size and len(data) <= limit:  # to the end — a short read, a size that lies (/proc),
+            more = os.read(fd, min(limit + 1 - len(data), 1 << 20))  # a file still growing — never past the bound
             if not more:
                 break
             data += more

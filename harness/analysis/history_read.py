@@ -92,13 +92,24 @@ def cut_memory(data: bytes, indent: bytes = b"\n  ") -> bytes:
     is left whole (validated whole, or compared whole). History never reads a curve: parsing the samples cost ten
     times the rest of the record, and validating the rest of a curve (its devices, logged sizes and phases) more
     than the rest of the record (a year of nights: 23,000 curves)."""
+    return _cut(data, indent)[0]
+
+
+#: Where a record's one curve lay (`_cut`): the curve's `{`, its samples array's `[` and `]`, and the end of the line
+#: that closes the curve — what lets results.json's copy of the record be compared around that array (`_same_copy`).
+Curve = tuple[int, int, int, int]
+
+
+def _cut(data: bytes, indent: bytes) -> tuple[bytes, Curve | None]:
+    """`cut_memory`'s bytes, and where the curve lay when the record held one, its samples passed over."""
     key, end_line, key_line = indent + b'"memory": {', indent + b"}", indent + b'"'
     out: list[bytes] = []
+    spans: list[Curve | None] = []
     start = 0
     i = data.find(key)
     while i >= 0:
         obj = i + len(key) - 1
-        pos = obj
+        pos, skipped = obj, None
         s = data.find(_SAMPLES, obj)
         if s >= 0 and data.find(key_line, obj, s + 1) < 0:  # the curve's own samples: its array passed over
             j = s + len(_SAMPLES)
@@ -110,18 +121,45 @@ def cut_memory(data: bytes, indent: bytes = b"\n  ") -> bytes:
                 k = data.rfind(b"]", max(j, q - 64), q)  # its `]` lies a line or two before that `"`
                 k = k if k >= 0 else data.rfind(b"]", j, q)
                 if k >= 0:
-                    pos = k  # no `"` between j and k: no key line either
+                    pos, skipped = k, (j, k)  # no `"` between j and k: no key line either
         end = data.find(end_line, pos)
         if end < 0 or data.find(key_line, pos, end) >= 0:
             i = data.find(key, obj)
             continue
         out += [data[start:obj], b"null"]
         start = end + len(end_line)
+        spans.append((obj, *skipped, start) if skipped else None)
         i = data.find(key, start)
     if not out:
-        return data
+        return data, None
     out.append(data[start:])
-    return b"".join(out)
+    return b"".join(out), spans[0] if len(spans) == 1 else None
+
+
+def _reindent(body: bytes) -> bytes:
+    """A cell record as results.json holds its copy: two levels deeper (`model_dump_json(indent=2)` of the run)."""
+    return body.replace(b"\n", b"\n    ")
+
+
+def _same_copy(raw: bytes, pos: int, body: bytes, curve: Curve) -> int | None:
+    """Where results.json's copy at `pos` ends, when it is, line for line, the cell file `body` but the samples
+    array of its curve (`curve`, found in `body`), itself passed over as `_cut` passes it over; None otherwise (then
+    the copies are cut and compared as a whole). The copy's curve up to that array is the cell file's, so no key
+    line lies in it, and past the array the rest of the copy is the cell file's: the copy, cut, is the cell, cut —
+    without a second search for the curve and its key lines in each of a year's 23,000 copies."""
+    _, j, k, _ = curve
+    head = b"\n    " + _reindent(body[:j])
+    if not raw.startswith(head, pos):
+        return None
+    j2 = pos + len(head)
+    q = raw.find(b'"', j2)
+    q = q if q >= 0 else len(raw)
+    k2 = raw.rfind(b"]", max(j2, q - 64), q)
+    k2 = k2 if k2 >= 0 else raw.rfind(b"]", j2, q)
+    tail = _reindent(body[k + 1:])
+    if k2 < 0 or not raw.startswith(tail, k2 + 1):
+        return None
+    return k2 + 1 + len(tail)
 
 
 def _utf8(data: bytes) -> None:
@@ -135,10 +173,24 @@ _COPY_INDENT = b"\n      "
 _ELEMENT = b'\n    {\n      "cell_id": "'
 
 
-def _listed(raw: bytes, cells: dict[str, bytes]) -> tuple[list[str], bytes] | None:
-    """The ids results.json lists, in its order, and results.json without them (`"cells": []`), when each listed
-    copy is, line for line, the cell file of its id (indented two levels deeper, as `model_dump_json(indent=2)` of
-    the run writes it); None otherwise."""
+def _listed(raw: bytes, cells: dict[str, bytes],
+            whole: dict[str, tuple[bytes, Curve] | None]) -> tuple[list[str], bytes] | None:
+    """The ids results.json lists, in its order, and results.json without them (`"cells": []`), its curves cut, when
+    each listed copy is, line for line, the cell file of its id (indented two levels deeper, as
+    `model_dump_json(indent=2)` of the run writes it), its curve cut as the cell's is; None otherwise. `cells`: each
+    cell file, cut; `whole`: by id, a cell file that held one curve, uncut, with where it lay — its copy compared
+    around its samples in place (`_same_copy`) — or None for one without a curve (compared whole). Where a copy is
+    not the same so, results.json is cut whole and compared again: that decides, as it always did."""
+    fast = _copies(raw, cells, whole)
+    if fast is not None:
+        return fast
+    return _copies(cut_memory(raw, _COPY_INDENT), cells, None)
+
+
+def _copies(raw: bytes, cells: dict[str, bytes],
+            whole: dict[str, tuple[bytes, Curve] | None] | None) -> tuple[list[str], bytes] | None:
+    """`_listed`'s comparison: of results.json as read, each copy around its samples (`whole` given), or of
+    results.json cut whole, each copy compared with its cell cut (`whole` None)."""
     i = raw.find(_CELLS)
     if i < 0:
         return None
@@ -153,14 +205,26 @@ def _listed(raw: bytes, cells: dict[str, bytes]) -> tuple[list[str], bytes] | No
             s = pos + len(_ELEMENT)
             e = raw.find(b'"', s)
             cid = raw[s:e]
-            body = cells.get(cid.decode("utf-8")) if e > 0 and b"\\" not in cid else None
+            if e < 0 or b"\\" in cid:
+                return None
+            name = cid.decode("utf-8")
+            body = cells.get(name)
             if body is None:
                 return None
-            copy = b"\n    " + body.replace(b"\n", b"\n    ")
-            if not raw.startswith(copy, pos):
-                return None
-            listed.append(cid.decode("utf-8"))
-            pos += len(copy)
+            if whole is not None and name not in whole:
+                return None  # a cell cut otherwise (two curves, samples not passed over): compared cut
+            got = whole.get(name) if whole is not None else None
+            if got is not None:
+                after = _same_copy(raw, pos, *got)
+                if after is None:
+                    return None
+                pos = after
+            else:
+                copy = b"\n    " + _reindent(body)
+                if not raw.startswith(copy, pos):
+                    return None
+                pos += len(copy)
+            listed.append(name)
             if raw.startswith(b",", pos):
                 pos += 1
             elif raw.startswith(b"\n  ]", pos):
@@ -168,7 +232,8 @@ def _listed(raw: bytes, cells: dict[str, bytes]) -> tuple[list[str], bytes] | No
                 break
             else:
                 return None
-    return listed, raw[:i + len(_CELLS)] + raw[end:]
+    head = raw[:i + len(_CELLS)] + raw[end:]
+    return listed, cut_memory(head, _COPY_INDENT) if whole is not None else head
 
 
 def read_run(run_dir: Path) -> tuple[Any, list[Any]] | None:
@@ -187,6 +252,7 @@ def _read(dfd: int) -> tuple[Any, list[Any]] | None:
     with open_dir("cells", at=dfd) as cfd:
         cells: dict[str, Any] = {}
         bodies: dict[str, bytes] = {}
+        whole: dict[str, tuple[bytes, Curve] | None] = {}
         with os.scandir(cfd) as listing:
             files = sorted((e for e in listing if e.name.endswith(".json") and not e.name.startswith(".")),
                            key=lambda e: e.name)  # .<id>.json.*.tmp: a write a kill cut short, not a record
@@ -195,7 +261,12 @@ def _read(dfd: int) -> tuple[Any, list[Any]] | None:
             left -= len(data)
             if left < 0:
                 return None
-            data = cut_memory(data)
+            cut, curve = _cut(data, b"\n  ")
+            if curve is not None:
+                whole[f.name[:-len(".json")]] = (data, curve)
+            elif cut is data:
+                whole[f.name[:-len(".json")]] = None
+            data = cut
             _utf8(data)
             cell = StrictCell.model_validate_json(data)
             if cell.cell_id != f.name[:-len(".json")]:
@@ -203,7 +274,7 @@ def _read(dfd: int) -> tuple[Any, list[Any]] | None:
             cells[cell.cell_id] = cell
             bodies[cell.cell_id] = data
     # the copies are compared with the cells, the rest parsed: UTF-8 both
-    got = _listed(cut_memory(raw, _COPY_INDENT), bodies)
+    got = _listed(raw, bodies, whole)
     if got is None:
         return None
     listed, head = got

@@ -189,16 +189,17 @@ class RunSession:
 def repro_command(loaded: LoadedMatrix, cell: Cell, results_dir: Path, port: int = 8000, *,
                   runtime: Runtime | None = None) -> list[list[str]]:
     """The commands a person pastes, in order, to boot `cell` by hand (harness.shell.format_script joins them): those
-    that make what the server needs (the image, each patched file under `results_dir/repro/<cell>/`), then the
-    server's. Planned as `run --dry-run` plans, so printing it touches nothing: no engine, no pull, no file
-    (`repro --exec` is the run that does); the engine's CLI takes GPUs its own way, so nothing probes them."""
+    that make what the server needs (the image, each patched file under `results_dir/repro/patches/<cell>/`, as a
+    run keeps it under its folder: the cell's id once in the path), then the server's. Planned as `run --dry-run`
+    plans, so printing it touches nothing: no engine, no pull, no file (`repro --exec` is the run that does); the
+    engine's CLI takes GPUs its own way, so nothing probes them."""
     runtime = runtime or make_runtime(loaded)
-    keep = Path(results_dir) / "repro" / cell.id
+    keep = Path(results_dir) / "repro"  # the repro's "run": patches/<cell>/ in it, the cell's scratch at <cell>/
     # a run's own cache is gone with the run: a repro boots cold, unless the matrix keeps its cache in a directory
     cache = planned_dir(loaded.matrix.compile_cache, loaded.base_dir, None)
-    tokens, steps = runtime.planned_command_line(cell, CellContext(run_dir=keep, work_dir=keep, masker=Masker(),
-                                                                   matrix_dir=loaded.base_dir, compile_cache=cache),
-                                                 port)
+    ctx = CellContext(run_dir=keep, work_dir=keep / cell.id, masker=Masker(), matrix_dir=loaded.base_dir,
+                      compile_cache=cache)
+    tokens, steps = runtime.planned_command_line(cell, ctx, port)
     return [*(list(command) for step in steps for command in step.commands), tokens]
 
 

@@ -84,7 +84,7 @@ def test_the_printed_steps_make_the_harness_file_byte_for_byte(capsys, monkeypat
     script = printed(capsys, monkeypatch, tmp_path, engine, pristine, patched)
     proc, calls = paste(script, tmp_path, engine, pristine)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    kept = tmp_path / "r" / "repro" / CELL / "patches" / CELL / "0-gpu_worker.py" / "gpu_worker.py"
+    kept = tmp_path / "r" / "repro" / "patches" / CELL / "0-gpu_worker.py" / "gpu_worker.py"
     assert kept.read_bytes() == patched, "not the file the harness makes"
     assert kept.with_name("gpu_worker.py.orig").read_bytes() == pristine
     assert kept.stat().st_mode & 0o777 == 0o444
@@ -103,4 +103,4 @@ def test_a_file_that_is_not_the_promised_one_stops_the_steps_before_the_server(c
     proc, calls = paste(script, tmp_path, "docker", pristine.replace(b"# fork line 1\n", b"# fork line X\n", 1))
     assert proc.returncode != 0 and "FAILED" in proc.stdout, proc.stdout + proc.stderr
     assert [c.split()[0] for c in calls] == ["image", "rm", "create", "cp", "rm"], calls
-    assert not (tmp_path / "r" / "repro" / CELL / "patches" / CELL / "0-gpu_worker.py" / "gpu_worker.py").exists()
+    assert not (tmp_path / "r" / "repro" / "patches" / CELL / "0-gpu_worker.py" / "gpu_worker.py").exists()

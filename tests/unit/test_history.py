@@ -483,6 +483,28 @@ def test_the_faster_road_reads_what_the_loader_reads_but_the_memory_curve(tmp_pa
     assert ref.cells[0].memory.samples and cells[0].memory is None, "never parsed"
 
 
+def test_results_json_copies_are_compared_around_their_samples_never_searched_whole(tmp_path, monkeypatch):
+    """results.json holds a copy of every curve (a year of nights: 23,000): as the harness writes it, each copy is
+    compared with its cell file in place, its samples passed over, and results.json is not searched for curves
+    whole; a copy whose curve is not its cell's (the loader takes it) is cut and compared as before, and tells the
+    same."""
+    import harness.analysis.history_read as history_read
+
+    d = _nights(tmp_path)[0]
+    size = len((d / "results.json").read_bytes())
+    cut, real = [], history_read.cut_memory
+    monkeypatch.setattr(history_read, "cut_memory", lambda data, indent=b"\n  ": (cut.append(len(data)),
+                                                                                 real(data, indent))[1])
+    before = read_run(d)
+    assert before is not None and cut and max(cut) < size // 2, "only results.json's run-level lines are cut"
+    cut.clear()
+    _results_text(d, lambda s: s.replace('"peak_at_s": 8.0', '"peak_at_s": 9.0', 1))
+    assert loader_says(d) is None
+    after = read_run(d)
+    assert after is not None and max(cut) > size // 2, "results.json cut whole: the one road that decides"
+    assert [c.model_dump() for c in after[1]] == [c.model_dump() for c in before[1]]
+
+
 @pytest.mark.parametrize("damage", [
     lambda s: s.replace("1073741824", "NaN", 1),  # in its samples
     lambda s: s.replace('"peak_at_s": 8.0', '"peak_at_s": NaN'),  # in its figures

@@ -1,7 +1,7 @@
 """`repro` prints; only `--exec` boots. Printing asks no engine (the engine here is a socket that does not exist), pulls
 nothing and writes no file: a patched cell's `docker run` comes after the shell steps that make its patched file under
-results/repro/<cell>/ (the real path, never `<run-id>`), GNU patch run as harness.runtime.patching runs it. And
-`run --resume DIR --dry-run` lists the cells the resume would boot, not every cell. (That the printed steps make the
+results/repro/patches/<cell>/ (the real path, the cell's id once in it, never `<run-id>`), GNU patch run as
+harness.runtime.patching runs it. And `run --resume DIR --dry-run` lists the cells the resume would boot, not every cell. (That the printed steps make the
 harness's file byte for byte: tests/integration/test_repro_steps.py, which runs them.)"""
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ def repro(capsys, tmp_path, *argv: str, matrix: Path = MATRIX) -> tuple[int, lis
 
 
 def kept(tmp_path: Path, cell: str) -> str:
-    """Where the printed steps keep the cell's patched file: under repro/<cell>/, as an absolute path (a bind mount's
-    source must be one)."""
-    return f"{tmp_path}/r/repro/{cell}/patches/{cell}/0-gpu_worker.py/gpu_worker.py"
+    """Where the printed steps keep the cell's patched file: under repro/patches/<cell>/ (a run's layout, the id once
+    in the path), as an absolute path (a bind mount's source must be one)."""
+    return f"{tmp_path}/r/repro/patches/{cell}/0-gpu_worker.py/gpu_worker.py"
 
 
 @pytest.mark.parametrize("engine", ["docker", "podman"])
@@ -74,6 +74,8 @@ def test_an_unpatched_cell_is_its_run_line_alone(offline, capsys, tmp_path):
 def test_a_patched_cell_prints_the_steps_that_make_its_file_then_the_run_that_mounts_it(offline, capsys, tmp_path):
     code, commands, _ = repro(capsys, tmp_path, PATCHED)
     assert code == 0
+    paths = [t for c in commands for t in c if str(tmp_path / "r") in t]
+    assert paths and [p for p in paths if p.count(PATCHED) != 1] == [], "a path names the cell once"
     d = kept(tmp_path, PATCHED)
     tree = f"{d}.tree"
     in_tree = f"{tree}/vllm/v1/worker/gpu_worker.py"
