@@ -20,8 +20,9 @@ OCI_FIRST = ("revision", "version", "created", "source")
 
 
 def build_facts(cand: Candidate, records: list[CellResult], said: list[str], oracle: Oracle,
-                labels: dict[str, str] | None) -> dict:
-    """What one candidate was and gave: its first record's facts, and what each boot said."""
+                labels: dict[str, str] | None, read_from: list[str | None] | None = None) -> dict:
+    """What one candidate was and gave: its first record's facts, what each boot said, and by record the `--from` run
+    it was read from (None: booted by this bisect)."""
     r = records[0] if records else None
     oci = {k: v for k, v in (labels or {}).items() if k.startswith(OCI)}
     ordered = {k: oci[k] for k in (OCI + n for n in OCI_FIRST) if k in oci}
@@ -30,6 +31,7 @@ def build_facts(cand: Candidate, records: list[CellResult], said: list[str], ora
         "index": cand.index, "ref": cand.ref, "kind": cand.kind.value, "created": cand.created,
         "said": said,
         "cells": [x.cell_id for x in records],
+        "read_from": list(read_from or [None] * len(records)),
         "outcome": str(r.outcome) if r else None, "reason": str(r.reason) if r and r.reason else None,
         "verdict": r.verdict() if r else None,
         "image_digest": r.container.image_digest if r and r.container else None,
@@ -98,7 +100,7 @@ def text_lines(a: dict) -> list[str]:
     on = a["on"] + (f" ({a['phase']})" if a.get("phase") else "") + (f", beyond {a['tolerance']}"
                                                                           if a["tolerance"] else "")
     out = [f"bisect of {a['cell']} on {on}: {a['candidates']} candidates, {a['boots']} boot(s) now"
-           + (f", {a['boots_recorded']} read from the run" if a["boots_recorded"] else "")]
+           + (f", {a['boots_recorded']} read from records" if a["boots_recorded"] else "")]
     if a["status"] == "found":
         out.append(f"first bad: {hi['ref']} — {'; '.join(hi['said'])}")
         out.append(f"last good: {lo['ref']} — {'; '.join(lo['said'])}")
@@ -126,7 +128,7 @@ def markdown(a: dict) -> str:
     else:
         lines.append(f"**First bad:** one of {', '.join(md_code(r) for r in a['range'])}  ")
     lines.append(f"**Last good:** {md_code(lo['ref'])} — {md_text('; '.join(lo['said']))}  ")
-    lines.append(f"{a['candidates']} candidates, {a['boots']} boot(s) now, {a['boots_recorded']} read from the run.")
+    lines.append(f"{a['candidates']} candidates, {a['boots']} boot(s) now, {a['boots_recorded']} read from records.")
     if a["skipped"]:
         lines += ["", "Left out:", ""]
         lines += [f"- {md_code(s['ref'])}: {md_text(('flipped: ' if s['flipped'] else '') + '; '.join(s['said']))}"
