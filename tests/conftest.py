@@ -81,7 +81,7 @@ FREE = ("tests/reliability/test_hostile_files.py", "tests/reliability/test_hosti
         "tests/reliability/test_teardown.py", "tests/reliability/test_stacks.py",
         "tests/reliability/test_hostile_output.py", "tests/reliability/test_hostile_watch.py",
         "tests/reliability/test_hostile_procs.py", "tests/reliability/test_hostile_bounds.py",
-        "tests/reliability/test_hostile_links.py")
+        "tests/reliability/test_hostile_links.py", "tests/reliability/test_kills_bisect.py")
 
 
 def lane_of(nodeid: str) -> str | None:
