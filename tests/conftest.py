@@ -65,7 +65,7 @@ LANES = {
              "tests/rehearsal/test_gpu_memory.py",
              "tests/integration/test_compile_cache.py", "tests/integration/test_serve_flags_vllm.py",
              "tests/integration/test_history_real.py", "tests/integration/test_memory_real.py",
-             "tests/integration/test_real_faults.py"),
+             "tests/integration/test_real_faults.py", "tests/integration/test_bisect_vllm.py"),
 }
 
 
