@@ -65,7 +65,7 @@ LANES = {
              "tests/rehearsal/test_gpu_memory.py",
              "tests/integration/test_compile_cache.py", "tests/integration/test_serve_flags_vllm.py",
              "tests/integration/test_history_real.py", "tests/integration/test_memory_real.py",
-             "tests/integration/test_real_faults.py"),
+             "tests/integration/test_real_faults.py", "tests/integration/test_bisect_vllm.py"),
 }
 
 
@@ -81,7 +81,8 @@ FREE = ("tests/reliability/test_hostile_files.py", "tests/reliability/test_hosti
         "tests/reliability/test_teardown.py", "tests/reliability/test_stacks.py",
         "tests/reliability/test_hostile_output.py", "tests/reliability/test_hostile_watch.py",
         "tests/reliability/test_hostile_procs.py", "tests/reliability/test_hostile_bounds.py",
-        "tests/reliability/test_hostile_links.py", "tests/reliability/test_hostile_json.py")
+        "tests/reliability/test_hostile_links.py", "tests/reliability/test_hostile_json.py",
+        "tests/reliability/test_kills_bisect.py")
 
 
 def lane_of(nodeid: str) -> str | None:

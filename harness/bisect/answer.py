@@ -37,6 +37,7 @@ class CandidateJson(JsonOutput):
     created: str | None
     said: list[str] = Field(description="what each boot of it said")
     cells: list[str] = Field(description="the cell records of its boots")
+    read_from: list[str | None] = Field(description="by record: the --from run it was read from (null: booted now)")
     outcome: Outcome | None
     reason: Reason | None
     verdict: str | None
@@ -86,15 +87,17 @@ class BisectJson(JsonOutput):
 
 
 def build_facts(cand: Candidate, records: list[CellResult], said: list[str], oracle: Oracle,
-                labels: dict[str, str] | None) -> CandidateJson:
-    """What one candidate was and gave: its first record's facts, and what each boot said."""
+                labels: dict[str, str] | None, read_from: list[str | None] | None = None) -> CandidateJson:
+    """What one candidate was and gave: its first record's facts, what each boot said, and by record the `--from` run
+    it was read from (None: booted by this bisect)."""
     r = records[0] if records else None
     oci = {k: v for k, v in (labels or {}).items() if k.startswith(OCI)}
     ordered = {k: oci[k] for k in (OCI + n for n in OCI_FIRST) if k in oci}
     ordered.update({k: v for k, v in sorted(oci.items()) if k not in ordered})
     return CandidateJson(
         index=cand.index, ref=cand.ref, kind=cand.kind, created=cand.created, said=said,
-        cells=[x.cell_id for x in records], outcome=r.outcome if r else None,
+        cells=[x.cell_id for x in records], read_from=list(read_from or [None] * len(records)),
+        outcome=r.outcome if r else None,
         reason=r.reason if r and r.reason else None, verdict=r.verdict() if r else None,
         image_digest=r.container.image_digest if r and r.container else None,
         image=r.container.image if r and r.container else cand.image, command=list(cand.command) or None,
@@ -153,7 +156,7 @@ def text_lines(a: BisectJson) -> list[str]:
     lo, hi = a.last_good, a.first_bad
     on = a.on + (f" ({a.phase})" if a.phase else "") + (f", beyond {a.tolerance}" if a.tolerance else "")
     out = [f"bisect of {a.cell} on {on}: {a.candidates} candidates, {a.boots} boot(s) now"
-           + (f", {a.boots_recorded} read from the run" if a.boots_recorded else "")]
+           + (f", {a.boots_recorded} read from records" if a.boots_recorded else "")]
     if a.status == "found":
         out.append(f"first bad: {hi.ref} — {'; '.join(hi.said)}")
         out.append(f"last good: {lo.ref} — {'; '.join(lo.said)}")
@@ -181,7 +184,7 @@ def markdown(a: BisectJson) -> str:
     else:
         lines.append(f"**First bad:** one of {', '.join(md_code(r) for r in a.range or [])}  ")
     lines.append(f"**Last good:** {md_code(lo.ref)} — {md_text('; '.join(lo.said))}  ")
-    lines.append(f"{a.candidates} candidates, {a.boots} boot(s) now, {a.boots_recorded} read from the run.")
+    lines.append(f"{a.candidates} candidates, {a.boots} boot(s) now, {a.boots_recorded} read from records.")
     if a.skipped:
         lines += ["", "Left out:", ""]
         lines += [f"- {md_code(s.ref)}: {md_text(('flipped: ' if s.flipped else '') + '; '.join(s.said))}"

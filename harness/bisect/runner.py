@@ -21,18 +21,20 @@ from pathlib import Path
 
 from harness.bisect.answer import BisectJson
 from harness.bisect.candidates import BuildKind, Candidate
+from harness.bisect.known import FromRuns, Recorded, Wanted
 from harness.bisect.oracle import Mark, On, Oracle, Said, verdict_key
 from harness.bisect.search import EndsDisagree, Found, Step, bisect
 from harness.boot.session import RunOptions, RunSession
 from harness.boot.signals import Interrupted
 from harness.errors import HarnessError, RuntimeUnavailable, UsageError
+from harness.escape import terminal_line
 from harness.files import parse_json, read_bytes
 from harness.matrix.cells import MAX_ID_CHARS, Cell
 from harness.names import Named
 from harness.results.model import CellResult, RunStatus
-from harness.verdict import Outcome
 from harness.results.store import atomic_write_text, dump_json, new_run_id
 from harness.runtime.patching import PatchMismatch
+from harness.verdict import Outcome
 
 PLAN_FILE = "bisect.json"
 #: The axis a candidate's records carry beside the cell's own (another name when the matrix has that axis).
@@ -62,11 +64,13 @@ class Plan:
     memory_tolerance: str | None = None
     repeat: int = 1
     on_patch_fail: OnPatchFail = OnPatchFail.skip
+    #: `--from`: runs whose records of the cell may stand for an end's boot (harness.bisect.known).
+    from_runs: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         return {"matrix": self.matrix, "cell": self.cell, "on": self.on.value, "phase": self.phase,
                 "time_tolerance": self.time_tolerance, "memory_tolerance": self.memory_tolerance,
-                "repeat": self.repeat, "on_patch_fail": self.on_patch_fail.value,
+                "repeat": self.repeat, "on_patch_fail": self.on_patch_fail.value, "from": list(self.from_runs),
                 "candidates": [c.to_dict() for c in self.candidates]}
 
     @classmethod
@@ -76,7 +80,7 @@ class Plan:
                                tuple(c.get("command") or ()), c.get("created")) for c in d["candidates"]]
             return cls(str(d["matrix"]), str(d["cell"]), cands, On(d["on"]), str(d.get("phase") or "boot"),
                        d.get("time_tolerance"), d.get("memory_tolerance"), int(d["repeat"]),
-                       OnPatchFail(d["on_patch_fail"]))
+                       OnPatchFail(d["on_patch_fail"]), tuple(str(p) for p in d.get("from") or ()))
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"{where}: not a bisect plan ({type(exc).__name__}: {exc})") from None
 
@@ -120,6 +124,8 @@ class Probed:
     #: Whether `finding` is a patch's (named apart in the answer).
     patch: bool = False
     booted_now: int = 0
+    #: By record: the `--from` run it was read from, None for a boot of this bisect run.
+    read_from: list[str | None] = field(default_factory=list)
 
 
 class BisectRunner:
@@ -127,7 +133,9 @@ class BisectRunner:
 
     def __init__(self, loaded, template: Cell, plan: Plan, oracle: Oracle, *, results_dir: Path,
                  resume: Path | None = None, timeout_s: float | None = None, runtime=None,
-                 say: Callable[[str], None] = print, pull_observer=None, clock=None):
+                 say: Callable[[str], None] = print, pull_observer=None, clock=None,
+                 from_runs: FromRuns | None = None):
+        """`from_runs`: the plan's `--from` runs, read (the caller reads them before a run directory is made)."""
         self.loaded, self.template, self.plan, self.oracle, self.say = loaded, template, plan, oracle, say
         self.cands = plan.candidates
         self.n = len(self.cands)
@@ -143,6 +151,9 @@ class BisectRunner:
         except RuntimeUnavailable as exc:
             raise RuntimeUnavailable(f"{exc} (checking the good end {self.cands[0].ref})") from None
         self.recorded = {c.cell_id: c for c in self.session.store.run.cells}
+        if from_runs is None and plan.from_runs:
+            from_runs = FromRuns([Path(p) for p in plan.from_runs], template.id)
+        self.from_runs = from_runs
         self.probed: dict[int, Probed] = {}
         self.steps: list[Step] = []
         self.status = "running"
@@ -176,8 +187,13 @@ class BisectRunner:
             p.finding = f"cannot be had: {exc}"
         return p
 
-    def _record(self, cell: Cell, p: Probed) -> CellResult:
+    def _record(self, cell: Cell, p: Probed, k: int) -> CellResult:
         got = self.recorded.get(cell.id)
+        origin = None
+        if got is None and p.cand.index in (0, self.n - 1) and self.from_runs is not None:
+            read = self._from_runs(p.cand, k)
+            if read is not None:
+                got, origin = read.cell, str(read.run_dir)
         if got is None:
             got = self.session.boot(cell)
             if got is None:
@@ -185,7 +201,21 @@ class BisectRunner:
             p.booted_now += 1
             self.recorded[cell.id] = got
         p.records.append(got)
+        p.read_from.append(origin)
         return got
+
+    def _from_runs(self, cand: Candidate, k: int) -> Recorded | None:
+        """The end's k-th boot as a `--from` run recorded it (harness.bisect.known), or None (said why, once)."""
+        assert self.from_runs is not None and self.session.runtime is not None and cand.image is not None
+        run = self.session.store.run
+        want = Wanted(self.template.id, run.matrix.sha256, run.harness_version,
+                      self.session.runtime.image_digest(cand.image))
+        fit, why = self.from_runs.find(want, k)
+        if len(fit) >= k:
+            return fit[k - 1]
+        if k == 1:
+            self.say(terminal_line(f"--from: {cand.ref}: {why}; booting it"))
+        return None
 
     def probe(self, index: int, k: int) -> Said:
         cand = self.cands[index]
@@ -199,8 +229,10 @@ class BisectRunner:
             mark = Mark.bad if p.patch and self.plan.on_patch_fail == OnPatchFail.bad and 0 < index < self.n - 1 \
                 else Mark.skip
             return Said(mark, p.finding)
-        r = self._record(cell, p)
-        return self._judge(index, r)
+        r = self._record(cell, p, k)
+        said = self._judge(index, r)
+        origin = p.read_from[-1]
+        return said if origin is None else Said(said.mark, f"{said.said}, recorded in {origin}")
 
     def _first(self, index: int) -> CellResult | None:
         p = self.probed.get(index)
@@ -225,7 +257,8 @@ class BisectRunner:
             return Said(Mark.good if meets else Mark.bad, words)
         if index == 0 and first:
             value = self.oracle.measure(r)
-            return Said(Mark.good, r.verdict() + ("" if verdict else f", {self.oracle.what} {self.oracle.shown(value)}"))
+            shown = "" if verdict else f", {self.oracle.what} {self.oracle.shown(value)}"
+            return Said(Mark.good, r.verdict() + shown)
         if index == 0:
             return self.oracle.judge(r, good, None)
         if verdict and not first and bad is not None:  # the bad end again: bad when it is its first verdict
@@ -259,8 +292,6 @@ class BisectRunner:
         self.say(self.step_line(step))
 
     def step_line(self, step: Step) -> str:
-        from harness.escape import terminal_line
-
         cand = self.cands[step.index]
         role = " (good end)" if step.index == 0 else " (bad end)" if step.index == self.n - 1 else ""
         said = "; ".join(s.said for s in step.said)
@@ -275,10 +306,13 @@ class BisectRunner:
     def _write(self) -> None:
         doc = {"plan": self.plan.to_dict(), "run_id": self.session.store.run.run_id, "status": self.status,
                "steps": [{"index": s.index, "ref": self.cands[s.index].ref, "mark": s.mark.value,
-                          "flipped": s.flipped, "said": [x.said for x in s.said], "marks": [x.mark.value for x in s.said],
+                          "flipped": s.flipped, "said": [x.said for x in s.said],
+                          "marks": [x.mark.value for x in s.said],
                           "lo": s.lo, "hi": s.hi,
                           "cells": [r.cell_id for r in (self.probed[s.index].records if s.index in self.probed
-                                                         else [])]} for s in self.steps]}
+                                                         else [])],
+                          "read_from": self.probed[s.index].read_from if s.index in self.probed else []}
+                         for s in self.steps]}
         if self.answer is not None:
             doc["answer"] = self.answer.model_dump(mode="json")
         atomic_write_text(self.run_dir / PLAN_FILE, dump_json(doc))

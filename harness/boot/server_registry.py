@@ -180,3 +180,6 @@ class TrackingRuntime:
 
     def image_labels(self, ref: str) -> dict[str, str]:
         return self._inner.image_labels(ref)
+
+    def image_digest(self, ref: str) -> str | None:
+        return self._inner.image_digest(ref)

@@ -52,6 +52,10 @@ def register(sub: argparse._SubParsersAction) -> dict:
     p.add_argument("--on-patch-fail", choices=["skip", "bad", "stop"], default=None,
                    help="a patched cell's patch that does not fit a candidate: leave it out (default), count it "
                         "bad, or stop there")
+    p.add_argument("--from", dest="from_runs", nargs="+", type=Path, metavar="RUN",
+                   help="runs (or folders of runs, as `history` takes them) whose records of the cell stand for an "
+                        "end's boot when they are of this very build: a complete run of the same matrix file and "
+                        "boot-harness, on the image digest the end resolves to now (a container cell, --on verdict)")
     p.add_argument("--results-dir", type=Path, default=Path("results"), help="where the run directory goes")
     p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="go on with an interrupted bisect")
     add_timeout(p.add_argument)
@@ -61,11 +65,11 @@ def register(sub: argparse._SubParsersAction) -> dict:
 
 
 def _plan(args: argparse.Namespace, recorded, kind, cell_id: str, matrix: Path):
-    from harness.bisect.candidates import ordered, read_refs_file
+    from harness.bisect.candidates import BuildKind, ordered, read_refs_file
     from harness.bisect.oracle import On
     from harness.bisect.runner import OnPatchFail, Plan
 
-    asked = any(v is not None for v in (args.good, args.bad, args.refs))
+    asked = any(v is not None for v in (args.good, args.bad, args.refs, args.from_runs))
     if recorded is not None and not asked:
         cands = recorded.candidates
     else:
@@ -87,10 +91,19 @@ def _plan(args: argparse.Namespace, recorded, kind, cell_id: str, matrix: Path):
         cands = ordered(refs, args.good, args.bad, kind, created)
     base = recorded or Plan(str(matrix), cell_id, cands)
     pick = lambda given, then: then if given is None else given  # noqa: E731
-    return Plan(str(base.matrix) if recorded else str(matrix), cell_id, cands,
+    from_runs = tuple(str(p.resolve()) for p in args.from_runs) if args.from_runs else None
+    plan = Plan(str(base.matrix) if recorded else str(matrix), cell_id, cands,
                 On(pick(args.on, base.on.value)), pick(args.phase, base.phase),
                 pick(args.time_tolerance, base.time_tolerance), pick(args.memory_tolerance, base.memory_tolerance),
-                pick(args.repeat, base.repeat), OnPatchFail(pick(args.on_patch_fail, base.on_patch_fail.value)))
+                pick(args.repeat, base.repeat), OnPatchFail(pick(args.on_patch_fail, base.on_patch_fail.value)),
+                pick(from_runs, base.from_runs))
+    if plan.from_runs and kind == BuildKind.command:
+        raise UsageError("--from: a process build has no image digest to prove a record ran it; --from reads the "
+                         "ends of a container cell")
+    if plan.from_runs and plan.on != On.verdict:
+        raise UsageError(f"--from reads verdicts; --on {plan.on.value} compares the boots of one bisect run (one "
+                         "host, one load)")
+    return plan
 
 
 def _oracle(plan):
@@ -114,6 +127,7 @@ def _oracle(plan):
 def cmd_bisect(args: argparse.Namespace, out: Console) -> int:
     from harness.bisect.answer import CandidateJson, answer, build_facts, markdown, text_lines
     from harness.bisect.candidates import BuildKind
+    from harness.bisect.known import FromRuns
     from harness.bisect.runner import BisectRunner, plan_matches, read_plan
     from harness.boot.signals import Interrupted
     from harness.matrix.selection import selected
@@ -142,16 +156,17 @@ def cmd_bisect(args: argparse.Namespace, out: Console) -> int:
     kind = BuildKind.command if sel.loaded.matrix.runtime == "process" else BuildKind.image
     plan = _plan(args, recorded, kind, cell_id, matrix)
     if recorded is not None:
-        why = plan_matches(recorded, plan)
-        if why:
-            raise UsageError(f"{args.resume}: this run bisected another question ({why}); resume it with the "
+        differs = plan_matches(recorded, plan)
+        if differs:
+            raise UsageError(f"{args.resume}: this run bisected another question ({differs}); resume it with the "
                              "arguments it was started with, or none")
     oracle = _oracle(plan)
+    from_runs = FromRuns([Path(p) for p in plan.from_runs], cell_id) if plan.from_runs else None
     err = stderr()
     say = say_to(err)
     runner = BisectRunner(sel.loaded, template, plan, oracle, results_dir=args.results_dir, resume=args.resume,
                           timeout_s=args.timeout_s, runtime=args.runtimes(sel.loaded), say=say,
-                          pull_observer=PullDisplay(err))
+                          pull_observer=PullDisplay(err), from_runs=from_runs)
     say(f"run directory: {runner.run_dir}  ({plan.on.value} of {cell_id} over {len(plan.candidates)} candidates: "
         f"the two ends first, then at most {_worst(len(plan.candidates)) * plan.repeat} more boot(s))")
     try:
@@ -159,6 +174,7 @@ def cmd_bisect(args: argparse.Namespace, out: Console) -> int:
     except (Interrupted, KeyboardInterrupt):
         say(f"interrupted: booted candidates are kept in {runner.run_dir} (continue with --resume {runner.run_dir})")
         return ExitCode.INTERRUPTED
+    assert runner.session.runtime is not None
     labels_of = runner.session.runtime.image_labels
 
     def facts(i: int) -> CandidateJson:
@@ -171,7 +187,8 @@ def cmd_bisect(args: argparse.Namespace, out: Console) -> int:
             except Exception:  # noqa: BLE001 - labels are a courtesy of the engine; the answer stands without them
                 labels = None
         step = next((s for s in runner.steps if s.index == i), None)
-        return build_facts(cand, p.records if p else [], [s.said for s in step.said] if step else [], oracle, labels)
+        return build_facts(cand, p.records if p else [], [s.said for s in step.said] if step else [], oracle, labels,
+                           p.read_from if p else [])
 
     recorded_boots = sum(len(p.records) for p in runner.probed.values()) - runner.boots
     a = answer(cell_id, plan.candidates, found, facts, oracle, str(runner.run_dir), runner.boots, recorded_boots)

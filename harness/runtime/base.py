@@ -114,6 +114,11 @@ class Runtime(Protocol):
         """An image's labels as its engine has them (OCI revision, version, created: what `bisect` says changed
         between two builds); empty for a runtime that runs no images. Raises on an engine error."""
 
+    def image_digest(self, ref: str) -> str | None:
+        """What a cell record run on `ref` now would hold as its image digest (ContainerInfo.image_digest: the repo
+        digest, else the image id), pulled first as `pull:` says: how `bisect --from` knows a night booted this very
+        build. None for a runtime that runs no images. Raises RuntimeUnavailable when the image cannot be had."""
+
 
 def read_host_file(path: Path) -> bytes | None:
     """`path` on this host (a directory means its config.json), or None: what a process server would read."""

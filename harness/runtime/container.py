@@ -122,6 +122,11 @@ class ContainerRuntime:
         """The image's labels (pulled first as `pull:` says): a bisect's candidate names its build by them."""
         return self.images.labels(ref)
 
+    def image_digest(self, ref: str) -> str | None:
+        """As the started container's record has it (container_server: the repo digest, else the image id)."""
+        image_id, repo_digest = self.images.resolve(ref)
+        return repo_digest or image_id
+
     def mount_source(self, mount: Mount) -> Path:
         return mount_source(self.loaded.base_dir, mount)
 

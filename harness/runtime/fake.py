@@ -289,3 +289,6 @@ class FakeRuntime:
 
     def image_labels(self, ref: str) -> dict[str, str]:
         return {}
+
+    def image_digest(self, ref: str) -> str | None:
+        return None

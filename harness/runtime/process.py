@@ -381,6 +381,9 @@ class ProcessRuntime:
     def image_labels(self, ref: str) -> dict[str, str]:
         return {}  # a process runs no image
 
+    def image_digest(self, ref: str) -> str | None:
+        return None  # a process runs no image: nothing proves a command is the build a record ran
+
     def planned_command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> tuple[list[str], list[str]]:
         """A local process needs nothing prepared: the plan is the command itself."""
         return self.command_line(cell, ctx, host_port), []
