@@ -121,10 +121,9 @@ class Swallowed:
 
     def __enter__(self):
         self._wrap(parser_mod, "_coerce")
-        self._wrap(parser_mod.p, "mentions_keyword")
+        self._wrap(parser_mod, "worth_reading")
         self._wrap(parser_mod, "segments")
         self._wrap(parser_mod, "split_line")
-        self._wrap(parser_mod.phases, "mentions_keyword")
         self._wrap(parser_mod.phases.PhaseReader, "feed")
         self._wrap(parser_mod.phases.PhaseReader, "stamp")
         self._wrap(LogParser, "_feed_message")

@@ -13,13 +13,14 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from harness.verdict.causes.decide import CauseReader
-from harness.verdict.causes.match import AFTER_READY, ANY_LEVEL_NEEDLES, PREFILTER, STOP_NEEDLES, match
+from harness.verdict.causes.match import AFTER_READY, STOP_NEEDLES, match
 
 from . import patterns as p
 from . import phases
 from .classify import keep_first_specific, refusal_of
 from .model import MESSAGE_MAX_CHARS, KvFacts, LogFacts, Refusal, Signal
-from .text import MAX_LINE_CHARS, QUIET_LEVELS, is_quiet_record, segments, split_line
+from .precheck import worth_reading
+from .text import MAX_LINE_CHARS, QUIET_LEVELS, segments, split_line
 from .timeline import Milestone, Timeline, phase_at, skipped
 
 MAX_READY_LINES = 32
@@ -43,15 +44,6 @@ def _coerce(line: Any) -> str:
 
 
 MAX_ERROR_CHARS = 1000
-_ALL = tuple(dict.fromkeys((*p.KEYWORDS, *phases.KEYWORDS)))
-#: Both sets' keywords, less those that hold another one ("Model loading took" holds "took"): the same lines pass.
-_KEYWORDS = tuple(k for k in _ALL if not any(o != k and o in k for o in _ALL))
-#: What a quiet record no keyword matched must hold to be read: the needles of the causes read at any level that no
-#: keyword holds (a WARNING that still decides a boot: "Failed to import from vllm._C with ImportError(... undefined
-#: symbol ...)"), each as the stem "rror" where it holds it (one test for all: a flood's every line pays it).
-_QUIET_STEMS = tuple(dict.fromkeys("rror" if "rror" in n else n
-                                   for n in ANY_LEVEL_NEEDLES if not any(k in n for k in _KEYWORDS)))
-
 
 #: Past the parser's bound, what a line must hold to be read at all: a refusal's needle or a readiness line's words
 #: (always read: they decide the verdict) ...
@@ -64,29 +56,6 @@ SKIM_TELLING = 1000
 #: Past the bound a line is searched in its first SKIM_CHARS characters only: every decisive line vLLM prints says
 #: what it is within its first hundred characters, and a flood of 64 KiB lines must cost no more than short ones.
 SKIM_CHARS = 4096
-#: How far into a line a quiet record's level can be (a paste's prefixes, a process prefix, ANSI colour before it).
-_HEADER_REACH = 400
-
-
-def _mentions_keyword(text: str) -> bool:
-    """The pre-check of the fact patterns, then of the causes' (a plain loop of substring tests: faster than any() or
-    a regex). A cause is never read from an INFO/WARNING/DEBUG record but for the few patterns that hold at any level,
-    whose needles are fact keywords too: such a record (the bulk of any log, a flood's every line) is told by its
-    header, the same split the parser makes, before the causes' needles are tried."""
-    for keyword in _KEYWORDS:
-        if keyword in text:
-            return True
-    head = text[:_HEADER_REACH]
-    if ("INFO" in head or "WARN" in head or "DEBUG" in head) and is_quiet_record(text):
-        for stem in _QUIET_STEMS:
-            if stem in text:
-                return True
-        return False
-    for needle in PREFILTER:
-        if needle in text:
-            return True
-    return False
-
 
 
 class LogParser:
@@ -161,7 +130,7 @@ class LogParser:
         first = self._early and not self._phases.reached(Milestone.first_line) and bool(text.strip())
         engine = self._early and "EngineCore" in text and not self._phases.reached(Milestone.engine_started)
         unstamped = self._early and not self._phases.has_origin and self._lines <= _STAMP_SEARCH_LINES
-        if not (first or engine or unstamped or _mentions_keyword(text)):
+        if not (first or engine or unstamped or self._causes.continuing or worth_reading(text)):
             if self._early and self._phases.reached(Milestone.engine_started) and (
                     self._phases.has_origin or self._lines > _STAMP_SEARCH_LINES):
                 self._early = False

@@ -4,8 +4,8 @@ Each pattern is written against the released format strings, tolerant of every v
 ``round(x, 2)``, ``{y:.2f}GiB`` with no space, commas in token counts, "models's" vs "model's"), and anchored on the
 whole message shape so a line that merely mentions a keyword (advice, an argument dump) never matches.
 
-``KEYWORDS`` is the cheap pre-check: a line containing none of them cannot match any pattern here and is rejected
-with plain substring tests before any regex runs.
+``KEYWORDS``: a line containing none of them cannot match any pattern here; the parser's pre-check (precheck.py)
+rejects it before any regex runs.
 """
 
 from __future__ import annotations
@@ -73,13 +73,6 @@ CLIENT_TEXT = re.compile(r"""\b(?:prompt|output|content)['"]?\s{0,4}[:=]\s{0,4}[
 # The root-cause line of a traceback: "RuntimeError: Insufficient space in /dev/shm ...".
 ERROR_LINE = re.compile(r"\A(?:[A-Za-z_][\w.]{0,100})?(?:Error|Exception): \S")  # a bare "Exception: ..." too
 
-
-def mentions_keyword(text: str) -> bool:
-    """The pre-check: a plain loop of substring tests (several times faster than any() over a generator or a regex)."""
-    for keyword in KEYWORDS:
-        if keyword in text:
-            return True
-    return False
 
 
 def _c(pattern: str) -> re.Pattern[str]:

@@ -89,13 +89,6 @@ KEYWORDS: tuple[str, ...] = (
 )
 
 
-def mentions_keyword(text: str) -> bool:
-    for keyword in KEYWORDS:
-        if keyword in text:
-            return True
-    return False
-
-
 class Combine(Enum):
     """How one process's repeated figure adds up."""
 

@@ -116,11 +116,24 @@ def split_line(line: str) -> Line:
     return Line(process, level, stamp, line.strip(), source, wrappers)
 
 
-def is_quiet_record(line: str) -> bool:
-    """Whether `line` is one INFO/WARNING/DEBUG record, as split_line reads it: at once for a bare vLLM line (its level
-    first: nothing split_line strips can come before it), else through split_line."""
+def quiet_at_once(line: str) -> bool | None:
+    """Whether `line` is one INFO/WARNING/DEBUG record, where that shows at once: a bare vLLM line (its level first:
+    nothing split_line strips can come before it), or one behind a process prefix and no colour code (no wrapper
+    begins with "(" or "[rank"). None: only split_line can tell."""
     if "\r" in line or "\n" in line:
         return False
-    if line[:1] in ("I", "W", "D") and (header := _HEADER.match(line)) is not None:
-        return header.group("level") in QUIET_LEVELS
-    return split_line(line).level in QUIET_LEVELS
+    first = line[:1]
+    if first in ("I", "W", "D"):
+        header = _HEADER.match(line)
+    elif first in ("(", "[") and "\x1b" not in line and "^[[" not in line and (decor := _LEADING_DECOR.match(line)):
+        header = _HEADER.match(line[decor.end():])
+    else:
+        return None
+    return None if header is None else header.group("level") in QUIET_LEVELS
+
+
+def is_quiet_record(line: str) -> bool:
+    """Whether `line` is one INFO/WARNING/DEBUG record, as split_line reads it (at once where quiet_at_once can
+    tell)."""
+    quiet = quiet_at_once(line)
+    return split_line(line).level in QUIET_LEVELS if quiet is None else quiet

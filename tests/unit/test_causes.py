@@ -10,14 +10,14 @@ import string
 import pytest
 
 from harness.cli import main
-from harness.logfacts import LogParser, Signal, parse_text
-from harness.logfacts import parser as parser_mod
+from harness.logfacts import LogParser, Signal, parse_text, precheck
 from harness.logfacts.text import QUIET_LEVELS, split_line
 from harness.matrix.cells import Expectation
 from harness.results.model import CellResult
 from harness.verdict.catalogue import REASONS, Outcome, Reason, check_reason
 from harness.verdict.causes import ALIASES, BY_ID, CAUSES, CauseKind
-from harness.verdict.causes.match import NEEDLES, PREFILTER, match
+from harness.verdict.causes.match import ANY_LEVEL_NEEDLES, NEEDLES, match
+from harness.verdict.causes.needles import Needles
 from harness.verdict.policy import Evidence, Sighting, SightingKind, decide
 
 EXAMPLES = [(c.id, line) for c in CAUSES for line in c.examples]
@@ -25,16 +25,62 @@ EXAMPLES = [(c.id, line) for c in CAUSES for line in c.examples]
 
 @pytest.mark.parametrize(("cause_id", "line"), EXAMPLES, ids=[f"{c}-{i}" for i, (c, _) in enumerate(EXAMPLES)])
 def test_each_cause_reads_its_own_words_through_the_parsers_pre_check(cause_id, line):
-    assert parser_mod._mentions_keyword(line), "the pre-check would drop the line before its cause is tried"
+    assert precheck.worth_reading(line), "the pre-check would drop the line before its cause is tried"
     parts = split_line(line)
     found = match(parts.message, parts.level in QUIET_LEVELS)
     assert found is not None and found.cause.id == cause_id, (found and found.cause.id)
     assert "{" not in BY_ID[cause_id].hint(found.numbers)
 
 
-def test_no_needle_can_be_dropped_by_the_pre_filter():
-    assert all(any(entry in needle for entry in PREFILTER) for needle in NEEDLES)
-    assert all(any(k in needle for k in (*parser_mod._KEYWORDS, *PREFILTER)) for needle in NEEDLES)
+#: Where a line may stand in a log: bare, behind a quiet or a loud header, a process prefix, a paste's wrapper, split
+#: by a carriage return. A loud needle must pass wherever the line is not a quiet record; any keyword or any-level
+#: needle, anywhere.
+QUIET_CARRIERS = ("INFO 11-29 10:00:00 [x.py:1] {}", "(EngineCore_DP0 pid=7) WARNING 11-29 10:00:00 [x.py:1] {}",
+                  "vllm-1  | DEBUG 11-29 10:00:00 [x.py:1] {}")
+LOUD_CARRIERS = ("{}", "  {}", "ERROR 11-29 10:00:00 [x.py:1] {}", "(VllmWorker TP1 pid=9) {}", "[rank0]: x{}x",
+                 "vllm-1  | {}", "2025-08-12T08:42:39.1234567Z ERROR 11-29 10:00:00 [x.py:1] {}",
+                 "INFO 11-29 10:00:00 [x.py:1] ok\r{}")
+
+
+def test_no_needle_can_be_dropped_by_the_pre_check():
+    """Derived from the catalogue and the fact patterns: every needle, keyword and traceback line reaches its reader
+    wherever it stands, whatever anchors the sets were given."""
+    anywhere = (*precheck.KEYWORDS, *ANY_LEVEL_NEEDLES)
+    loud = (*NEEDLES, "Traceback (most recent call last)", 'File "/x.py", line 1, in f', "ValueError")
+    for needle in anywhere:
+        for carrier in (*QUIET_CARRIERS, *LOUD_CARRIERS):
+            assert precheck.worth_reading(carrier.format(needle)), (carrier, needle)
+    for needle in loud:
+        for carrier in LOUD_CARRIERS:
+            assert precheck.worth_reading(carrier.format(needle)), (carrier, needle)
+    assert set(anywhere) | set(NEEDLES) <= {s for k in (*precheck.AT_ANY_LEVEL, *precheck.LOUD)
+                                            for s in (*anywhere, *NEEDLES) if k in s}
+
+
+def test_a_quiet_record_is_read_only_for_a_keyword_or_an_any_level_needle():
+    loud_only = [n for n in NEEDLES if not any(k in n for k in precheck.AT_ANY_LEVEL)]
+    assert loud_only
+    for needle in loud_only:
+        for carrier in QUIET_CARRIERS:
+            assert not precheck.worth_reading(carrier.format(needle)), (carrier, needle)
+    plain = "WARNING 11-29 10:00:00 [flood.py:1] the same warning again, and again, and again: " + "x" * 60
+    assert not precheck.worth_reading(plain) and not precheck.worth_reading("    return forward_call(*args)")
+
+
+def test_anchors_decide_the_speed_never_the_answer():
+    """A set searched through any anchors finds exactly what testing each string finds."""
+    strings = ("KV cache", "KV Cache", "took", "No available memory", "rror", "Errno 98")
+    lines = ["GPU KV cache size: 10 tokens", "Model loading took 1 GiB", "ValueError: x", "OSError: [Errno 98] in use",
+             "nothing here", "No available memory for the cache blocks", "KV Cache and KV cache"]
+    for anchors in ((), ("KV ",), ("o", "rr", "KV C"), ("zzz", "took"), tuple(strings)):
+        search = Needles(strings, anchors)
+        for line in lines:
+            assert search.found(line) == [s for s in _by_anchor(search) if s in line], (anchors, line)
+            assert search.any(line) == any(s in line for s in strings), (anchors, line)
+
+
+def _by_anchor(search: Needles) -> list[str]:
+    return [s for anchor, bucket in search.buckets for s in (bucket or (anchor,))]
 
 
 def test_the_reason_enum_is_the_catalogue():

@@ -107,6 +107,12 @@ class CauseReader:
     def best(self) -> Match | None:
         return self._best
 
+    @property
+    def continuing(self) -> bool:
+        """Whether the next line may still state the decisive cause's figures (the parser reads it whatever it
+        holds)."""
+        return self._continuation > 0
+
     def feed(self, process: str, message: str, quiet: bool) -> Match | None:
         """Take one message; the Match it is, if any (refined: an OOM's phase from its traceback's frames)."""
         if not quiet:
