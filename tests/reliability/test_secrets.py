@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.reliability.conftest import cli, fake_matrix, only_run
+from tests.helpers.env import ROOT
+from tests.helpers.reliability import cli, fake_matrix, only_run
 
 SECRETS = {"HF_TOKEN": "hf_reliabilitySecretToken42", "VLLM_API_KEY": "sk-reliabilityApiKey4242",
            "OPENAI_API_KEY": "sk-harnessOnlySecret4343"}
