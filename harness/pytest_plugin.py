@@ -2,7 +2,14 @@
 the run owner (`harness.RunSession`), which opens, runs and finishes the run. The library it uses: docs/api.md.
 
     pytest tests/test_boot_matrix.py --boot-matrix examples/cpu-tiny.yaml [--boot-results-dir D] [--boot-select EXPR]
-        [--boot-shard I/N|auto] [--boot-timeout S]     (--matrix, --results-dir, --select, --shard: the old spellings)
+        [--boot-shard I/N|auto] [--boot-timeout S]
+
+Every option is `--boot-*` and the parametrized argument is `boot_cell`: the entry point loads the plugin into the
+pytest session of every project that installs the package, so it claims nothing unprefixed there (no option, no
+argument name another project may use). The old spellings `--matrix`, `--results-dir`, `--select` and `--shard` are
+read for one more release, never registered: each is rewritten on the command line before pytest parses it, with a
+PytestDeprecationWarning (it obeys -W and filterwarnings, and shows in the warnings summary) — unless another plugin or
+an initial conftest registers that option itself, which then keeps it.
 
 A test that asks for `boot_result` is parametrized over the matrix's cells (ids are the cell ids, so `-k` works); the
 fixture boots that cell and hands back its CellResult; `explain(result)` is the mismatch message. Each test carries
@@ -17,12 +24,13 @@ directory booting one cell at a time on its GPUs; split a matrix with `--boot-sh
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
 
-from harness.matrix.cells import Cell
 from harness.errors import UsageError
+from harness.matrix.cells import Cell
 from harness.results.model import CellResult, RunStatus
 
 _SELECTION = pytest.StashKey["_Selection"]()
@@ -34,15 +42,40 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     from harness.cli.common import add_timeout
 
     group = parser.getgroup("boot-harness", "boot every cell of a vLLM configuration matrix")
-    group.addoption("--boot-matrix", "--matrix", dest="boot_matrix", default=None,
+    group.addoption("--boot-matrix", dest="boot_matrix", default=None,
                     help="matrix file whose cells become tests")
-    group.addoption("--boot-results-dir", "--results-dir", dest="boot_results_dir", default="results",
+    group.addoption("--boot-results-dir", dest="boot_results_dir", default="results",
                     help="where the run directory goes (default: results)")
-    group.addoption("--boot-select", "--select", dest="boot_select", action="append", default=None, metavar="EXPR",
+    group.addoption("--boot-select", dest="boot_select", action="append", default=None, metavar="EXPR",
                     help="cells to take (as the CLI's --select)")
     add_timeout(group.addoption, "--boot-timeout", dest="boot_timeout")
-    group.addoption("--boot-shard", "--shard", dest="boot_shard", default=None, metavar="I/N|auto",
+    group.addoption("--boot-shard", dest="boot_shard", default=None, metavar="I/N|auto",
                     help="only shard I of N of the cells (as the CLI's --shard; auto: from the scheduler's variables)")
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]):
+    """The old spellings (harness.pytest_spellings), rewritten in `args` (the list pytest parses next) once the initial
+    conftests are loaded, so that one of them can claim an old spelling as its own option; they are found by the paths
+    in the rewritten arguments, so that an old option's value is not taken for a test path (as a new one's is not)."""
+    from harness.pytest_spellings import claimed, rewrite, used
+
+    before = list(args)
+    early = rewrite(before, keep=claimed(parser))
+    if early != before:
+        try:
+            known = parser.parse_known_args(early, namespace=copy.copy(early_config.option))
+        except pytest.UsageError:  # an old spelling a conftest will register as a flag: its error, if any, comes later
+            pass
+        else:
+            known.confcutdir = early_config.known_args_namespace.confcutdir
+            early_config.known_args_namespace = known
+    result = yield
+    args[:] = rewrite(before, keep=claimed(parser))
+    for old, new in used(before, args):
+        early_config.issue_config_time_warning(pytest.PytestDeprecationWarning(
+            f"{old} is a deprecated spelling of {new} (boot-harness); the next release reads only {new}"), stacklevel=2)
+    return result
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -87,12 +120,12 @@ def _options(config: pytest.Config):
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "matrix_cell" not in metafunc.fixturenames:
+    if "boot_cell" not in metafunc.fixturenames:
         return
     if not metafunc.config.getoption("boot_matrix"):
         raise pytest.UsageError(f"{metafunc.definition.nodeid} needs --boot-matrix FILE")
     cells = _selection(metafunc.config).cells
-    metafunc.parametrize("matrix_cell", cells, ids=[c.id for c in cells])
+    metafunc.parametrize("boot_cell", cells, ids=[c.id for c in cells])
 
 
 @pytest.fixture(scope="session")
@@ -123,11 +156,11 @@ def boot_session(request: pytest.FixtureRequest, boot_runtime, boot_options):
 
 
 @pytest.fixture
-def boot_result(request: pytest.FixtureRequest, boot_session, matrix_cell: Cell) -> CellResult:
+def boot_result(request: pytest.FixtureRequest, boot_session, boot_cell: Cell) -> CellResult:
     """Boot this test's cell for real and return its record (already written to the run directory)."""
     from harness.scale.junit import cell_properties
 
-    result = boot_session.boot(matrix_cell)
+    result = boot_session.boot(boot_cell)
     if result is None:
         pytest.exit("interrupted", returncode=pytest.ExitCode.INTERRUPTED)
     request.node.user_properties.extend(cell_properties(result))  # JUnit <properties> (xunit1), reportlog

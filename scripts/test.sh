@@ -18,7 +18,7 @@ echo "setup took $(( $(date +%s) - t0 )) s" >&2
 paths=(tests)
 for a in "$@"; do [[ $a != -* && -e $a ]] && paths=() && break; done
 # Both cores: two xdist workers; the tests that share a container engine, and those that share real-vLLM boots, each
-# keep to one worker (tests/conftest.py, LANES; docs/testing.md). `-n 0` or `-p no:xdist` runs in one process.
+# keep to one worker (tests/helpers/lanes.py, LANES; docs/testing.md). `-n 0` or `-p no:xdist` runs in one process.
 workers=(-n 2 --dist loadgroup)
 for a in "$@"; do [[ $a == -n* || $a == --numprocesses* || $a == --dist* || $a == no:xdist ]] && workers=() && break; done
 exec .venv/bin/python -m pytest "${paths[@]}" "${workers[@]}" "$@"

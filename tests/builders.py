@@ -9,7 +9,9 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-FAKE_VLLM = ROOT / "tests" / "fakes" / "fake_vllm.py"
+#: The stand-in servers (tests/fakes/): fake_vllm.py's scenarios, and the KV-arithmetic servers.
+FAKES = ROOT / "tests" / "fakes"
+FAKE_VLLM = FAKES / "fake_vllm.py"
 
 
 def write_matrix(path: Path, doc: dict) -> Path:

@@ -1,5 +1,5 @@
 """`boot-harness` as a user runs it: a child process through pipes (no TTY, COLUMNS unset), its output as text. The
-one way the tests start the CLI; `harness.cli.main(argv)` in-process is for the fast unit tests."""
+one way the tests start the CLI; `harness.cli.main(argv)` in-process (`in_process`) is for the fast unit tests."""
 
 from __future__ import annotations
 
@@ -36,3 +36,10 @@ def start_boot_harness(*args: object, env: dict[str, str] | None = None, cwd: Pa
     """`boot-harness ARGS` left running (to signal it, to act while it boots); its output goes where `popen` says."""
     popen.setdefault("text", True)
     return subprocess.Popen([*program, *map(str, args)], cwd=cwd, env=cli_env(env), **popen)
+
+
+def in_process(*argv: str) -> int:
+    """`boot-harness ARGV`, in this process: its exit code; its output goes to the test's captured streams."""
+    from harness.cli import main
+
+    return main(list(argv))

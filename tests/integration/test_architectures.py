@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from tests.conftest import LIGHT_BOOT, ROOT, require
-from tests.integration.conftest import harness_cli, run_matrix
+from tests.helpers.boots import harness_cli, run_matrix
+from tests.helpers.env import LIGHT_BOOT, ROOT, require
 
 pytestmark = pytest.mark.vllm
 MATRIX = ROOT / "examples" / "cpu-architectures.yaml"

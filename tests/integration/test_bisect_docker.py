@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.builders import fake_matrix
-from tests.conftest import require
-from tests.integration.conftest import harness_cli
+from tests.helpers.boots import harness_cli
+from tests.helpers.env import require
 
 FIRST_BAD = 11
 N = 16

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import CPU_EXAMPLE, harness_cli, read_run
+from tests.helpers.boots import CPU_EXAMPLE, harness_cli, read_run
 
 pytestmark = pytest.mark.vllm
 CELL = "mml2048-spec_off-kv_tight"

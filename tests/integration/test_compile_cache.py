@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from tests.builders import write_matrix
-from tests.conftest import LIGHT_BOOT, ROOT
-from tests.integration.conftest import check_timeline, harness_cli, run_matrix
+from tests.helpers.boots import check_timeline, harness_cli, run_matrix
+from tests.helpers.env import LIGHT_BOOT, ROOT
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

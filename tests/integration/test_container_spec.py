@@ -24,7 +24,7 @@ from harness.runtime.container import ContainerRuntime
 from harness.runtime.ports import free_port
 from harness.shell import format_shell
 from tests.builders import write_matrix
-from tests.integration.test_podman import PODMAN_CLI_ENV, podman  # noqa: F401 - the fixture, and the CLI's settings
+from tests.helpers.env import PODMAN_CLI_ENV  # noqa: F401 - the fixture, and the CLI's settings
 
 TARGET = "/etc/debian_version"
 #: Secrets the cell is given; the printed command must name them (`"$HF_TOKEN"`), never hold them.

@@ -39,7 +39,7 @@ import pytest
 import yaml
 
 from tests.builders import fake_matrix
-from tests.conftest import ROOT
+from tests.helpers.env import ROOT
 
 DEPLOY = ROOT / "deploy"
 #: The fake matrix's axis values: with 2 shards, scenario_a hashes into shard 1 and the rest into shard 2, so both
@@ -147,7 +147,7 @@ def kubectl(argv: list[str]) -> int:
 
 def run_job(doc: dict, state: Path) -> tuple[str, str]:
     """A Job run to its end as its controller and the kubelet would: ("Complete" | "Failed", every pod's output)."""
-    from tests.unit.test_deploy_schemas import kube_expand
+    from tests.helpers.deploy import kube_expand
 
     name, spec = doc["metadata"]["name"], doc["spec"]
     pod = spec["template"]["spec"]

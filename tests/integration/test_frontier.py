@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from tests.conftest import LIGHT_BOOT
-from tests.integration.conftest import CPU_EXAMPLE, harness_cli, only_run_dir, read_run
+from tests.helpers.boots import CPU_EXAMPLE, harness_cli, only_run_dir, read_run
+from tests.helpers.env import LIGHT_BOOT
 
 pytestmark = pytest.mark.vllm
 

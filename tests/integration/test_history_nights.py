@@ -9,14 +9,14 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
 from tests.builders import fake_matrix
 from tests.cli import BOOT_HARNESS, boot_harness
-from tests.conftest import ROOT
+from tests.helpers.env import ROOT
+from tests.helpers.page import read_page
 
 NIGHTS = 12
 SLOW_FROM, FLIP_FROM, KV_FROM, NEW_FROM, MERGED = 6, 8, 4, 5, (3, 7)
@@ -128,36 +128,11 @@ def test_the_terminal_table_keeps_whole_ids_through_a_pipe(nights):
     assert proc.stdout.count("case_steady") == 0
 
 
-class Page(HTMLParser):
-    """The history page's hooks as the browser's DOM holds them."""
-
-    def __init__(self):
-        super().__init__()
-        self.rows: dict[str, dict[str, str]] = {}
-        self.nights: list[dict[str, str]] = []
-        self.change_points: list[dict[str, str]] = []
-
-    def handle_starttag(self, tag, attrs):
-        a = {k: v or "" for k, v in attrs}
-        if tag == "tr" and "data-cell-id" in a:
-            self.rows[a["data-cell-id"]] = a
-        if tag == "td" and "night" in a.get("class", "").split():
-            self.nights.append(a)
-        if tag == "circle" and a.get("class") == "cp":
-            self.change_points.append(a)
-
-
-def read_page(html: str) -> Page:
-    page = Page()
-    page.feed(html)
-    return page
-
-
 def test_the_html_renders_in_chromium_with_a_row_per_cell_a_column_per_night_and_the_step(told, tmp_path):
-    from tests.conftest import require
-    from tests.integration.test_report_browser import REFUSED_BG, _has_pil, browse, chromium, near
+    from tests.helpers.browser import REFUSED_BG, browse, chromium, has_pil, near
+    from tests.helpers.env import require
 
-    require("Pillow (with matplotlib)", _has_pil(), "pip install -e '.[analysis]'")
+    require("Pillow (with matplotlib)", has_pil(), "pip install -e '.[analysis]'")
 
     _, doc, out = told
     exe = chromium()

@@ -14,8 +14,8 @@ import pytest
 
 from tests.builders import FAKE_VLLM, variant_of
 from tests.cli import boot_harness
-from tests.integration.conftest import CPU_EXAMPLE, read_run
-from tests.integration.test_history_nights import read_page
+from tests.helpers.boots import CPU_EXAMPLE, read_run
+from tests.helpers.page import read_page
 
 pytestmark = pytest.mark.vllm
 FAKE_NIGHTS = 6
@@ -54,7 +54,7 @@ def test_the_real_night_comes_first_and_its_refusals_changed_with_the_version(re
 
 
 def test_the_page_with_the_real_night_renders_in_chromium(real_and_fake, tmp_path):
-    from tests.integration.test_report_browser import browse, chromium
+    from tests.helpers.browser import browse, chromium
 
     _, doc, recorded, page = real_and_fake
     proc = browse(chromium(), page, tmp_path, "--dump-dom")

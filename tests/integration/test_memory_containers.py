@@ -13,9 +13,8 @@ from __future__ import annotations
 import pytest
 
 from tests.builders import fake_matrix, write_matrix
-from tests.integration.conftest import run_matrix
-from tests.integration.test_memory_real import KV_BYTES, check_curve, weights_bytes
-from tests.integration.test_podman import podman  # noqa: F401 - the fixture: the podman API and its base image
+from tests.helpers.boots import run_matrix
+from tests.helpers.memory_real import KV_BYTES, check_curve, weights_bytes
 
 ARGS = ["--enforce-eager", "--dtype", "float32", "--max-num-seqs", "4", "--max-model-len", "2048"]
 

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,27 +20,15 @@ import pytest
 import yaml
 
 from harness.runtime.ports import free_port
-from tests.cli import start_boot_harness
 from tests import builders
-from tests.conftest import ROOT, STANDIN_NVML, require
-from tests.integration.conftest import boots_in_a_shell, harness_cli, only_run_dir, read_run
+from tests.cli import start_boot_harness
+from tests.helpers.boots import boots_in_a_shell, harness_cli, only_run_dir, read_run
+from tests.helpers.env import PODMAN_CLI_ENV, STANDIN_NVML
 
 pytestmark = pytest.mark.podman
 LABEL = "boot-harness.owner-pid"
 TARGET = "/etc/debian_version"
 MARK = "patched-by-boot-harness"
-
-
-@pytest.fixture(scope="session")
-def podman() -> dict[str, str]:
-    image, sock = os.environ.get("PODMAN_IMAGE", ""), os.environ.get("PODMAN_SOCK", "/run/podman/podman.sock")
-    ok = bool(image) and subprocess.run([sys.executable, str(ROOT / "scripts" / "ping-engine.py"), sock]).returncode == 0
-    require("the podman API with the base image", ok, "run scripts/setup-podman.sh (scripts/test.sh does)")
-    return {"PODMAN_IMAGE": image, "CONTAINER_HOST": f"unix://{sock}"}
-
-
-#: The podman CLI with the settings scripts/setup-podman.sh wrote for this machine.
-PODMAN_CLI_ENV = {"CONTAINERS_CONF": str(Path.home() / ".cache" / "boot-harness" / "podman" / "containers.conf")}
 
 
 def podman_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:

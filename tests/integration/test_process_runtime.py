@@ -9,24 +9,15 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
-from harness.matrix.load import load_matrix
-from harness.boot.session import RunOptions, RunSession
+
 from harness.runtime.ports import free_port
 from harness.runtime.process import ProcessRuntime
-from tests.builders import FAKE_VLLM, fake_matrix
+from tests.builders import FAKE_VLLM
+from tests.helpers.fake_boot import boot
 
 FAKE = str(FAKE_VLLM)
-
-
-def boot(tmp_path: Path, scenario: str, runtime: ProcessRuntime | None = None, **top):
-    loaded = load_matrix(fake_matrix(tmp_path / "fake.yaml", [scenario], **{"linger_s": 3, **top}))
-    cell = list(loaded.cells)[0]
-    session = RunSession.open(loaded, [cell], RunOptions(results_dir=tmp_path / "results"), runtime=runtime)
-    (result,) = session.run()
-    return result, session.store
 
 
 def group_gone(pgid: int) -> bool:

@@ -5,7 +5,7 @@ that docker-py's images.pull() leaves — and the pull's progress shows in the l
 from __future__ import annotations
 
 from tests.builders import write_matrix
-from tests.integration.conftest import harness_cli
+from tests.helpers.boots import harness_cli
 from tests.standins.registry import RATE_LIMIT, RateLimitedRegistry
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli import start_boot_harness
-from tests.integration.conftest import only_run_dir, processes_with
+from tests.helpers.boots import only_run_dir, processes_with
 from tests.integration.real_faults import Fault, cells_of, check_readers, check_records, fault_matrix, keep_seconds
 
 pytestmark = pytest.mark.vllm

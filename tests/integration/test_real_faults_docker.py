@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.conftest import run_matrix
+from tests.helpers.boots import run_matrix
 from tests.integration.real_faults import Fault, check_readers, check_records, fault_matrix, keep_seconds
 
 pytestmark = pytest.mark.docker

@@ -6,33 +6,18 @@ missing browser fails the test instead of skipping it."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.boots import harness_cli
+from tests.helpers.browser import BOOTED_BG, REFUSED_BG, browse, chromium, has_pil, near
+from tests.helpers.env import require
 from tests.synthetic import cpu_example_run, seed_run, write_run
-from tests.conftest import require
-from tests.integration.conftest import harness_cli
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-         "--mute-audio", "--force-device-scale-factor=1"]
-BOOTED_BG, REFUSED_BG = (0xC8, 0xE6, 0xC9), (0xFF, 0xF3, 0xC4)  # harness/report/html.py COLOURS
 NEED_RED, CAP_BLUE = (0xC6, 0x28, 0x28), (0x15, 0x65, 0xC0)  # harness/report/plot.py
-
-
-def chromium() -> str:
-    exe = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
-    require("chromium", exe is not None, "apt-get update && apt-get install -y chromium")
-    return exe or ""
-
-
-def browse(exe: str, page: Path, tmp: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([exe, *FLAGS, f"--user-data-dir={tmp / 'profile'}", *extra, page.as_uri()],
-                          capture_output=True, text=True, timeout=180)
 
 
 class Dom(HTMLParser):
@@ -49,24 +34,20 @@ class Dom(HTMLParser):
             self.imgs.append(a)
 
 
-def near(colours: set[tuple[int, int, int]], want: tuple[int, int, int], tol: int = 10) -> bool:
-    return any(all(abs(c[i] - want[i]) <= tol for i in range(3)) for c in colours)
-
-
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     """`boot-harness report RUN --html FILE` on the CPU example's calibrated run (through the CLI's entry)."""
     tmp = tmp_path_factory.mktemp("report")
     run_dir = write_run(cpu_example_run(), tmp / "results")
     page = tmp / "report.html"
-    from tests.unit.test_analysis_frontier import cli
+    from tests.cli import in_process as cli
 
     assert cli("report", str(run_dir), "--html", str(page)) == 0
     return page
 
 
 def test_the_report_renders_in_a_headless_browser_with_colours_and_the_plot(report, tmp_path):
-    require("Pillow (with matplotlib)", _has_pil(), "pip install -e '.[analysis]'")
+    require("Pillow (with matplotlib)", has_pil(), "pip install -e '.[analysis]'")
     from PIL import Image
 
     exe = chromium()
@@ -112,23 +93,17 @@ def harness_cli_report(run_dir: Path, page: Path) -> subprocess.CompletedProcess
     return harness_cli("report", str(run_dir), "--html", str(page), timeout=120)
 
 
-def _has_pil() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("PIL") is not None
-
-
 def test_the_boot_timeline_draws_a_bar_per_cell_on_one_scale_in_the_browser(tmp_path):
     """A run of scripted boots (FakeRuntime: every phase line, one slower cell, one that stalls until its deadline):
     the report's bars are in the DOM with their phases, the slowest cell's bar spans the track, and the phase colours
     are painted."""
-    require("Pillow (with matplotlib)", _has_pil(), "pip install -e '.[analysis]'")
+    require("Pillow (with matplotlib)", has_pil(), "pip install -e '.[analysis]'")
     from PIL import Image
 
     from harness.boot.session import RunOptions, RunSession
+    from harness.logfacts.timeline import Milestone
     from harness.matrix.load import load_matrix
     from harness.report.timeline import PHASE_COLOURS
-    from harness.logfacts.timeline import Milestone
     from harness.runtime.fake import FakeRuntime, Script
     from tests.builders import write_matrix
 
@@ -160,14 +135,14 @@ def test_a_memory_curve_draws_in_the_browser_with_its_phases_limit_and_peak(tmp_
     """A run whose cells carry memory curves (a GPU boot with its phases, a CPU refusal whose limit is far above its
     peak, an older record without one): the report's SVG curves are in the DOM with their hooks, and the screenshot
     paints the curve, the peak, the limit and the phase bands in their colours."""
-    require("Pillow (with matplotlib)", _has_pil(), "pip install -e '.[analysis]'")
+    require("Pillow (with matplotlib)", has_pil(), "pip install -e '.[analysis]'")
     from PIL import Image
 
     from harness.logfacts.timeline import Milestone
     from harness.report import memory
     from harness.report.timeline import PHASE_COLOURS
+    from tests.helpers.memory_cells import cpu_refused_cell, gpu_cell
     from tests.synthetic import make_cell, make_run
-    from tests.unit.test_memory_report import cpu_refused_cell, gpu_cell
 
     run = make_run("memory", [gpu_cell(), cpu_refused_cell(),
                               make_cell("mml8192-old", {"max_model_len": "8192", "gpu": "h100"}, "booted")])

@@ -17,7 +17,7 @@ import pytest
 
 from harness.cli import main
 from harness.runtime.patching import apply_gnu_patch, patch_file
-from tests.unit.test_patching import pristine_from_the_seeds_context
+from tests.helpers.seeds import pristine_from_the_seeds_context
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED_PATCH = ROOT / "patches" / "gpu_worker-kv-cap.patch"

@@ -9,7 +9,7 @@ from datetime import datetime
 
 import pytest
 
-from tests.integration.conftest import CPU_EXAMPLE, harness_cli, only_run_dir, read_run
+from tests.helpers.boots import CPU_EXAMPLE, harness_cli, only_run_dir, read_run
 
 pytestmark = pytest.mark.vllm
 

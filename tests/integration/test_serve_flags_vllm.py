@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from harness.predict.serve_flags import ServeFlags
-from tests.conftest import ROOT, require
-from tests.unit.test_serve_flag_spellings import DRAFT, MTP, harness_reads
+from tests.helpers.env import ROOT, require
+from tests.helpers.serve_flags import DRAFT, MTP, harness_reads
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

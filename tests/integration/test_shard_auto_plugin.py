@@ -12,7 +12,8 @@ import sys
 from harness.matrix.load import load_matrix
 from harness.matrix.scheduler import K8S_COUNT
 from harness.matrix.shard import shard_of
-from tests.unit.test_shard_auto import ROOT, SCHEDULER_VARIABLES, fake_matrix
+from tests.helpers.env import ROOT
+from tests.helpers.shard_auto import SCHEDULER_VARIABLES, fake_matrix
 
 
 def test_the_pytest_plugin_takes_shard_auto_and_refuses_it_in_one_line(tmp_path):

@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from tests.builders import variant_of
-from tests.conftest import LIGHT_BOOT, ROOT
-from tests.integration.conftest import (CPU_EXAMPLE, check_timeline, harness_cli, interrupt_when_started,
-                                       only_run_dir, processes_with, read_run)
+from tests.helpers.env import LIGHT_BOOT, ROOT
+from tests.helpers.boots import (CPU_EXAMPLE, check_timeline, harness_cli, interrupt_when_started, only_run_dir,
+                                 processes_with, read_run)
 
 pytestmark = pytest.mark.vllm
 KIB = 1024
@@ -160,7 +160,7 @@ def test_the_pytest_plugin_runs_cells_as_tests_and_explains_a_mismatch(vllm_cpu,
     results = tmp_path / "r"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(ROOT / "tests" / "test_boot_matrix.py"),
-         "--matrix", str(matrix), "--results-dir", str(results), "-k", "mml2048-spec_draft-kv_tight", "-q"],
+         "--boot-matrix", str(matrix), "--boot-results-dir", str(results), "-k", "mml2048-spec_draft-kv_tight", "-q"],
         cwd=ROOT, env={**os.environ, **vllm_cpu, **LIGHT_BOOT}, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert "test_cell_meets_its_expectation[mml2048-spec_draft-kv_tight]" in proc.stdout

@@ -16,21 +16,12 @@ scripts/setup-rehearsal.sh writes those values as REHEARSAL_* variables.
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import STANDIN_NVML, require
-STUB_HOOK = Path("/usr/local/lib/boot-harness/gpu-stubs/bin/nvidia-container-runtime-hook")
-STUB_HOOK_LOG = Path("/var/log/boot-harness-stub-nvidia-hook.log")
-#: The stand-in GPU's scripted memory curve for a server (tests/standins/nvml/pynvml.py): weights, KV, graphs.
-STANDIN_CURVE = "0:1,2:40,4:90,6:118"
-_HOW = "run scripts/test.sh, or `. \"$(bash scripts/setup-rehearsal.sh | tail -1)\"` first"
-
-
-def _image_present(tag: str) -> bool:
-    return subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
+from tests.helpers.env import STANDIN_NVML, require
+from tests.helpers.rehearsal import HOW_REHEARSAL, STANDIN_CURVE, STUB_HOOK, image_present
 
 
 @pytest.fixture(scope="session")
@@ -39,9 +30,9 @@ def standin() -> dict[str, str]:
     names = ("REHEARSAL_FORK_IMAGE", "REHEARSAL_KV_CAP_BASE_SHA256", "REHEARSAL_KV_CAP_PATCHED_SHA256",
              "REHEARSAL_GLM_MODEL_DIR", "REHEARSAL_GLM_MODEL_DIR_SHORT")
     values = {n: os.environ.get(n, "") for n in names}
-    ok = all(values.values()) and STUB_HOOK.exists() and _image_present(values["REHEARSAL_FORK_IMAGE"]) \
+    ok = all(values.values()) and STUB_HOOK.exists() and image_present(values["REHEARSAL_FORK_IMAGE"]) \
         and Path(values["REHEARSAL_GLM_MODEL_DIR"], "config.json").exists()
-    require("the GPU rehearsal's stand-ins (fork image, MTP model, stub GPU hooks)", ok, _HOW)
+    require("the GPU rehearsal's stand-ins (fork image, MTP model, stub GPU hooks)", ok, HOW_REHEARSAL)
     return {
         "FORK_IMAGE": values["REHEARSAL_FORK_IMAGE"],
         "KV_CAP_BASE_SHA256": values["REHEARSAL_KV_CAP_BASE_SHA256"],
@@ -61,5 +52,3 @@ def short_model() -> str:
     return os.environ.get("REHEARSAL_GLM_MODEL_DIR_SHORT", "")
 
 
-def new_run_dirs(results: Path, before: set[Path]) -> list[Path]:
-    return sorted(p for p in results.glob("*/results.json") if p.parent not in before)

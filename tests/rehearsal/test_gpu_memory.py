@@ -11,8 +11,8 @@ import json
 import pytest
 
 from tests.builders import write_matrix
-from tests.conftest import LIGHT_BOOT, STANDIN_NVML
-from tests.integration.conftest import harness_cli, only_run_dir
+from tests.helpers.boots import harness_cli, only_run_dir
+from tests.helpers.env import LIGHT_BOOT, STANDIN_NVML
 
 
 @pytest.mark.slow

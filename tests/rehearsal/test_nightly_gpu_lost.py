@@ -9,9 +9,9 @@ from __future__ import annotations
 import threading
 
 from tests import builders
-from tests.conftest import ROOT, STANDIN_NVML
+from tests.helpers.env import ROOT, STANDIN_NVML
+from tests.helpers.reliability import wait_for
 from tests.rehearsal.actions import Runner
-from tests.reliability.conftest import wait_for
 
 WORKFLOW = ROOT / ".github" / "workflows" / "nightly-gpu.yml"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers.env import ROOT
 from tests.rehearsal.actions import JobResult, Runner
 
 WORKFLOW = ROOT / ".github" / "workflows" / "nightly-gpu.yml"

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests.cli import boot_harness
-from tests.conftest import ROOT
-from tests.integration.conftest import boots_in_a_shell, check_timeline
-from tests.rehearsal.conftest import STUB_HOOK_LOG, new_run_dirs
+from tests.helpers.boots import boots_in_a_shell, check_timeline
+from tests.helpers.env import ROOT
+from tests.helpers.rehearsal import STUB_HOOK_LOG, new_run_dirs
 
 README = ROOT / "README.md"
 RESULTS = ROOT / "results"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, require
+from tests.helpers.env import ROOT, require
 
 CLUSTER = ROOT / "scripts" / "slurm-cluster.sh"
 #: One cell in each of the two shards: the seed's story at 131072 (boots without MTP, refused with it).

@@ -11,8 +11,8 @@ import os
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
 from tests.doc_block import DocBlock
+from tests.helpers.env import ROOT
 
 CORPUS = ROOT / "tests" / "data" / "bad_matrices"
 EXTRA = ROOT / "tests" / "reliability" / "data" / "bad_matrices"

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from tests.cli import boot_harness
-from tests.reliability.conftest import fake_matrix
+from tests.helpers.reliability import fake_matrix
 
 #: `boot-harness ARGS`, then its own peak RSS on stderr: VmHWM, the high-water mark of this process image's memory.
 #: (Not getrusage's ru_maxrss: Linux carries it across exec, so it would report the forking parent's RSS if larger.)

@@ -16,8 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
 from tests.doc_block import DocBlock
+from tests.helpers.env import ROOT
 
 DOC = ROOT / "docs" / "reliability.md"
 BEGIN, END = "<!-- hostile:begin (python -m tests.reliability.hostile_table --write) -->", "<!-- hostile:end -->"

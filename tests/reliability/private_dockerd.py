@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.helpers.env import ROOT
 
 BASE_REPO = "boot-harness/debian-bookworm-python"
 #: A bridge for its containers (dockerd's default docker0 is the machine engine's). Short: interface names are <= 15.

@@ -19,8 +19,8 @@ import signal
 import time
 from pathlib import Path
 
-from tests.conftest import ROOT, docker_env, vllm_cpu_env
-from tests.reliability.conftest import (
+from tests.helpers.env import ROOT, docker_env, vllm_cpu_env
+from tests.helpers.reliability import (
     Harness,
     check_run_dir,
     cli,

@@ -13,8 +13,8 @@ import subprocess
 
 import pytest
 
+from tests.helpers.reliability import cli, fake_matrix, run_dirs
 from tests.reliability import bad_input_table as table
-from tests.reliability.conftest import cli, fake_matrix, run_dirs
 
 EXTRA = table.EXTRA
 EXTRA_ROWS = table.rows(EXTRA / "EXPECTED.tsv")

@@ -17,7 +17,7 @@ from harness.errors import ConfigError
 from harness.matrix.load import load_matrix
 from harness.matrix.model import Matrix
 from harness.runtime.reader import MAX_LINE, pump_chunks, pump_lines
-from tests.conftest import ROOT
+from tests.helpers.env import ROOT
 
 GOOD = sorted((ROOT / "tests" / "data" / "good_matrices").glob("*.yaml")) + sorted((ROOT / "examples").glob("*.yaml"))
 FUZZ = settings(max_examples=200, deadline=None,

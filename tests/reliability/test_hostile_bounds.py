@@ -28,7 +28,7 @@ import pytest
 
 from harness.matrix import model as matrix_model
 from tests.builders import write_matrix
-from tests.reliability.conftest import cli, fake_matrix, only_run
+from tests.helpers.reliability import cli, fake_matrix, only_run
 from tests.synthetic import make_cell, make_run, write_run
 
 # ---------------------------------------------------------------------------------------------------- helpers

@@ -26,7 +26,7 @@ import pytest
 from harness.masking import MIN_PREFIX
 from harness.runtime.fake import FakeRuntime, Script
 from tests.builders import write_matrix
-from tests.reliability.conftest import only_run
+from tests.helpers.reliability import only_run
 
 KEY = "sk-live-Q7fZk2Lm9TxW4vB8nR1p"
 SECRET = 'hf_Tq7/9+Zk"Üb\\Xw2Rm5Lp8Nv3'  # what JSON, URLs and \u escapes each spell differently

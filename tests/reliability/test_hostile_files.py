@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from harness.matrix.load import load_matrix
 from harness.results.model import MatrixRef
-from tests.reliability.conftest import cli, fake_matrix
+from tests.helpers.reliability import cli, fake_matrix
 from tests.synthetic import make_cell, make_run, write_run
 
 #: Seconds any one command may take here before the test calls it hung (they take about one).

@@ -35,7 +35,7 @@ from harness.results.store import RunStore
 from harness.runtime import scratch
 from harness.runtime.fake import FakeRuntime
 from tests.builders import write_matrix
-from tests.conftest import ROOT
+from tests.helpers.env import ROOT
 
 VICTIM_BYTES = b"someone's precious bytes\n"
 CELLS = ("c_a", "c_b")

@@ -20,7 +20,7 @@ import pytest
 
 from harness.matrix.cells import MAX_CELLS, MAX_ID_CHARS
 from harness.matrix.load import load_matrix
-from tests.reliability.conftest import cli, fake_matrix
+from tests.helpers.reliability import cli, fake_matrix
 
 #: A matrix file is refused in well under this; past it, the loader is working through the input (a hang).
 HUNG_S = 30

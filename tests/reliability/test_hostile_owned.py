@@ -25,7 +25,7 @@ import pytest
 from harness.runtime import scratch
 from harness.runtime.compile_cache import CompileCache
 from harness.runtime.process import SERVER_ID_VAR, ActiveRecord, boot_id, proc_start_time
-from tests.reliability.conftest import cli, fake_matrix, only_run, read_json
+from tests.helpers.reliability import cli, fake_matrix, only_run, read_json
 
 #: Above any live pid, within PID_MAX_LIMIT: the harness that wrote a forged record is "dead".
 DEAD_OWNER = 2**22

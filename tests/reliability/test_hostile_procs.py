@@ -26,8 +26,8 @@ from harness.runtime import carriers
 from harness.runtime.carriers import Carrier
 from harness.runtime.ports import listener_pids
 from harness.runtime.process import REAP_S, SERVER_ID_VAR, ProcessServer, proc_start_time
-from tests.conftest import ROOT
-from tests.reliability.conftest import fake_matrix, kill_pids, live, only_run, read_json, wait_for
+from tests.helpers.env import ROOT
+from tests.helpers.reliability import fake_matrix, kill_pids, live, only_run, read_json, wait_for
 
 ESCAPER = ROOT / "tests" / "fakes" / "escaping_server.py"
 SHAPES = ("daemon", "group", "session")

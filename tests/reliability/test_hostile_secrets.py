@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.builders import write_matrix
-from tests.reliability.conftest import FAKE, cli, fake_matrix, only_run
+from tests.helpers.reliability import FAKE, cli, fake_matrix, only_run
 
 SECRET = "hf_SeCrEt1234567890"
 PY = sys.executable

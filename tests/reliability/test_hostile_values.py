@@ -26,7 +26,7 @@ import pytest
 from harness.predict.serve_flags import parse_serve_flags
 from harness.predict.predictor import predict
 from harness.predict.model import read_model
-from tests.reliability.conftest import cli, fake_matrix, only_run, read_json
+from tests.helpers.reliability import cli, fake_matrix, only_run, read_json
 
 HUGE = "1" + "0" * 400  # overflows a float; an int beyond any machine
 LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2,

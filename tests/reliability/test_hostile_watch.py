@@ -26,7 +26,7 @@ import pytest
 from harness.analysis.history_runs import FUTURE_SKEW, read_nights
 from harness.logfacts import parser as log_parser
 from tests.builders import write_matrix
-from tests.reliability.conftest import fake_matrix, only_run, read_json
+from tests.helpers.reliability import fake_matrix, only_run, read_json
 from tests.synthetic import _T0, make_cell, make_run, write_run
 
 FLOOD_MB = 6

@@ -19,7 +19,7 @@ import pytest
 from harness.bisect.runner import read_plan
 from harness.cli import main
 from tests.builders import write_matrix
-from tests.reliability.conftest import kill_pids, marks, run_dirs, server_pids, wait_for
+from tests.helpers.reliability import kill_pids, marks, run_dirs, server_pids, wait_for
 
 FAKE = Path(__file__).resolve().parents[1] / "fakes" / "fake_vllm.py"
 BUILDS = 8

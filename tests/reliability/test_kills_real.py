@@ -13,7 +13,7 @@ import signal
 
 import pytest
 
-from tests.reliability.conftest import BACKGROUND, figure
+from tests.helpers.reliability import BACKGROUND, figure
 from tests.reliability.real_chains import CONTAINER_CELL, PROCESS_CELL, ContainerChain, ProcessChain
 
 CLEAN_WITHIN_S = 5.0

@@ -20,9 +20,9 @@ import pytest
 from harness.runtime.process import SERVER_OOM_SCORE_ADJ
 from tests import builders
 from tests.cli import start_boot_harness
-from tests.integration.test_podman import PODMAN_CLI_ENV, podman  # noqa: F401 - the fixture, and the CLI's settings
-from tests.conftest import STANDIN_NVML, require
-from tests.reliability.conftest import cli, figure, only_run, read_json, wait_for
+from tests.helpers.env import PODMAN_CLI_ENV  # noqa: F401 - the fixture, and the CLI's settings
+from tests.helpers.env import STANDIN_NVML, require
+from tests.helpers.reliability import cli, figure, only_run, read_json, wait_for
 from tests.reliability.private_dockerd import PrivateDockerd, base_image, remove_private_dockerd, start_private_dockerd
 
 @pytest.fixture(scope="module")

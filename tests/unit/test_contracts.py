@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.verdict import Outcome, Reason
-from tests.conftest import ROOT
+from tests.helpers.env import ROOT
 
 HARNESS = ROOT / "harness"
 SOURCES = sorted(HARNESS.rglob("*.py"))

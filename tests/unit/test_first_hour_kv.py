@@ -24,7 +24,7 @@ from harness.predict.versions import config_rules_for
 from harness.report.kv import render_plan
 from harness.verdict.catalogue import Outcome, Reason
 from tests.builders import FAKE_VLLM, write_matrix
-from tests.conftest import ROOT
+from tests.helpers.env import ROOT
 
 MODELS = ROOT / "tests" / "data" / "kv" / "models"
 TINY = MODELS / "tiny-llama"

@@ -8,7 +8,7 @@ from harness.boot.frontier import run_frontier
 from harness.matrix.load import load_matrix
 from harness.runtime.fake import FakeRuntime, Script
 from tests.builders import write_matrix
-from tests.conftest import ROOT
+from tests.helpers.env import ROOT
 
 MODELS = ROOT / "tests" / "data" / "kv" / "models"
 DRAFT = '{"method":"draft_model","model":"%s","num_speculative_tokens":2}' % (MODELS / "tiny-draft")

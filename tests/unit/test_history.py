@@ -14,44 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.history import ChangeName, build_history, changes_between
+from harness.analysis.history import ChangeName, changes_between
 from harness.analysis.history_read import read_run
-from harness.analysis.history_runs import TOTAL, _why, phase_times, read_nights
+from harness.analysis.history_runs import TOTAL, _why, phase_times
 from harness.cli import main
 from harness.errors import ConfigError
 from harness.gpu.records import GpuInfo
 from harness.memory.model import DeviceMemory, MemoryCurve
-from harness.results.model import CellResult, Timings
+from harness.results.model import Timings
 from harness.results.store import load_run
 from harness.runtime.records import AppliedPatch, ContainerInfo
-from tests.synthetic import _T0, make_cell, make_run, write_run
+from tests.helpers.nights import by_id, cell, history, night
+from tests.synthetic import _T0, make_run
 
 LONG_ID = "mml131072-mtp4-floor_env-image_patched-" + "x" * 60
-
-
-def cell(cid: str = "c_a", outcome: str = "booted", *, boot_s: float = 40.0, expect: str = "booted",
-         vllm: str = "0.33.0", **update) -> CellResult:
-    refusal = ({"kind": "kv_cache_too_small", "max_seq_len": 4096, "needed_gib": 0.02, "available_gib": 0.01,
-                "estimated_max_model_len": 3072} if outcome == "refused" else None)
-    c = make_cell(cid, {"c": cid.removeprefix("c_")}, outcome, argv=["vllm", "serve", "--max-model-len", "4096"],
-                  env={"A": "1"}, kv={"available_gib": 0.5, "kv_tokens": 10720}, refusal=refusal,
-                  expected=(expect, None))
-    return c.model_copy(update={"timings": Timings(verdict_s=boot_s), "vllm_version": vllm, **update})
-
-
-def night(root: Path, i: int, cells: list[CellResult], *, run_id: str | None = None, matrix_name: str = "synthetic",
-          **update) -> Path:
-    run = make_run(run_id or f"night{i:02d}", cells, matrix_name)
-    return write_run(run.model_copy(update={"started_at": _T0 + timedelta(days=i), **update}), root)
-
-
-def history(paths: list[Path], select=None, last=None):
-    warnings: list[str] = []
-    return build_history(read_nights(paths, warnings.append), select, last, warnings)
-
-
-def by_id(h, cid: str):
-    return next(c for c in h.cells if c.cell_id == cid)
 
 
 # ---------------------------------------------------------------- order and matching

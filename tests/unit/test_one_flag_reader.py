@@ -18,7 +18,7 @@ from harness.errors import UsageError
 from harness.predict.serve_flags import flag_dest, flag_value, option_name, parse_serve_flags, spelling_of
 from harness.runtime.fake import FakeRuntime, Script
 from tests.builders import write_matrix
-from tests.conftest import ROOT
+from tests.helpers.env import ROOT
 
 MODEL = ROOT / "tests" / "data" / "kv" / "models" / "tiny-llama"
 GIB = 1 << 30

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from harness.cli import main
-from tests.conftest import ROOT
+from tests.helpers.env import ROOT
 
 RUNS = ROOT / "examples" / "runs"
 N1, N2, N3 = (str(RUNS / f"cpu-tiny-night{i}") for i in (1, 2, 3))

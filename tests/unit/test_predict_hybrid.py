@@ -19,7 +19,7 @@ from harness.predict.model import read_model
 from harness.predict.cell import platform_of, predict_cell
 from harness.predict.platforms import local_cpu
 from tests.cli import boot_harness
-from tests.conftest import ROOT
+from tests.helpers.env import ROOT
 
 DATA = ROOT / "tests" / "data"
 MODELS = DATA / "kv" / "models"

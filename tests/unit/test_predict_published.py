@@ -19,17 +19,9 @@ from harness.predict.serve_flags import parse_serve_flags
 from harness.predict.predictor import predict
 from harness.predict.model import read_model
 from harness.predict.serve_flags import ServeFlags
-from tests.unit.test_predict import PUBLISHED, held
+from tests.helpers.kv_logs import PUBLISHED, held, published_cases
 
 GIB = 1 << 30
-
-
-def _cases():
-    for path in sorted(PUBLISHED.rglob("*.json")):
-        doc = json.loads(path.read_text())
-        cases = doc.get("cases") or [{"flags": doc["flags"], "log": lines} for lines in doc["logs"]]
-        for i, case in enumerate(cases):
-            yield pytest.param(doc, case, id=f"{path.relative_to(PUBLISHED).with_suffix('')}-{i}")
 
 
 def _write(config: dict, where: Path, quant: dict | None = None) -> Path:
@@ -49,7 +41,7 @@ def _record(doc: dict, case: dict, tmp_path: Path, config: dict | None = None):
     return held(["--model", str(model), *flags], case["log"], doc["vllm_version"])
 
 
-@pytest.mark.parametrize("doc,case", list(_cases()))
+@pytest.mark.parametrize("doc,case", list(published_cases("**/*.json")))
 def test_every_published_boot_agrees_number_for_number(doc, case, tmp_path):
     assert doc.get("source") and doc.get("vllm_version"), "a case names its source and the release it came from"
     record = _record(doc, case, tmp_path)

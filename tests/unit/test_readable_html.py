@@ -18,9 +18,9 @@ from harness.report.glyphs import FALLBACK, text_only
 from harness.report.history import render_html as history_html
 from harness.report.plot import available as plot_available
 from harness.results.store import load_run
-from tests.conftest import require
+from tests.helpers.env import require
+from tests.helpers.nights import by_id, cell, history, night
 from tests.synthetic import cpu_example_run
-from tests.unit.test_history import by_id, cell, history, night
 
 SVG = "{http://www.w3.org/2000/svg}"
 NIGHT = Path(__file__).resolve().parents[2] / "examples" / "runs" / "cpu-tiny-night1"

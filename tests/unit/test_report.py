@@ -15,9 +15,9 @@ from harness.report.build import build_report, session_summary
 from harness.report.grid import grid_text
 from harness.report.grid import build_grids
 from harness.report.plot import available as plot_available
-from tests.conftest import require
-from tests.unit.test_analysis_frontier import cli
-from tests.unit.test_compare import image_run
+from tests.helpers.env import require
+from tests.cli import in_process as cli
+from tests.helpers.compare_runs import image_run
 
 
 class Cells(HTMLParser):

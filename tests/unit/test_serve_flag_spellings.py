@@ -4,29 +4,10 @@ tests/integration/test_serve_flags_vllm.py."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from harness.cli import main
-from harness.errors import UsageError
-from harness.predict.serve_flags import ServeFlags, parse_serve_flags
-
-MTP = '{"method":"mtp","num_speculative_tokens":4}'
-DRAFT = '{"method":"draft_model","model":"/models/tiny-draft","num_speculative_tokens":2}'
-
-
-def harness_reads(argv: list[str], version: str | None = None) -> dict | str:
-    try:
-        flags = parse_serve_flags(argv, version)
-    except UsageError as exc:
-        assert "\n" not in str(exc), "one line"
-        return f"refused: {exc}"
-    default = ServeFlags()
-    return {f.name: getattr(flags, f.name) for f in dataclasses.fields(flags)
-            if f.name != "model" and getattr(flags, f.name) != getattr(default, f.name)}
-
-
+from tests.helpers.serve_flags import MTP, harness_reads
 
 
 def test_a_flag_that_does_not_touch_the_kv_cache_is_left_to_vllm():

@@ -102,7 +102,7 @@ def test_a_bad_timeout_is_refused_before_anything_runs():
 def test_every_cell_is_held_against_its_prediction_and_a_disagreement_is_flagged(tmp_path):
     """A model the harness can read (tests/data/kv/models): the record carries the prediction; a boot whose logged
     capacity is not the predicted one is flagged with the term it points at, and the verdict is untouched."""
-    from tests.conftest import ROOT
+    from tests.helpers.env import ROOT
 
     model = str(ROOT / "tests" / "data" / "kv" / "models" / "tiny-llama")
     loaded, cells = fake_cells(tmp_path, values=("right", "wrong"), model=model,
