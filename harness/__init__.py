@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from harness.version import __version__
 
 #: public name -> (module, attribute). `predict_kv` is `harness.predict.predictor.predict` renamed: a top-level
 #: `predict` would be shadowed by the subpackage `harness.predict` as soon as anything imports it.

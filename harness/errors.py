@@ -110,6 +110,10 @@ class ProbeFailed(HarnessError):
     curve stops there with this reason; the cell and the run go on (harness.memory)."""
 
 
+class PatchError(HarnessError):
+    """A patch that does not apply, or a file whose hash is not the one the matrix promised."""
+
+
 class FileRefused(ConfigError):
     """A file the harness will not read or write as asked — a FIFO (it would block), a device (it never ends, or is
     not ours to replace), a link out of a run, a file past its size bound, NaN or nesting past the bound in a record —

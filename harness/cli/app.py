@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from harness import __version__
 from harness.errors import ConfigErrors, HarnessError, Interrupted, UsageError
 from harness.exitcodes import ExitCode
 from harness.report.text import plain_console
+from harness.version import __version__
 
 if TYPE_CHECKING:
     from harness.runtime import RuntimeFactory

@@ -249,19 +249,6 @@ def _draft(path: str | None, given: str | None, model: str, notes: list[str]) ->
 _LONG_LEN_MARK = "User-specified max_model_len"
 
 
-def model_name(path: str) -> str:
-    """A model's name from its path or hub id, to tell two models apart across machines: the directory (a
-    config.json's parent), a hub cache's `models--org--name`, the id's last part; lower case."""
-    text = path.strip().strip("'\"").rstrip("/")
-    if text.endswith(".json"):
-        text = text.rsplit("/", 1)[0] if "/" in text else ""
-    parts = [part for part in text.split("/") if part]
-    for part in parts:
-        if part.startswith("models--"):
-            return part.rsplit("--", 1)[-1].lower()
-    return parts[-1].lower() if parts else ""
-
-
 def check_log(model: str, log: str, given: list[str], *, version: str | None = None, platform: str | None = None,
               draft: str | None = None, available: tuple[int, str] | None = None,
               same_model: bool = False) -> LogCheck:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from harness import __version__, nofollow
+from harness import nofollow
 from harness.errors import ConfigError, FileRefused, RecordWriteError, RunDamaged, UsageError
 from harness import files
 from harness.files import kind_of, parse_json, read_bytes, write_atomic
@@ -27,6 +27,7 @@ from harness.matrix.load import LoadedMatrix
 from harness.matrix.scheduler import SchedulerRef
 from harness.results.model import CellResult, HostInfo, MatrixRef, RunResult, RunStatus
 from harness.verdict import Outcome
+from harness.version import __version__
 
 
 _R = TypeVar("_R", bound=BaseModel)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.runtime.patching import PatchError, patch_file, patched_paths
+from harness.errors import PatchError
+from harness.runtime.patching import patch_file, patched_paths
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED_PATCH = ROOT / "patches" / "gpu_worker-kv-cap.patch"
