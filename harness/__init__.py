@@ -49,10 +49,12 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # errors and exit codes
     "HarnessError": ("harness.errors", "HarnessError"),
     "UsageError": ("harness.errors", "UsageError"),
+    "InputError": ("harness.errors", "InputError"),
     "ConfigError": ("harness.errors", "ConfigError"),
     "ConfigErrors": ("harness.errors", "ConfigErrors"),
     "RuntimeUnavailable": ("harness.errors", "RuntimeUnavailable"),
     "CellStartError": ("harness.errors", "CellStartError"),
+    "RunStopped": ("harness.errors", "RunStopped"),
     "Interrupted": ("harness.errors", "Interrupted"),
     "ExitCode": ("harness.exitcodes", "ExitCode"),
     # runtimes: the Protocol, and the scripted fake
@@ -68,16 +70,16 @@ __all__ = [
     "__version__", "load_matrix", "LoadedMatrix", "Cell", "select_cells", "selected", "Selected", "RunSession",
     "RunOptions", "repro_command", "format_shell", "load_run", "RunResult", "CellResult", "RunStatus", "Outcome",
     "Reason", "compare_runs", "RunDiff", "build_report", "session_summary", "predict_kv", "parse_serve_flags",
-    "read_model", "KvPrediction", "HarnessError", "UsageError", "ConfigError", "ConfigErrors",
-    "RuntimeUnavailable", "CellStartError", "Interrupted", "ExitCode", "Runtime", "Server", "CellContext",
+    "read_model", "KvPrediction", "HarnessError", "UsageError", "InputError", "ConfigError", "ConfigErrors",
+    "RuntimeUnavailable", "CellStartError", "RunStopped", "Interrupted", "ExitCode", "Runtime", "Server", "CellContext",
     "FakeRuntime", "Script",
 ]
 
 if TYPE_CHECKING:
     from harness.analysis.compare import RunDiff, compare_runs
     from harness.boot.session import RunOptions, RunSession, repro_command
-    from harness.errors import (CellStartError, ConfigError, ConfigErrors, HarnessError, Interrupted,
-                                RuntimeUnavailable, UsageError)
+    from harness.errors import (CellStartError, ConfigError, ConfigErrors, HarnessError, InputError, Interrupted,
+                                RunStopped, RuntimeUnavailable, UsageError)
     from harness.exitcodes import ExitCode
     from harness.matrix.cells import Cell, select_cells
     from harness.matrix.load import LoadedMatrix, load_matrix

@@ -15,10 +15,10 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.errors import RuntimeUnavailable
+from harness.errors import BadRecord, RuntimeUnavailable
 from harness.clock import SYSTEM, Clock
 from harness.runtime import carriers, scratch
-from harness.runtime.process import (PID_MAX_LIMIT, ActiveRecord, BadRecord, Proof, proc_start_time, prove_group,
+from harness.runtime.process import (PID_MAX_LIMIT, ActiveRecord, Proof, proc_start_time, prove_group,
                                      read_active_record)
 
 

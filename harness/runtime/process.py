@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from harness.runtime.pull import PullObserver
 from harness.matrix.cells import Cell
 from harness.clock import SYSTEM, Clock
-from harness.errors import CellStartError, FileRefused, HarnessError, RuntimeUnavailable
+from harness.errors import BadRecord, CellStartError, FileRefused, RuntimeUnavailable
 from harness import nofollow
 from harness.files import read_json
 from harness.logfacts.timeline import Milestone
@@ -112,10 +112,6 @@ class ActiveRecord(BaseModel):
         if not self.server_id.startswith(f"{self.owner_pid}-{self.owner_start or 0}-"):
             raise ValueError("server_id does not name the record's owner_pid and owner_start")
         return self
-
-
-class BadRecord(HarnessError):
-    """An active/ record that is not one the harness wrote (the message says why): never acted on."""
 
 
 def read_active_record(path: Path) -> ActiveRecord:

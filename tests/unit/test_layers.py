@@ -91,7 +91,8 @@ def layer_of(module: str) -> int | None:
     best: tuple[int, int] | None = None  # (prefix length, layer)
     for i, names in enumerate(LAYERS):
         for prefix in names:
-            if (module == prefix or (prefix != ROOT_PACKAGE and module.startswith(prefix + "."))) and (best is None or len(prefix) > best[0]):
+            inside = module == prefix or (prefix != ROOT_PACKAGE and module.startswith(prefix + "."))
+            if inside and (best is None or len(prefix) > best[0]):
                 best = (len(prefix), i)
     return None if best is None else best[1]
 
