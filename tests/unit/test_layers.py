@@ -205,17 +205,3 @@ def test_an_arrow_up_is_seen():
     assert layer_of("harness.verdict.policy") > layer_of("harness.logfacts.model") > layer_of("harness.verdict")
     assert "harness.cli.common" in imported("from harness.cli.common import add_timeout\n", "harness.errors")
 
-
-def _exports(source: str) -> dict[str, tuple[str, str]]:
-    (table,) = [n.value for n in ast.parse(source).body
-                if isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == "_EXPORTS"]
-    return ast.literal_eval(table)
-
-
-def test_the_facade_s_type_checking_block_is_its_export_table():
-    """The block says nothing the lazy table does not: the same public names, from the same modules."""
-    source = (HARNESS / "__init__.py").read_text()
-    (block,) = [n for n in ast.parse(source).body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"]
-    names = {a.asname or a.name: (i.module, a.name) for i in ast.walk(block) if isinstance(i, ast.ImportFrom)
-             for a in i.names}
-    assert names == _exports(source)
