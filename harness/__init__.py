@@ -4,7 +4,7 @@ The names a script uses (docs/api.md) are written once, in the `if TYPE_CHECKING
 read it as it stands (`X as X`: a re-export; `predict_kv` is `harness.predict.predictor.predict` renamed, since a
 top-level `predict` would be shadowed by the subpackage `harness.predict`), and `__getattr__` reads the same block
 (this file's source, parsed when the first public name is asked for) to import each name on first use (PEP 562).
-Nothing is imported eagerly: every internal import runs this file first (`import harness.names` included), and
+Nothing is imported eagerly: every internal import runs this file first (`import harness.version` included), and
 importing the run owner or the runtimes here would make each foundation module pull in the whole harness, and the
 CLI start slowly.
 """

@@ -19,8 +19,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 
-from harness.names import Named
 from harness.verdict import Outcome
 
 from harness.analysis.kv import (
@@ -39,7 +39,7 @@ from harness.errors import UsageError
 from harness.results.model import RunResult
 
 
-class CrossoverKind(Named):
+class CrossoverKind(StrEnum):
     above = "above"
     below = "below"
     always = "always"
@@ -47,7 +47,7 @@ class CrossoverKind(Named):
     unknown = "unknown"
 
 
-class Severity(Named):
+class Severity(StrEnum):
     #: numbers that contradict each other or their outcome
     inconsistent = "inconsistent"
     warning = "warning"

@@ -14,12 +14,12 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from harness.analysis.changepoints import MIN_POINTS, TooFew, find_change_points
 from harness.analysis.history_runs import TOTAL, Entry, Night
 from harness.errors import UsageError
 from harness.matrix.cells import select_cells
-from harness.names import Named
 from harness.units import fmt_seconds
 
 
@@ -28,7 +28,7 @@ from harness.units import fmt_seconds
 MIN_RELATIVE, MIN_ABSOLUTE_S = 0.25, 2.0
 
 
-class ChangeName(Named):
+class ChangeName(StrEnum):
     """What can differ across a cell's boundary; the names `--json` lists under `changes`."""
 
     image_ref = "image_ref"

@@ -17,6 +17,7 @@ import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from harness.bisect.candidates import BuildKind, Candidate
@@ -27,7 +28,6 @@ from harness.errors import (EndsDisagree, HarnessError, Interrupted, PatchMismat
                             RuntimeUnavailable, UsageError)
 from harness.files import parse_json, read_bytes
 from harness.matrix.cells import MAX_ID_CHARS, Cell
-from harness.names import Named
 from harness.results.model import CellResult, RunStatus
 from harness.verdict import Outcome
 from harness.results.store import atomic_write_text, dump_json, new_run_id
@@ -37,7 +37,7 @@ PLAN_FILE = "bisect.json"
 AXIS = "candidate"
 
 
-class OnPatchFail(Named):
+class OnPatchFail(StrEnum):
     skip = "skip"
     bad = "bad"
     stop = "stop"

@@ -16,8 +16,7 @@ from typing import Any
 
 from harness.gpu.records import GpuInfo
 from harness.errors import GpuLost, NvmlUnavailable  # NvmlUnavailable re-exported: callers import it here
-
-GIB = 1024**3
+from harness.units import GIB
 
 
 def _text(value: Any) -> str:

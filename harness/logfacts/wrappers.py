@@ -13,11 +13,10 @@ wrapped log reads exactly as the bare one (a CI runner stamps a line when it rec
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 
-from harness.names import Named
 
-
-class Wrapper(Named):
+class Wrapper(StrEnum):
     """A tool that prefixes every line of the vLLM output it shows."""
 
     github_actions = "github_actions"

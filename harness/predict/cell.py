@@ -20,12 +20,12 @@ from harness.predict.predictor import allows_long_max_model_len, draft_model_pat
 from harness.predict.refusals import MACHINE_FREE, Machine
 from harness.predict.serve_flags import parse_serve_flags
 from harness.predict.versions import rules_for, rules_version
+from harness.units import GIB
 from harness.verdict.catalogue import Outcome, Reason
 
 #: reads a file as the server sees it; None when it cannot
 Reader = Callable[[str], "bytes | None"]
 
-GIB = 1 << 30
 HALF_CENT_GIB = GIB // 200  # ±0.005 GiB: half the unit vLLM prints GiB in
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.names import Named
 from harness.logfacts import KvFacts, Refusal
 from harness.logfacts.timeline import Timeline
 from harness.matrix.scheduler import SchedulerRef
@@ -27,7 +27,7 @@ _REASONS_DOC = "; ".join(f"{r.value} ({i.outcome.value}): {i.meaning}" for r, i 
 SCHEMA_VERSION = 1
 
 
-class RunStatus(Named):
+class RunStatus(StrEnum):
     running = "running"
     complete = "complete"
     interrupted = "interrupted"

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import threading
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
@@ -29,7 +30,6 @@ from harness.errors import BadRecord, CellStartError, FileRefused, RuntimeUnavai
 from harness import nofollow
 from harness.files import read_json
 from harness.logfacts.timeline import Milestone
-from harness.names import Named
 from harness.runtime.records import AppliedPatch, ContainerInfo
 from harness.runtime import carriers
 from harness.runtime.carriers import proc_start_time
@@ -139,7 +139,7 @@ def write_active_record(path: Path, record: ActiveRecord, anchor: Path | None = 
     nofollow.write_atomic(path.parent if anchor is None else anchor, path, record.model_dump_json())
 
 
-class Proof(Named):
+class Proof(StrEnum):
     """What /proc says about a recorded process group."""
 
     ours = "a live process of the group carries the record's server id"

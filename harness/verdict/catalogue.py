@@ -18,11 +18,11 @@ from __future__ import annotations
 import difflib
 from collections.abc import Collection
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator
 
-from harness.names import Named
 from harness.verdict.causes import ALIASES, CAUSES, KIND_OUTCOME, CauseKind
 from harness.verdict.outcome import OUTCOME_MEANINGS, Outcome
 
@@ -37,7 +37,7 @@ class ReasonInfo:
     """The cause's kind, for a reason the log shows; None for what the harness saw itself."""
 
 
-class Reason(Named):
+class Reason(StrEnum):
     ready = "ready"
     kv_cache_too_small = "kv_cache_too_small"
     no_cache_blocks = "no_cache_blocks"

@@ -1,6 +1,6 @@
 """The public face: `harness` exports what a script uses (docs/api.md), each name resolves to the object its module
 defines, is listed by `dir()`, is documented, and the doc's python blocks run as written — the nightly script on the
-matrix's own (process) runtime with its servers scripted, the rest as they stand. That `import harness.names` stays
+matrix's own (process) runtime with its servers scripted, the rest as they stand. That `import harness.version` stays
 light is checked from a fresh interpreter in tests/integration/test_api_imports.py (unit tests start no program)."""
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ ROOT_PACKAGE = "harness"
 #: (a loaded matrix carries its cells, expanded once); the matrix's model, below them; the selection (`--select`,
 #: `--shard`) above the loader.
 LAYERS: list[tuple[str, ...]] = [
-    ("harness.version", "harness.names", "harness.exitcodes", "harness.errors", "harness.units", "harness.clock",
+    ("harness.version", "harness.exitcodes", "harness.errors", "harness.units", "harness.clock",
      "harness.files", "harness.nofollow", "harness.walk", "harness.masking", "harness.shell", "harness.escape"),
     ("harness.verdict",),
     ("harness.logfacts",),
