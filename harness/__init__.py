@@ -52,8 +52,8 @@ if TYPE_CHECKING:
     from harness.runtime.fake import FakeRuntime as FakeRuntime
     from harness.runtime.fake import Script as Script
     from harness.shell import format_shell as format_shell
-    from harness.verdict.catalogue import Outcome as Outcome
     from harness.verdict.catalogue import Reason as Reason
+    from harness.verdict.outcome import Outcome as Outcome
     from harness.version import __version__ as __version__
 
 

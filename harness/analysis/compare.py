@@ -21,16 +21,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from harness.analysis.kv import (
-    GIB,
     CellKv,
     axis_order,
     axis_values,
     cell_kv,
-    human_int,
     length_axis,
 )
 from harness.analysis.timing import DEFAULT_TIME_TOLERANCE, TimeChange, TimeTolerance, time_changes
-from harness.units import KIB, MIB, fmt_bytes
+from harness.units import GIB, KIB, MIB, fmt_bytes, human_int
 from harness.errors import UsageError
 from harness.results.model import CellResult, RunResult
 from harness.results.store import now as wall_now

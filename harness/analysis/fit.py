@@ -25,7 +25,6 @@ from harness.verdict import Outcome
 
 from harness.analysis.kv import (
     FLOOR_ENV,
-    GIB,
     KV_BYTES_FLAG,
     CellKv,
     Quantity,
@@ -34,7 +33,7 @@ from harness.analysis.kv import (
     cell_kv,
     length_axis,
 )
-from harness.units import fmt_bytes
+from harness.units import GIB, fmt_bytes
 from harness.errors import UsageError
 from harness.results.model import RunResult
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.gpu.records import GpuInfo
-from harness.errors import GpuLost, NvmlUnavailable  # NvmlUnavailable re-exported: callers import it here
+from harness.errors import GpuLost, NvmlUnavailable
 from harness.units import GIB
 
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from harness.errors import ConfigError, SelectionError, UsageError
 from harness.matrix.model import CONTAINER_ONLY_MESSAGE, ExpectRule, Matrix, Mount, PatchSpec, Selector
 from harness.matrix.rule_index import SelectorIndex, as_flags
-from harness.verdict.catalogue import Outcome, Reason
+from harness.verdict.catalogue import Reason
+from harness.verdict.outcome import Outcome
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+]+")
 #: A negative number (`--max-model-len -1`, vLLM's "auto"): its sign is spelt, or `-1` would read as length 1.

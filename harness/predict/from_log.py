@@ -19,7 +19,7 @@ from harness.errors import FileRefused, UsageError
 from harness.logfacts import LogFacts, LogParser
 from harness.logfacts.engine_config import EngineConfig, read_engine_config, speculative_of
 from harness.logfacts.parser import iter_file_lines
-from harness.predict.cell import GIB, _available, checks, hint, platform_of
+from harness.predict.cell import checks, hint, kv_pool, platform_of
 from harness.predict.log_model import LoggedModel, check_architecture, identify, logged_model
 from harness.predict.model import ModelShape, read_model
 from harness.predict.prediction import FactCheck, PredictionRecord
@@ -27,7 +27,9 @@ from harness.predict.predictor import draft_model_path, predict
 from harness.predict.serve_flags import parse_serve_flags, spelling_of
 from harness.predict.stated import stated
 from harness.predict.versions import DEFAULT_VERSION, parse_version, rules_for, rules_version
-from harness.verdict.catalogue import Outcome, Reason
+from harness.units import GIB
+from harness.verdict.catalogue import Reason
+from harness.verdict.outcome import Outcome
 
 #: the engine arguments (non-default args' keys) that size the KV cache, or that the predictor refuses because they
 #: change it in a way it does not model; anything else a log lists (host, port, enforce_eager, ...) is not a KV flag
@@ -313,7 +315,7 @@ def check_log(model: str, log: str, given: list[str], *, version: str | None = N
     if available is not None:
         pool = (available[0], available[0], available[1])
     else:
-        pool = _available(kv, flags.kv_cache_memory_bytes, facts.refusal, null_block)
+        pool = kv_pool(kv, flags.kv_cache_memory_bytes, facts.refusal, null_block)
     outcome, reason = _outcome(facts)
     if pool is None:
         low = high = bare

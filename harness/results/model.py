@@ -17,7 +17,8 @@ from harness.runtime.records import AppliedPatch, CompileCacheUse, ContainerInfo
 from harness.predict.prediction import PredictionRecord
 from harness.units import fmt_seconds
 from harness.watch.records import LogCut
-from harness.verdict.catalogue import OUTCOME_MEANINGS, REASONS, Outcome, OutcomeMember, ReasonMember
+from harness.verdict.catalogue import REASONS, OutcomeMember, ReasonMember
+from harness.verdict.outcome import OUTCOME_MEANINGS, Outcome
 from harness.verdict.causes import Finding
 
 #: The catalogue, as the schema's descriptions say it.

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from harness.logfacts import Refusal
-from harness.verdict.catalogue import REASONS, Outcome, Reason
+from harness.verdict.catalogue import REASONS, Reason
+from harness.verdict.outcome import Outcome
 from harness.verdict.causes import GENERIC_CAUSE, UNCAUGHT, Finding
 
 class SightingKind(StrEnum):

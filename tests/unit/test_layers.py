@@ -205,3 +205,45 @@ def test_an_arrow_up_is_seen():
     assert layer_of("harness.verdict.policy") > layer_of("harness.logfacts.model") > layer_of("harness.verdict")
     assert "harness.cli.common" in imported("from harness.cli.common import add_timeout\n", "harness.errors")
 
+
+
+def top_level_names(source: str) -> tuple[set[str], set[str]]:
+    """(names a module defines at its top level, names it only imports there)."""
+    defined: set[str] = set()
+    imports: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.col_offset == 0:
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign) and node.col_offset == 0:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.Import | ast.ImportFrom) and node.col_offset == 0:
+            imports |= {a.asname or a.name.split(".")[0] for a in node.names}
+    return defined, imports - defined
+
+
+def borrowed_imports() -> list[str]:
+    """`from harness.x import name` where x is a module (no package's face) that does not define `name` but only
+    imports it (a second import path: a re-export shim), or where `name` is private to x."""
+    paths = {module_name(p): p for p in HARNESS.rglob("*.py")}
+    tops = {m: top_level_names(p.read_text()) for m, p in paths.items() if p.name != "__init__.py"}
+    out = []
+    for path in sorted(HARNESS.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module in tops:
+                for a in node.names:
+                    if a.name.startswith("_") and not a.name.startswith("__"):
+                        out.append(f"{path.relative_to(ROOT)}: {node.module}.{a.name} is private")
+                    elif a.name in tops[node.module][1] and f"{node.module}.{a.name}" not in paths:
+                        out.append(f"{path.relative_to(ROOT)}: {a.name} from {node.module}, which only imports it")
+    return out
+
+
+def test_each_name_is_imported_from_where_it_is_defined_and_none_is_private():
+    found = borrowed_imports()
+    assert not found, "\n".join(found)
+
+
+def test_a_borrowed_or_private_name_is_seen():
+    defined, only_imported = top_level_names("from harness.errors import Interrupted\nX = 1\ndef _p(): pass\n")
+    assert defined == {"X", "_p"} and only_imported == {"Interrupted"}
