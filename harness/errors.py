@@ -36,6 +36,7 @@ above turns it into what the user sees (the arrow), so it is never the one to ca
 from __future__ import annotations
 
 import errno
+from collections.abc import Sequence
 from typing import ClassVar
 
 from harness.exitcodes import ExitCode
@@ -72,8 +73,8 @@ class InputError(UsageError):
 class _Several(InputError):
     """Several located mistakes at once, one line each; located itself at the first."""
 
-    def __init__(self, problems: list[InputError]):
-        self._problems = problems
+    def __init__(self, problems: Sequence[InputError]):
+        self._problems = list(problems)
         first = problems[0]
         super().__init__(first.file, first.key, first.message)
         self.args = ("\n".join(str(p) for p in problems),)
@@ -86,7 +87,7 @@ class _Several(InputError):
         return self._problems
 
     @classmethod
-    def of(cls, problems: list[InputError]) -> InputError:
+    def of(cls, problems: Sequence[InputError]) -> InputError:
         return problems[0] if len(problems) == 1 else cls(problems)
 
 

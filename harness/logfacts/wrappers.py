@@ -59,6 +59,6 @@ def unwrap(line: str) -> tuple[tuple[Wrapper, ...], str]:
     """The wrappers found at the start of `line`, outermost first, and what they wrapped."""
     found: list[Wrapper] = []
     while len(found) < MAX_DEPTH and (m := _SHAPES.match(line)):
-        found.append(Wrapper(m.lastgroup))
+        found.append(Wrapper(m.lastgroup or ""))  # a match names its group
         line = line[m.end():]
     return tuple(found), line
