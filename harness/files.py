@@ -21,13 +21,13 @@ import os
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from pydantic_core import from_json
 
 from harness.errors import FileRefused
-from harness.names import Named
 
 #: A JSON or YAML file the harness reads whole (a matrix, a config.json, results.json, a cell record): generous —
 #: the largest real results.json of a 2,000-cell run is a few MiB — yet far below what would exhaust memory.
@@ -45,7 +45,7 @@ MAX_INT_DIGITS = 20
 _PYTHON_INT_DIGITS = 4300
 
 
-class FileKind(Named):
+class FileKind(StrEnum):
     """What a path is, in the words the refusals use."""
 
     regular = "a regular file"

@@ -106,14 +106,14 @@ def embedded_secrets(text: str) -> set[str]:
             found |= {_unquote(m["val"]), m["val"].strip("\"'")}  # as read, and as written between its quotes
     if any(c.isspace() for c in text):
         try:
-            found |= _flag_values(shlex.split(text))
+            found |= secret_flag_values(shlex.split(text))
         except ValueError:  # an unbalanced quote: what a shell would not run
             pass
-        found |= _flag_values([w.strip("'\"()[]{},;") for w in text.split()])  # quoted in prose: an error message
+        found |= secret_flag_values([w.strip("'\"()[]{},;") for w in text.split()])  # quoted in prose: an error message
     return {v for v in found if len(v) >= _MIN_LEN}
 
 
-def _flag_values(args: list[str]) -> set[str]:
+def secret_flag_values(args: list[str]) -> set[str]:
     values = set()
     for i, a in enumerate(args):
         secret, value = credential_flag(a)
@@ -133,7 +133,7 @@ def secret_values(env: Mapping[str, str] | None = None, argv: Iterable[str] = ()
     for v in env.values():
         values |= embedded_secrets(v)
     args = list(argv)
-    values |= _flag_values(args)
+    values |= secret_flag_values(args)
     for a in args:
         values |= embedded_secrets(a)
     return {v for v in values if len(v) >= _MIN_LEN}

@@ -19,18 +19,17 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import Field
 
 from harness.jsonout import JsonOutput
-from harness.names import Named
 from harness.predict.prediction import FactCheck
 from harness.verdict import Outcome, Reason
 
 from harness.analysis.kv import (
     FLOOR_ENV,
-    GIB,
     KV_BYTES_FLAG,
     CellKv,
     Quantity,
@@ -39,12 +38,12 @@ from harness.analysis.kv import (
     cell_kv,
     length_axis,
 )
-from harness.units import fmt_bytes
+from harness.units import GIB, fmt_bytes
 from harness.errors import UsageError
 from harness.results.model import RunResult
 
 
-class CrossoverKind(Named):
+class CrossoverKind(StrEnum):
     above = "above"
     below = "below"
     always = "always"
@@ -52,7 +51,7 @@ class CrossoverKind(Named):
     unknown = "unknown"
 
 
-class Severity(Named):
+class Severity(StrEnum):
     #: numbers that contradict each other or their outcome
     inconsistent = "inconsistent"
     warning = "warning"

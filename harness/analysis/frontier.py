@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from harness.analysis.kv import cell_length
 from harness.predict.predictor import CPU_BLOCK, GPU_BLOCK
@@ -27,14 +28,13 @@ from pydantic import Field
 
 from harness.errors import UsageError
 from harness.jsonout import JsonOutput
-from harness.names import Named
 from harness.results.model import CellResult
 from harness.verdict import Outcome, Reason
 
 MAX_PROBES = 40
 
 
-class SearchStatus(Named):
+class SearchStatus(StrEnum):
     running = "running"
     #: the frontier lies between a boot and a refusal one block apart
     found = "found"

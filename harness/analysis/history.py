@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from pydantic import Field
 
@@ -22,7 +23,6 @@ from harness.analysis.history_runs import TOTAL, Entry, Night
 from harness.errors import UsageError
 from harness.matrix.cells import select_cells
 from harness.jsonout import JsonOutput
-from harness.names import Named
 from harness.results.model import RunStatus
 from harness.units import fmt_seconds
 from harness.verdict import Outcome
@@ -33,7 +33,7 @@ from harness.verdict import Outcome
 MIN_RELATIVE, MIN_ABSOLUTE_S = 0.25, 2.0
 
 
-class ChangeName(Named):
+class ChangeName(StrEnum):
     """What can differ across a cell's boundary; the names `--json` lists under `changes`."""
 
     image_ref = "image_ref"

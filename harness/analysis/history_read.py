@@ -29,7 +29,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, Field, create_model
 
 import harness.files
-from harness.errors import ConfigError
+from harness.errors import InputError
 from harness.files import MAX_INT_DIGITS, open_dir, read_bytes_at
 from harness.results.model import CellResult, RunResult
 
@@ -242,7 +242,7 @@ def read_run(run_dir: Path) -> tuple[Any, list[Any]] | None:
     try:
         with open_dir(run_dir) as dfd:
             return _read(dfd)
-    except (ConfigError, ValueError, OSError):  # ValueError: pydantic's ValidationError, a UnicodeDecodeError
+    except (InputError, ValueError, OSError):  # ValueError: pydantic's ValidationError, a UnicodeDecodeError
         return None
 
 

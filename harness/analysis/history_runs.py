@@ -23,7 +23,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from harness.analysis.history_read import read_run
-from harness.errors import ConfigError, FileRefused, UsageError
+from harness.errors import FileRefused, InputError, UsageError
 from harness.logfacts.timeline import ORDER, Milestone, span_name
 from harness.results.model import SCHEMA_VERSION, CellResult, RunResult, RunStatus
 from harness.results.store import load_run, now as wall_now
@@ -189,9 +189,9 @@ def run_dirs(paths: Iterable[Path]) -> list[Path]:
     return found
 
 
-def _why(exc: ConfigError) -> str:
+def _why(exc: InputError) -> str:
     """One line for a run that could not be read; a newer schema said as such."""
-    problems = getattr(exc, "problems", [exc])
+    problems = exc.problems
     for p in problems:
         if p.key == "schema_version":
             return f"a newer results schema than this harness reads ({SCHEMA_VERSION}): upgrade boot-harness"
@@ -240,7 +240,7 @@ def night_of(d: Path) -> Night | str:
         fast = read_run(d)
         run, records = fast if fast is not None else (load_run(d)[0], None)
         cells = {c.cell_id: entry(d, run, c) for c in (run.cells if records is None else records)}
-    except ConfigError as exc:
+    except InputError as exc:
         return f"{d}: skipped, cannot be read: {_why(exc)}"
     return Night(run.run_id, run.started_at, str(run.status), d, run.matrix.name, cells,
                  tuple(src.run_id for src in run.merged_from))

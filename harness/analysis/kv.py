@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import StrEnum
 from harness.errors import UsageError
-from harness.names import Named
 from harness.predict.predictor import CPU_BLOCK, GPU_BLOCK
 from harness.predict.serve_flags import flag_value, option_name
 from harness.predict.versions import rules_for, rules_version
 from harness.results.model import CellResult, RunResult
 from harness.verdict import Outcome, Reason
-from harness.units import fmt_bytes, human_int
+from harness.units import GIB, fmt_bytes, human_int
 
-GIB = float(1 << 30)
 MIB = float(1 << 20)
 KIB = 1024.0
 #: Half the unit vLLM prints GiB in (two decimals).
@@ -51,7 +50,7 @@ def _read(cell: CellResult, dest: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-class Source(Named):
+class Source(StrEnum):
     """Where a KV figure came from; what the analysis branches on (the text is what reports print)."""
 
     offload_cap = "offload cap (log)"
@@ -121,7 +120,7 @@ def _gib(value: float | None, source: Source) -> Quantity | None:
     a hand-edited or corrupt record must not turn a fit into NaN or a division into an overflow."""
     if value is None or not (value == 0 or _plausible(value * GIB, MAX_BYTES)):
         return None  # 0.0 is a figure (a coarse one, said so below); -3, NaN and 1e300 are not
-    b = value * GIB
+    b = float(value * GIB)
     return Quantity(b, source, max(0.0, b - GIB_ROUNDING), b + GIB_ROUNDING,
                     coarse=GIB_ROUNDING > COARSE_FRACTION * b)
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from harness.errors import UsageError
 from harness.files import read_bytes
-from harness.names import Named
 
 #: At most this many candidates: 10,000 builds are 14 boots, more is a list someone did not mean.
 MAX_CANDIDATES = 10_000
@@ -27,7 +27,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.+]+")
 _GENERIC = {"vllm", "vllm-server", "bin", "python", "python3", "serve", "/", "usr", "local", "opt"}
 
 
-class BuildKind(Named):
+class BuildKind(StrEnum):
     image = "image"
     command = "command"
 

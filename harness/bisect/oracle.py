@@ -11,22 +11,22 @@ curve), since a refusal is no faster boot.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from harness.analysis.compare import DEFAULT_MEMORY_TOLERANCE, MemoryTolerance
 from harness.analysis.timing import BOOT, DEFAULT_TIME_TOLERANCE, TimeTolerance, boot_times
-from harness.names import Named
 from harness.results.model import CellResult
 from harness.units import fmt_bytes, fmt_seconds
 from harness.verdict import Outcome
 
 
-class Mark(Named):
+class Mark(StrEnum):
     good = "good"
     bad = "bad"
     skip = "skip"
 
 
-class On(Named):
+class On(StrEnum):
     verdict = "verdict"
     time = "time"
     memory = "memory"

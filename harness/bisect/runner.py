@@ -17,23 +17,22 @@ import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from harness.bisect.answer import BisectJson
 from harness.bisect.candidates import BuildKind, Candidate
 from harness.bisect.known import FromRuns, Recorded, Wanted
 from harness.bisect.oracle import Mark, On, Oracle, Said, verdict_key
-from harness.bisect.search import EndsDisagree, Found, Step, bisect
+from harness.bisect.search import Found, Step, bisect
 from harness.boot.session import RunOptions, RunSession
-from harness.boot.signals import Interrupted
-from harness.errors import HarnessError, RuntimeUnavailable, UsageError
+from harness.errors import (EndsDisagree, HarnessError, Interrupted, PatchMismatch, PatchStopped, RunStopped,
+                            RuntimeUnavailable, UsageError)
 from harness.escape import terminal_line
 from harness.files import parse_json, read_bytes
 from harness.matrix.cells import MAX_ID_CHARS, Cell
-from harness.names import Named
 from harness.results.model import CellResult, RunStatus
 from harness.results.store import atomic_write_text, dump_json, new_run_id
-from harness.runtime.patching import PatchMismatch
 from harness.verdict import Outcome
 
 PLAN_FILE = "bisect.json"
@@ -41,14 +40,10 @@ PLAN_FILE = "bisect.json"
 AXIS = "candidate"
 
 
-class OnPatchFail(Named):
+class OnPatchFail(StrEnum):
     skip = "skip"
     bad = "bad"
     stop = "stop"
-
-
-class PatchStopped(HarnessError):
-    """`--on-patch-fail stop`: the cell's patch stopped fitting at a candidate; that is the answer (exit 1)."""
 
 
 @dataclass(frozen=True)
@@ -270,7 +265,7 @@ class BisectRunner:
         self._write()
         try:
             found = bisect(self.n, self.probe, self.plan.repeat, self._step, lambda i: self.cands[i].ref)
-        except (Interrupted, KeyboardInterrupt):
+        except (RunStopped, KeyboardInterrupt):
             self.status = "interrupted"
             self._write()
             self.session.close()

@@ -17,14 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.bisect.oracle import Mark, Said
-from harness.errors import UsageError
+from harness.errors import EndsDisagree, UsageError
 
 #: (candidate index, repetition 1..K) → what that probe said.
 Probe = Callable[[int, int], Said]
-
-
-class EndsDisagree(UsageError):
-    """An end did not give its side's verdict: nothing to bisect (exit 2, one line with what each end gave)."""
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ from harness.gpu.records import GpuInfo
 from harness.results.model import CellResult, Expected, Timings
 from harness.results.store import RunStore, now
 from harness.runtime import scratch
-from harness.runtime.compile_cache import CompileCache, CompileCacheUse
+from harness.runtime.compile_cache import CompileCache
+from harness.runtime.records import CompileCacheUse
 from harness.runtime.base import CellContext, Runtime, Server
 from harness.verdict.policy import Decision, Evidence, decide
 from harness.watch.events import ThreadedEvents

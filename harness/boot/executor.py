@@ -36,10 +36,10 @@ from harness.boot.server_registry import LiveServers, TrackingRuntime
 from harness.memory.gpu_probe import GpuProbe
 from harness.boot.notes import gpu_notes, note
 from harness.boot.retry import BusyRetry, RetryPolicy
-from harness.boot.signals import Interrupted, interrupts_raise, signals_held
+from harness.boot.signals import interrupts_raise, signals_held
 from harness.matrix.cells import Cell
 from harness.clock import Clock
-from harness.errors import GpuLost, GpusGone
+from harness.errors import GpuLost, GpusGone, RunStopped
 from harness.logfacts.timeline import Milestone
 from harness.gpu.hostlock import HostGpuLocks
 from harness.gpu.idle import IdleBaseline, IdleWait
@@ -129,7 +129,7 @@ class Executor:
                 for w in workers:
                     w.start()
                 self._wait_for(workers, finished)
-            except (Interrupted, KeyboardInterrupt):
+            except (RunStopped, KeyboardInterrupt):
                 with signals_held():
                     self._shutdown(workers)
                     self.store.finish(RunStatus.interrupted)

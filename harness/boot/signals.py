@@ -9,7 +9,7 @@ import signal
 import threading
 from collections.abc import Iterator
 
-from harness.errors import Interrupted  # re-exported: callers import it from here
+from harness.errors import Interrupted
 
 _HELD = {signal.SIGINT, signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])}
 

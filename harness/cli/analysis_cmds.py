@@ -11,7 +11,7 @@ from rich.console import Console
 
 from harness.cli import values
 from harness.cli.common import USAGE_EXIT, add_command, add_timeout, say_to, stderr
-from harness.errors import UsageError
+from harness.errors import RunStopped, UsageError
 from harness.exitcodes import ExitCode
 from harness.jsonout import emit
 from harness.predict.platforms import HELP, PLATFORMS
@@ -222,7 +222,6 @@ def cmd_analyze(args: argparse.Namespace, out: Console) -> int:
 def cmd_frontier(args: argparse.Namespace, out: Console) -> int:
     from harness.analysis.frontier import FrontierJson, SearchStatus
     from harness.boot.frontier import run_frontier
-    from harness.boot.signals import Interrupted
     from harness.report.frontier import render_frontiers
     from harness.results.store import load_run
     from harness.matrix.selection import selected
@@ -238,7 +237,7 @@ def cmd_frontier(args: argparse.Namespace, out: Console) -> int:
                                       timeout_s=args.timeout_s, from_run=from_run, say=say_to(stderr()),
                                       predict=not args.no_prediction, platform=args.platform,
                                       runtime=args.runtimes(loaded))
-    except (Interrupted, KeyboardInterrupt):
+    except (RunStopped, KeyboardInterrupt):
         say_to(stderr())("interrupted: the probes booted so far are kept in the run directory")
         return ExitCode.INTERRUPTED
     if args.json:

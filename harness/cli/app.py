@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from harness import __version__
-from harness.errors import ConfigErrors, HarnessError, Interrupted, UsageError
+from harness.errors import HarnessError, InputError, RunStopped, UsageError
 from harness.exitcodes import ExitCode
 from harness.report.text import plain_console
+from harness.version import __version__
 
 if TYPE_CHECKING:
     from harness.runtime import RuntimeFactory
@@ -153,14 +153,14 @@ def main(argv: list[str] | None = None, runtimes: RuntimeFactory | None = None) 
             _subparser(parser, args.command).unknown(extras)
         args.runtimes = runtimes or _matrix_runtime
         return int(handlers[args.command](args, out))
-    except ConfigErrors as exc:  # every mistake of a matrix file, one line each
-        for problem in exc.problems:
-            _say_error(str(problem), given)
+    except InputError as exc:  # every mistake located in a file or an option, one line each (one alone: its first)
+        for line in [str(p) for p in exc.problems] if len(exc.problems) > 1 else [_first_line(str(exc))]:
+            _say_error(line, given)
         return exc.exit_code
     except UsageError as exc:
         _say_error(_first_line(str(exc)) if str(exc) else type(exc).__name__, given)
         return exc.exit_code
-    except Interrupted as exc:  # a command that boots has recorded what finished; --resume goes on
+    except RunStopped as exc:  # a command that boots has recorded what finished; --resume goes on
         return exc.exit_code
     except HarnessError as exc:  # a record that could not be written, ...: one line, never a traceback
         _say_error(_first_line(str(exc)), given)

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from harness.cli import values
 from harness.cli.common import USAGE_EXIT, add_command, add_timeout, say_to, stderr
-from harness.errors import UsageError
+from harness.errors import RunStopped, UsageError
 from harness.exitcodes import ExitCode
 from harness.jsonout import emit
 
@@ -129,7 +129,6 @@ def cmd_bisect(args: argparse.Namespace, out: Console) -> int:
     from harness.bisect.candidates import BuildKind
     from harness.bisect.known import FromRuns
     from harness.bisect.runner import BisectRunner, plan_matches, read_plan
-    from harness.boot.signals import Interrupted
     from harness.matrix.selection import selected
     from harness.report.html import write_text
     from harness.runtime.pull import PullDisplay
@@ -171,7 +170,7 @@ def cmd_bisect(args: argparse.Namespace, out: Console) -> int:
         f"the two ends first, then at most {_worst(len(plan.candidates)) * plan.repeat} more boot(s))")
     try:
         found = runner.run()
-    except (Interrupted, KeyboardInterrupt):
+    except (RunStopped, KeyboardInterrupt):
         say(f"interrupted: booted candidates are kept in {runner.run_dir} (continue with --resume {runner.run_dir})")
         return ExitCode.INTERRUPTED
     assert runner.session.runtime is not None

@@ -14,11 +14,11 @@ from harness.errors import UsageError
 from harness.exitcodes import ExitCode
 from harness.jsonout import emit
 from harness.predict.platforms import HELP, PLATFORMS
+from harness.units import GIB
 
 if TYPE_CHECKING:
     from harness.predict.refusals import Machine
 
-GIB = 1 << 30
 
 
 def register(sub: argparse._SubParsersAction) -> dict:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from harness.cli import values
 from harness.cli.common import (USAGE_EXIT, add_command, add_matrix, add_parallel, add_selection, add_shard,
                                 add_timeout, echo, say_to, stderr)
-from harness.errors import UsageError
+from harness.errors import RunStopped, UsageError
 from harness.exitcodes import ExitCode
 
 if TYPE_CHECKING:
@@ -60,7 +60,6 @@ def register(sub: argparse._SubParsersAction) -> dict:
 
 def cmd_run(args: argparse.Namespace, out: Console) -> int:
     from harness.boot.session import RunOptions, RunSession, planned_commands
-    from harness.boot.signals import Interrupted
     from harness.matrix.selection import selected
     from harness.matrix.shard import resolve_shard
     from harness.report.progress import LiveProgress
@@ -99,7 +98,7 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
     try:
         with LiveProgress(session.todo, err) as progress:
             session.run(progress)
-    except (Interrupted, KeyboardInterrupt) as exc:
+    except (RunStopped, KeyboardInterrupt) as exc:
         session.close()
         if str(exc) and not isinstance(exc, KeyboardInterrupt) and str(exc) not in ("SIGINT", "SIGTERM", "SIGHUP"):
             say(str(exc))  # why the run stopped, when it was not a signal (the engine went away)
@@ -110,7 +109,6 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
 
 def cmd_repro(args: argparse.Namespace, out: Console) -> int:
     from harness.boot.session import RunOptions, RunSession, repro_command
-    from harness.boot.signals import Interrupted
     from harness.logfacts.text import strip_ansi
     from harness.matrix.selection import selected
     from harness.runtime.pull import PullDisplay
@@ -137,7 +135,7 @@ def cmd_repro(args: argparse.Namespace, out: Console) -> int:
     _report_sweep(session, say_to(err))
     try:
         session.run()
-    except (Interrupted, KeyboardInterrupt):
+    except (RunStopped, KeyboardInterrupt):
         return ExitCode.INTERRUPTED
     return _finish(session, out)
 

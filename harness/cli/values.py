@@ -10,11 +10,12 @@ import math
 import re
 import sys
 
+from harness.units import GIB
+
 #: vLLM's lengths and the KV block: more than a trillion tokens is a typo, not a model (the arithmetic stays exact)
 MAX_TOKENS = 1 << 40
 #: a KV pool of more than 4 EiB is a typo: beyond any machine (and beyond the int64 vLLM keeps it in)
 MAX_BYTES = 1 << 62
-GIB = 1 << 30
 
 #: X.Y or X.Y.Z, a leading v, and what vLLM's own version strings append (rc1, .dev45, .post1, +cu128, +g1234abc)
 _VERSION = re.compile(r"v?\d+\.\d+(?:\.\d+)?(?:(?:rc|a|b|\.?dev|\.?post)\d*)*(?:\+[0-9A-Za-z.\-_]+)?")

@@ -7,8 +7,7 @@ import threading
 
 from harness.clock import SYSTEM, Clock
 from harness.gpu.records import GpuInfo
-
-GIB = 1024**3
+from harness.units import GIB
 
 
 class FakeInventory:

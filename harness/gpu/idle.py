@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 from harness.clock import SYSTEM, Clock
 from harness.gpu.inventory import Inventory
+from harness.units import GIB
 
 MIB = 1024**2
-GIB = 1024**3
 #: A CUDA context alone is ~0.3-0.6 GiB, a leftover KV pool many GiB; 512 MiB tells them apart.
 DEFAULT_TOLERANCE = 512 * MIB
 DEFAULT_TIMEOUT_S = 180.0

@@ -179,7 +179,8 @@ def open_inventory(gpus_per_cell: int, id_kind: str = "index", env: Mapping[str,
     env = os.environ if env is None else env
     if gpus_per_cell <= 0 and not shares_gpus:
         return CpuInventory.from_env(env)
-    from harness.gpu.nvml import NvmlInventory, NvmlUnavailable
+    from harness.errors import NvmlUnavailable
+    from harness.gpu.nvml import NvmlInventory
 
     try:
         return NvmlInventory.open(id_kind=id_kind, env=env)

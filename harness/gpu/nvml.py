@@ -15,9 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.gpu.records import GpuInfo
-from harness.errors import GpuLost, NvmlUnavailable  # NvmlUnavailable re-exported: callers import it here
-
-GIB = 1024**3
+from harness.errors import GpuLost, NvmlUnavailable
+from harness.units import GIB
 
 
 def _text(value: Any) -> str:

@@ -132,7 +132,7 @@ class LogFacts(BaseModel):
         return skipped(eager_flag or bool(self.enforce_eager), self.kv.device)
 
 
-class Signal(str, enum.Enum):
+class Signal(enum.StrEnum):
     """What one fed line means to a watcher deciding whether to keep waiting."""
 
     REFUSAL = "refusal"

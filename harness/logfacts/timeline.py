@@ -13,7 +13,7 @@ import enum
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class Milestone(str, enum.Enum):
+class Milestone(enum.StrEnum):
     """A boot's milestones in the order a boot passes them; each is the end of the phase `PHASES` names."""
 
     pulled = "pulled"

@@ -13,11 +13,10 @@ wrapped log reads exactly as the bare one (a CI runner stamps a line when it rec
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 
-from harness.names import Named
 
-
-class Wrapper(Named):
+class Wrapper(StrEnum):
     """A tool that prefixes every line of the vLLM output it shows."""
 
     github_actions = "github_actions"
@@ -60,6 +59,6 @@ def unwrap(line: str) -> tuple[tuple[Wrapper, ...], str]:
     """The wrappers found at the start of `line`, outermost first, and what they wrapped."""
     found: list[Wrapper] = []
     while len(found) < MAX_DEPTH and (m := _SHAPES.match(line)):
-        found.append(Wrapper(m.lastgroup))
+        found.append(Wrapper(m.lastgroup or ""))  # a match names its group
         line = line[m.end():]
     return tuple(found), line

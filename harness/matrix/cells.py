@@ -15,10 +15,11 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from harness.errors import ConfigError, UsageError
+from harness.errors import ConfigError, SelectionError, UsageError
 from harness.matrix.model import CONTAINER_ONLY_MESSAGE, ExpectRule, Matrix, Mount, PatchSpec, Selector
 from harness.matrix.rule_index import SelectorIndex, as_flags
-from harness.verdict.catalogue import Outcome, Reason
+from harness.verdict.catalogue import Reason
+from harness.verdict.outcome import Outcome
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+]+")
 #: A negative number (`--max-model-len -1`, vLLM's "auto"): its sign is spelt, or `-1` would read as length 1.
@@ -268,10 +269,6 @@ def explain_missing_id(matrix: Matrix, cell_id: str, cells: list[Cell]) -> str:
             return f"cell {cell_id!r} is excluded by exclude[{rule}] ({matrix.exclude[rule]})"
     near = difflib.get_close_matches(cell_id, [c.id for c in cells], n=3, cutoff=0.5)
     return f"no cell {cell_id!r}" + (f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else "")
-
-
-class SelectionError(ConfigError):
-    pass
 
 
 def select_cells(cells: list[Cell], exprs: list[str] | None, matrix: Matrix, source: str = "--select") -> list[Cell]:

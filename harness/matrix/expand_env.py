@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from harness.errors import UnsetVariable  # re-exported: callers import it from here
+from harness.errors import UnsetVariable
 
 _REF = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-((?:[^}$]|\$(?!\{))*))?\}|\$\{([^}]*)\}?")
 

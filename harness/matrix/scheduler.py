@@ -20,17 +20,17 @@ disagree: a UsageError of one line naming the variables (exit 2) — never a gue
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.errors import UsageError
-from harness.names import Named
 
 #: The variable a Kubernetes Job manifest sets to its `spec.completions` (Kubernetes does not export the count).
 K8S_COUNT = "BOOT_HARNESS_SHARD_COUNT"
 
 
-class SchedulerKind(Named):
+class SchedulerKind(StrEnum):
     buildkite = "buildkite"
     kubernetes = "kubernetes"
     slurm = "slurm"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from harness.masking import Masker, _flag_values, secret_values
+from harness.masking import Masker, secret_flag_values, secret_values
 
 #: One axis: (the value as written — a flag axis's value, a named axis's name —, its fragment's args, its env).
 AxisValues = list[tuple[str, list[str], dict[str, str]]]
@@ -30,7 +30,7 @@ def secret_names(args: Iterable[str], env: Mapping[str, str], axes: Mapping[str,
     out: dict[str, dict[str, str]] = {}
     for axis, values in axes.items():
         renamed = {written: f"secret{i}" for i, (written, frag_args, _) in enumerate(values, 1)
-                   if written in _flag_values(frag_args) or masker.known(written)}
+                   if written in secret_flag_values(frag_args) or masker.known(written)}
         if renamed:
             out[axis] = renamed
     return out

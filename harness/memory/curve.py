@@ -14,8 +14,8 @@ from harness.logfacts.timeline import ORDER, RANK, Milestone, Milestones, phase_
 from harness.memory.model import MAX_SAMPLES, DeviceMemory, LoggedMemory, MemoryCurve
 from harness.memory.probe import Limit
 from harness.memory.sampler import Samples
+from harness.units import GIB
 
-GIB = 1024**3
 #: How long a log line may take to reach the harness after the server wrote it (a pipe, an engine's log stream: 0.2-0.4
 #: s measured on podman): the memory a KV size line announces may show in the curve before the line arrives, so its
 #: step is measured from the level this long before the line.

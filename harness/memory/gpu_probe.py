@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from harness.errors import GpuLost
+from harness.errors import GpuLost, ProbeFailed
 from harness.memory.model import LimitKind, MemorySource
-from harness.memory.probe import DeviceReading, Limit, ProbeFailed, Reading
+from harness.memory.probe import DeviceReading, Limit, Reading
 from harness.memory.process_tree import CachedPids, visible
 
 

@@ -3,15 +3,15 @@ cell started (the timeline's clock). docs/memory.md says what each number means 
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from enum import StrEnum
 
-from harness.names import Named
+from pydantic import BaseModel, ConfigDict, Field
 
 #: The most samples a record keeps; a longer curve is thinned keeping every local peak (harness.memory.curve).
 MAX_SAMPLES = 500
 
 
-class MemorySource(Named):
+class MemorySource(StrEnum):
     """Where the numbers come from."""
 
     nvml = "nvml"
@@ -19,7 +19,7 @@ class MemorySource(Named):
     process = "process"
 
 
-class LimitKind(Named):
+class LimitKind(StrEnum):
     device_total = "device_total"
     container_limit = "container_limit"
     host_total = "host_total"

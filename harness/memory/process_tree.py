@@ -14,8 +14,9 @@ from pathlib import Path
 
 import psutil
 
+from harness.errors import ProbeFailed
 from harness.memory.model import LimitKind, MemorySource
-from harness.memory.probe import Limit, ProbeFailed, Reading
+from harness.memory.probe import Limit, Reading
 
 
 def _children(pid: int) -> list[int]:

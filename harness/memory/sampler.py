@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.clock import SYSTEM, Clock
-from harness.memory.probe import DeviceReading, Limit, MemoryProbe, ProbeFailed
+from harness.errors import ProbeFailed
+from harness.memory.probe import DeviceReading, Limit, MemoryProbe
 
 
 @dataclass

@@ -20,12 +20,13 @@ from harness.predict.predictor import allows_long_max_model_len, draft_model_pat
 from harness.predict.refusals import MACHINE_FREE, Machine
 from harness.predict.serve_flags import parse_serve_flags
 from harness.predict.versions import rules_for, rules_version
-from harness.verdict.catalogue import Outcome, Reason
+from harness.units import GIB
+from harness.verdict.catalogue import Reason
+from harness.verdict.outcome import Outcome
 
 #: reads a file as the server sees it; None when it cannot
 Reader = Callable[[str], "bytes | None"]
 
-GIB = 1 << 30
 HALF_CENT_GIB = GIB // 200  # ±0.005 GiB: half the unit vLLM prints GiB in
 
 
@@ -47,8 +48,8 @@ def config_of(path: str, read: Reader) -> ModelShape | None:
     return shape_from_config(raw, file)
 
 
-def _available(kv: KvFacts, flag_bytes: int | None, refusal: Refusal | None,
-               null_block: int) -> tuple[int, int, str] | None:
+def kv_pool(kv: KvFacts, flag_bytes: int | None, refusal: Refusal | None,
+            null_block: int) -> tuple[int, int, str] | None:
     """(low, high, source) of the KV pool: equal ends when exact. `null_block`: what the refusal's "available" is
     short of the pool (one block from 0.29 on, else 0)."""
     if kv.floor_raised_bytes:
@@ -207,7 +208,7 @@ def predict_cell(server_args: list[str], read: Reader, kv: KvFacts, refusal: Ref
         bare = predict(shape, flags, version=version, platform=platform, draft=draft, allow_long_max_model_len=long_ok,
                        machine=machine)
         null_block = bare.bytes_per_block if rules_for(version).null_block_in_check else 0
-        pool = _available(kv, flags.kv_cache_memory_bytes, refusal, null_block)
+        pool = kv_pool(kv, flags.kv_cache_memory_bytes, refusal, null_block)
         if pool is None:
             found = checks(bare, bare, kv, refusal, outcome, reason)
             record = PredictionRecord(prediction=bare, checks=found,

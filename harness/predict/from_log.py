@@ -22,7 +22,7 @@ from harness.jsonout import JsonOutput
 from harness.logfacts import LogFacts, LogParser
 from harness.logfacts.engine_config import EngineConfig, read_engine_config, speculative_of
 from harness.logfacts.parser import iter_file_lines
-from harness.predict.cell import GIB, _available, checks, hint, platform_of
+from harness.predict.cell import checks, hint, kv_pool, platform_of
 from harness.predict.log_model import LoggedModel, check_architecture, identify, logged_model
 from harness.predict.model import ModelShape, read_model
 from harness.predict.prediction import FactCheck, KvPrediction, PredictionRecord
@@ -30,7 +30,9 @@ from harness.predict.predictor import draft_model_path, predict
 from harness.predict.serve_flags import parse_serve_flags, spelling_of
 from harness.predict.stated import stated
 from harness.predict.versions import DEFAULT_VERSION, parse_version, rules_for, rules_version
-from harness.verdict.catalogue import Outcome, Reason
+from harness.units import GIB
+from harness.verdict.catalogue import Reason
+from harness.verdict.outcome import Outcome
 
 #: the engine arguments (non-default args' keys) that size the KV cache, or that the predictor refuses because they
 #: change it in a way it does not model; anything else a log lists (host, port, enforce_eager, ...) is not a KV flag
@@ -289,19 +291,6 @@ def _draft(path: str | None, given: str | None, model: str, notes: list[str]) ->
 _LONG_LEN_MARK = "User-specified max_model_len"
 
 
-def model_name(path: str) -> str:
-    """A model's name from its path or hub id, to tell two models apart across machines: the directory (a
-    config.json's parent), a hub cache's `models--org--name`, the id's last part; lower case."""
-    text = path.strip().strip("'\"").rstrip("/")
-    if text.endswith(".json"):
-        text = text.rsplit("/", 1)[0] if "/" in text else ""
-    parts = [part for part in text.split("/") if part]
-    for part in parts:
-        if part.startswith("models--"):
-            return part.rsplit("--", 1)[-1].lower()
-    return parts[-1].lower() if parts else ""
-
-
 def check_log(model: str, log: str, given: list[str], *, version: str | None = None, platform: str | None = None,
               draft: str | None = None, available: tuple[int, str] | None = None,
               same_model: bool = False) -> LogCheck:
@@ -366,7 +355,7 @@ def check_log(model: str, log: str, given: list[str], *, version: str | None = N
     if available is not None:
         pool = (available[0], available[0], available[1])
     else:
-        pool = _available(kv, flags.kv_cache_memory_bytes, facts.refusal, null_block)
+        pool = kv_pool(kv, flags.kv_cache_memory_bytes, facts.refusal, null_block)
     outcome, reason = _outcome(facts)
     if pool is None:
         low = high = bare

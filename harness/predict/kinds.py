@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Literal
 
-from harness.names import Named
 
-
-class LayerKind(Named):
+class LayerKind(StrEnum):
     """What one decoder layer caches: full attention, MLA's latent, a sliding window, a recurrent state, or nothing."""
 
     full = "full"

@@ -94,10 +94,17 @@ def logged_model(lines: Iterable[str], facts: LogFacts, cfg: EngineConfig, said:
                        bytes_per_token=implied[0] if implied else None, source=implied[1] if implied else None)
 
 
-def _label(path: str) -> str:
-    from harness.predict.from_log import model_name
-
-    return model_name(path)
+def model_name(path: str) -> str:
+    """A model's name from its path or hub id, to tell two models apart across machines: the directory (a
+    config.json's parent), a hub cache's `models--org--name`, the id's last part; lower case."""
+    text = path.strip().strip("'\"").rstrip("/")
+    if text.endswith(".json"):
+        text = text.rsplit("/", 1)[0] if "/" in text else ""
+    parts = [part for part in text.split("/") if part]
+    for part in parts:
+        if part.startswith("models--"):
+            return part.rsplit("--", 1)[-1].lower()
+    return parts[-1].lower() if parts else ""
 
 
 def check_architecture(model: str, shape: ModelShape, logged: LoggedModel, log: str, same_model: bool) -> None:
@@ -114,8 +121,8 @@ def identify(model: str, shape: ModelShape, bare: KvPrediction, logged: LoggedMo
              same_model: bool) -> str | None:
     """A note when MODEL is taken as the log's model under another name; UsageError (exit 2) when the log states
     another model, or states too little to tell and the names differ."""
-    given = _label(str(Path(model).resolve()))
-    name = _label(logged.served) if logged.served else ""
+    given = model_name(str(Path(model).resolve()))
+    name = model_name(logged.served) if logged.served else ""
     what = []
     if logged.architecture:
         what.append(f"a {logged.architecture}")

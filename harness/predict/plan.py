@@ -16,7 +16,8 @@ from harness.predict.cell import platform_of, predict_cell
 from harness.predict.prediction import KvPrediction, PredictionRecord
 from harness.errors import UsageError
 from harness.predict.refusals import Machine, refusals_of_argv
-from harness.verdict.catalogue import Outcome, Reason
+from harness.verdict.catalogue import Reason
+from harness.verdict.outcome import Outcome
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from harness.predict.prediction import KvPrediction, LayerGroup
 from harness.predict.refusals import Machine, config_refusals
 from harness.predict.serve_flags import ServeFlags, speculative_tokens
 from harness.predict.versions import (DEFAULT_VERSION, ConfigRules, Rules, config_rules_for,
-                                     hybrid_rules_for, outside_known, parse_version, rules_for)
+                                     hybrid_rules_for, outside_known, release_of, rules_for)
 from harness.verdict.catalogue import Reason
 
 #: vLLM's default attention block on GPU, the CPU backend's (docs/cpu-calibration.md) and the CPU MLA kernel's: the one
@@ -199,14 +199,6 @@ def default_max_model_len(shape: ModelShape, crules: ConfigRules, notes: list[st
     return limit.length
 
 
-def _release(version: str) -> tuple[int, int, int]:
-    """X.Y.Z of `version`; the default's for one that names none (a nightly's tag)."""
-    try:
-        return parse_version(version)
-    except ValueError:
-        return parse_version(DEFAULT_VERSION)
-
-
 def allows_long_max_model_len(env: Mapping[str, str] | None) -> bool:
     """VLLM_ALLOW_LONG_MAX_MODEL_LEN as vllm/envs.py reads it ("1" or "true", any case, spaces stripped)."""
     return str((env or {}).get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0")).strip().lower() in ("1", "true")
@@ -303,7 +295,7 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
     if flags.max_model_len is None:
         notes.append(f"--max-model-len not given: the model's {mml} is used (a tokenizer's model_max_length can "
                      "lower it)")
-    refusals = config_refusals(shape.raw, flags, max_model_len=mml, machine=machine, version=_release(version),
+    refusals = config_refusals(shape.raw, flags, max_model_len=mml, machine=machine, version=release_of(version),
                                notes=notes)
     first = refusals[0] if refused_by is None and refusals else None
     if first is not None:

@@ -25,6 +25,7 @@ from typing import Any
 
 from harness.gpu.capability import capability_of
 from harness.predict.serve_flags import ServeFlags
+from harness.predict.versions import release_of
 
 
 #: The causes `plan` and `kv` predict from the configuration (max_len_exceeds_model: predictor.py's length check).
@@ -117,7 +118,6 @@ def refusals_of_argv(argv: list[str], read: Callable[[str], bytes | None], versi
     model does not know): every flag read as that release reads it (serve_flags.flag_value), the model's config.json
     as the server sees it; [] when the model cannot be read. A length above the model's is predictor.py's."""
     from harness.files import parse_json
-    from harness.predict.predictor import _release
     from harness.predict.serve_flags import flag_value
 
     def value(dest: str, default: Any) -> Any:
@@ -142,4 +142,4 @@ def refusals_of_argv(argv: list[str], read: Callable[[str], bytes | None], versi
     own = text.get("max_position_embeddings") if isinstance(text, dict) else None
     return config_refusals(raw, flags, pipeline=int(value("pipeline_parallel_size", 1)),
                            max_model_len=length if isinstance(length, int) and length > 0 else
-                           own if isinstance(own, int) else None, machine=machine, version=_release(version))
+                           own if isinstance(own, int) else None, machine=machine, version=release_of(version))

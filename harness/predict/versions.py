@@ -72,6 +72,14 @@ def parse_version(text: str) -> tuple[int, int, int]:
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
 
 
+def release_of(version: str) -> tuple[int, int, int]:
+    """X.Y.Z of `version`; the default's for one that names none (a nightly's tag)."""
+    try:
+        return parse_version(version)
+    except ValueError:
+        return parse_version(DEFAULT_VERSION)
+
+
 def rules_version(logged: str | None) -> str:
     """The version whose rules read what a server logged or a record holds: itself when it reads as X.Y[.Z], else
     (none, a bare `1`, a nightly's `2024_nightly`) DEFAULT_VERSION. What a server says it is, is shown as written

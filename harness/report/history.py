@@ -23,7 +23,7 @@ from harness.analysis.history import CellHistory, History
 from harness.analysis.history_runs import TOTAL, Entry, Night
 from harness.escape import md_code, md_text
 from harness.report.glyphs import text_only
-from harness.report.html import COLOURS, _css
+from harness.report.html import COLOURS, css
 from harness.report.markdown import BADGE
 from harness.report.style import STYLE, SYMBOL
 from harness.report.text import PlainTable, Prose, literal
@@ -282,5 +282,5 @@ def render_html(h: History) -> str:
                     + "".join(f"<li>{escape(w)}</li>" for w in h.warnings) + "</ul>")
     return text_only("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
                      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-                     f"<title>boot-harness history</title><style>{_css()}{CSS}{colours}</style></head>"
+                     f"<title>boot-harness history</title><style>{css()}{CSS}{colours}</style></head>"
                      f"<body>{''.join(body)}</body></html>\n")

@@ -60,7 +60,7 @@ figure.kv-plots .panels{display:flex;flex-wrap:wrap;gap:12px}figure.kv-plots img
 """
 
 
-def _css(run: RunResult | None = None) -> str:
+def css(run: RunResult | None = None) -> str:
     """The page's CSS; the memory curves' only for a run that has one (history's page shares the rest)."""
     rules = "".join(f"td.cell.{o}{{background:{bg}}}td.cell.{o} .outcome{{color:{fg}}}"
                     f".legend .{o}{{background:{bg};color:{fg}}}" for o, (bg, fg) in COLOURS.items())
@@ -177,7 +177,7 @@ def render_html(run: RunResult, grids: list[Grid], analysis: Analysis | None,
         body.append(f'<p class="finding note">{escape(n)}</p>')
     page = ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>boot-harness report {escape(run.run_id)}</title><style>{_css(run)}</style></head>"
+            f"<title>boot-harness report {escape(run.run_id)}</title><style>{css(run)}</style></head>"
             f"<body>{''.join(body)}</body></html>\n")
     return text_only(page)
 

@@ -14,7 +14,8 @@ import io
 from typing import Any
 
 from harness.analysis.fit import Analysis, GroupAnalysis, Line
-from harness.analysis.kv import GIB, MIB
+from harness.analysis.kv import MIB
+from harness.units import GIB
 from harness.verdict import Outcome
 
 MISSING = "matplotlib is not installed: pip install -e '.[analysis]' (in the checkout) for the plot"

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.names import Named
 from harness.logfacts import KvFacts, Refusal
 from harness.logfacts.timeline import Timeline
 from harness.matrix.scheduler import SchedulerRef
@@ -17,7 +17,8 @@ from harness.runtime.records import AppliedPatch, CompileCacheUse, ContainerInfo
 from harness.predict.prediction import PredictionRecord
 from harness.units import fmt_seconds
 from harness.watch.records import LogCut
-from harness.verdict.catalogue import OUTCOME_MEANINGS, REASONS, Outcome, OutcomeMember, ReasonMember
+from harness.verdict.catalogue import REASONS, OutcomeMember, ReasonMember
+from harness.verdict.outcome import OUTCOME_MEANINGS, Outcome
 from harness.verdict.causes import Finding
 
 #: The catalogue, as the schema's descriptions say it.
@@ -27,7 +28,7 @@ _REASONS_DOC = "; ".join(f"{r.value} ({i.outcome.value}): {i.meaning}" for r, i 
 SCHEMA_VERSION = 1
 
 
-class RunStatus(Named):
+class RunStatus(StrEnum):
     running = "running"
     complete = "complete"
     interrupted = "interrupted"

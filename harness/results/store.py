@@ -19,14 +19,15 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from harness import __version__, nofollow
-from harness.errors import ConfigError, FileRefused, RecordWriteError, RunDamaged, UsageError
+from harness import nofollow
+from harness.errors import FileRefused, InputError, RecordWriteError, RunDamaged, UsageError
 from harness import files
 from harness.files import kind_of, parse_json, read_bytes, write_atomic
 from harness.matrix.load import LoadedMatrix
 from harness.matrix.scheduler import SchedulerRef
 from harness.results.model import CellResult, HostInfo, MatrixRef, RunResult, RunStatus
 from harness.verdict import Outcome
+from harness.version import __version__
 
 
 _R = TypeVar("_R", bound=BaseModel)
@@ -259,7 +260,7 @@ def _read_cells(run_dir: Path, listed: list[str], budget: _Budget) -> dict[str, 
     """Every `cells/<id>.json` of a run. A cell file that cannot be read, is not a cell record, holds another cell's
     id, or that results.json lists but is not there, makes the run damaged: each is named, and nothing is skipped."""
     cells_dir = run_dir / "cells"
-    problems: list[ConfigError] = []
+    problems: list[InputError] = []
     cells: dict[str, CellResult] = {}
     try:
         st = os.lstat(cells_dir)
@@ -276,8 +277,8 @@ def _read_cells(run_dir: Path, listed: list[str], budget: _Budget) -> dict[str, 
         f = cells_dir / name
         try:
             cell = _read_cell(f, budget)
-        except ConfigError as exc:
-            problems.extend(getattr(exc, "problems", [exc]))
+        except InputError as exc:
+            problems.extend(exc.problems)
             continue
         if cell.cell_id != name[:-len(".json")]:
             problems.append(FileRefused(str(f), "cell_id", f"is {cell.cell_id!r}: the record of a cell is "

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 
 from harness.clock import SYSTEM, Clock
-from harness.errors import CellStartError, RuntimeUnavailable, UsageError
+from harness.errors import CellStartError, PatchError, RuntimeUnavailable, UsageError
 from harness.logfacts.timeline import Milestone
 from harness.matrix.cells import Cell
 from harness.matrix.load import LoadedMatrix
@@ -32,7 +32,7 @@ from harness.runtime.container_server import ContainerServer
 from harness.runtime.container_spec import (ContainerSpec, build_spec, cache_volume, container_env, host_path,
                                             mount_source, to_cli_tokens, to_engine_kwargs)
 from harness.runtime.leftovers import Leftovers
-from harness.runtime.patching import PatchError, Patches, PreparedPatch
+from harness.runtime.patching import Patches, PreparedPatch
 from harness.runtime.pull import Images, PullObserver
 from harness.runtime.reader import log_stream, pump_chunks
 from harness.shell import Step

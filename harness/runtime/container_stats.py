@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.errors import ProbeFailed
 from harness.memory.model import LimitKind, MemorySource
-from harness.memory.probe import Limit, ProbeFailed, Reading
+from harness.memory.probe import Limit, Reading
 
 #: A limit at or above this is "no limit" (cgroup v1 reports 2^63 rounded to pages; some engines the host's total).
 UNLIMITED = 1 << 60

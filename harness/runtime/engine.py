@@ -15,8 +15,7 @@ import tarfile
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import RuntimeUnavailable
-from harness.runtime.patching import PatchError
+from harness.errors import PatchError, RuntimeUnavailable
 
 import docker
 from docker.types import DeviceRequest

@@ -25,10 +25,10 @@ from typing import Literal
 from harness.runtime.pull import PullObserver
 from harness.matrix.cells import Cell
 from harness.clock import SYSTEM, Clock
-from harness.errors import CellStartError
+from harness.errors import CellStartError, ProbeFailed
 from harness.logfacts.timeline import Milestone
 from harness.memory.model import LimitKind, MemorySource
-from harness.memory.probe import Limit, MemoryProbe, ProbeFailed, Reading
+from harness.memory.probe import Limit, MemoryProbe, Reading
 from harness.runtime.records import AppliedPatch, ContainerInfo
 from harness.runtime.base import CellContext, LineSink, read_host_file
 from harness.runtime.ports import HOST

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness import nofollow
-from harness.errors import HarnessError, UsageError
+from harness.errors import PatchError, PatchMismatch, UsageError
 from harness.matrix.cells import Cell
 from harness.matrix.model import PatchSpec
 from harness.runtime.records import AppliedPatch
@@ -41,15 +41,6 @@ PATCH_ARGS = ("-p1", "--batch", "--forward", "--no-backup-if-mismatch")
 #: GNU patch's environment beside the caller's: its messages (kept, and read for fuzz and offsets) in one language.
 PATCH_ENV = {"LC_ALL": "C"}
 _FUZZ_OR_OFFSET = re.compile(r"^Hunk #\d+ succeeded at \d+.*(?:fuzz|offset).*$", re.M)
-
-
-class PatchError(HarnessError):
-    """A patch that does not apply, or a file whose hash is not the one the matrix promised."""
-
-
-class PatchMismatch(UsageError):
-    """A PatchError met while preparing a cell's image: bad input for a run (exit 2), and for a bisect a finding of
-    its own about that candidate (harness.bisect.runner)."""
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import threading
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
@@ -25,11 +26,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from harness.runtime.pull import PullObserver
 from harness.matrix.cells import Cell
 from harness.clock import SYSTEM, Clock
-from harness.errors import CellStartError, FileRefused, HarnessError, RuntimeUnavailable
+from harness.errors import BadRecord, CellStartError, FileRefused, RuntimeUnavailable
 from harness import nofollow
 from harness.files import read_json
 from harness.logfacts.timeline import Milestone
-from harness.names import Named
 from harness.runtime.records import AppliedPatch, ContainerInfo
 from harness.runtime import carriers
 from harness.runtime.carriers import proc_start_time
@@ -114,10 +114,6 @@ class ActiveRecord(BaseModel):
         return self
 
 
-class BadRecord(HarnessError):
-    """An active/ record that is not one the harness wrote (the message says why): never acted on."""
-
-
 def read_active_record(path: Path) -> ActiveRecord:
     """The record at `path` (harness.files: no symlink followed, no FIFO blocked on, a bounded read), or BadRecord
     saying why it is none."""
@@ -143,7 +139,7 @@ def write_active_record(path: Path, record: ActiveRecord, anchor: Path | None = 
     nofollow.write_atomic(path.parent if anchor is None else anchor, path, record.model_dump_json())
 
 
-class Proof(Named):
+class Proof(StrEnum):
     """What /proc says about a recorded process group."""
 
     ours = "a live process of the group carries the record's server id"

@@ -10,8 +10,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harness.verdict.catalogue import OUTCOME_MEANINGS, REASONS, Reason, reasons_of
-    from harness.verdict.outcome import Outcome
+    from harness.verdict.catalogue import REASONS, Reason, reasons_of
+    from harness.verdict.outcome import OUTCOME_MEANINGS, Outcome
 
 _EXPORTS = {"OUTCOME_MEANINGS": "harness.verdict.outcome", "Outcome": "harness.verdict.outcome",
             "REASONS": "harness.verdict.catalogue", "Reason": "harness.verdict.catalogue",

@@ -18,11 +18,11 @@ from __future__ import annotations
 import difflib
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from enum import StrEnum
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BeforeValidator
 
-from harness.names import Named
 from harness.verdict.causes import ALIASES, CAUSES, KIND_OUTCOME, CauseKind
 from harness.verdict.outcome import OUTCOME_MEANINGS, Outcome
 
@@ -37,7 +37,7 @@ class ReasonInfo:
     """The cause's kind, for a reason the log shows; None for what the harness saw itself."""
 
 
-class Reason(Named):
+class Reason(StrEnum):
     ready = "ready"
     kv_cache_too_small = "kv_cache_too_small"
     no_cache_blocks = "no_cache_blocks"
@@ -163,7 +163,10 @@ def canonical_reason(value: Any) -> Any:
 #: For the records' pydantic models: the enum members as a Literal, so a record holds the enums while its JSON and
 #: its JSON Schema hold the plain names (inline, as when the records held strings). The old names validate too (the
 #: schema lists them, so an old record still validates against it) and are read as the causes they became.
-OutcomeMember = Literal[tuple(Outcome)]  # type: ignore[valid-type]
+if TYPE_CHECKING:  # what a type checker can read: the members are Outcome's
+    OutcomeMember = Outcome
+else:
+    OutcomeMember = Literal[tuple(Outcome)]
 _ReasonLiteral = Literal[(*Reason, *ALIASES)]  # type: ignore[valid-type]
 ReasonMember = Annotated[_ReasonLiteral, BeforeValidator(canonical_reason)]
 #: For what users write (the matrix): the plain names, old ones included, so a validation error lists them as written.
@@ -185,7 +188,7 @@ def check_reason(reason: str, outcome: str | None = None) -> str:
         raise ValueError(f"unknown reason {reason!r}: {hint}the reasons{f' of {outcome}' if outcome else ''} are "
                          f"{', '.join(r.value for r in choices)}")
     known = Reason(reason)
-    if outcome in Outcome.__members__ and REASONS[known].outcome != Outcome(outcome):
+    if outcome is not None and outcome in Outcome.__members__ and REASONS[known].outcome != Outcome(outcome):
         raise ValueError(f"reason {reason!r} belongs to outcome {REASONS[known].outcome}, not {outcome}: "
                          f"a rule expecting it could never match (the reasons of {outcome} are "
                          f"{', '.join(r.value for r in choices)})")

@@ -3,10 +3,10 @@ both name an outcome."""
 
 from __future__ import annotations
 
-from harness.names import Named
+from enum import StrEnum
 
 
-class Outcome(Named):
+class Outcome(StrEnum):
     booted = "booted"
     refused = "refused"
     crashed = "crashed"

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 
 from harness.logfacts import Refusal
-from harness.names import Named
-from harness.verdict.catalogue import REASONS, Outcome, Reason
+from harness.verdict.catalogue import REASONS, Reason
+from harness.verdict.outcome import Outcome
 from harness.verdict.causes import GENERIC_CAUSE, UNCAUGHT, Finding
 
-class SightingKind(Named):
+class SightingKind(StrEnum):
     """What kind of decisive thing the watch saw."""
 
     refusal = "refusal"

@@ -5,13 +5,13 @@ from __future__ import annotations
 import queue
 import threading
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Protocol
 
 from harness.clock import SYSTEM, Clock
-from harness.names import Named
 
 
-class EventKind(Named):
+class EventKind(StrEnum):
     line = "line"
     eof = "eof"
     exit = "exit"

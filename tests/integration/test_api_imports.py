@@ -24,10 +24,10 @@ def harness_modules_after(code: str) -> set[str]:
 
 @pytest.mark.parametrize("code,expected", [
     ("import harness", {"harness"}),
-    ("import harness.names", {"harness", "harness.names"}),
+    ("import harness.version", {"harness", "harness.version"}),
     ("import harness.errors", {"harness", "harness.errors", "harness.exitcodes"}),
     ("import harness\nharness.__all__; dir(harness)", {"harness"}),
-], ids=["root", "names", "errors", "all-and-dir"])
+], ids=["root", "version", "errors", "all-and-dir"])
 def test_importing_the_root_or_a_foundation_imports_nothing_above_it(code, expected):
     assert harness_modules_after(code) == expected
 

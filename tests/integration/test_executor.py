@@ -27,7 +27,7 @@ from harness.results.store import RunStore
 from harness.boot.attempt import CellRunner, watch_config
 from harness.boot.executor import Executor
 from harness.boot.server_registry import LiveServers
-from harness.boot.signals import Interrupted
+from harness.errors import Interrupted
 from harness.runtime.process import ProcessRuntime
 
 FAKE = str(Path(__file__).resolve().parents[1] / "fakes" / "fake_vllm.py")

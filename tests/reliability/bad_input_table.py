@@ -35,13 +35,13 @@ def rows(tsv: Path) -> list[tuple[str, str, str]]:
 
 def message(path: Path) -> tuple[str, str]:
     """(key, message) of the one line `validate` prints for this file, repo paths shown as <repo>."""
-    from harness.errors import ConfigError
+    from harness.errors import InputError
     from harness.matrix.load import load_matrix
 
     env = {k: v for k, v in os.environ.items() if k not in UNSET}
     try:
         load_matrix(path, environ=env)
-    except ConfigError as exc:
+    except InputError as exc:
         return exc.key, exc.message.replace(str(ROOT), "<repo>")
     return "", "(no error: the file loads)"
 

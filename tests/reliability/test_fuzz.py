@@ -1,4 +1,4 @@
-"""Fuzzing the matrix loader: whatever a file holds, loading it gives a Matrix (and its cells) or one ConfigError,
+"""Fuzzing the matrix loader: whatever a file holds, loading it gives a Matrix (and its cells) or one located error,
 never a traceback. The log parser's own properties are in tests/unit/test_logfacts_properties.py, and the parser is
 fuzzed at volume by benchmarks/fuzz_parser.py; the readers that cut a server's output into lines are checked here.
 
@@ -13,7 +13,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from harness.errors import ConfigError
+from harness.errors import InputError
 from harness.matrix.load import load_matrix
 from harness.matrix.model import Matrix
 from harness.runtime.reader import MAX_LINE, pump_chunks, pump_lines
@@ -64,12 +64,12 @@ def _dump(doc) -> str:
 
 
 def load_text(text: str, tmp: Path) -> None:
-    """Through the real loader (file, decode, YAML, env, model, cells, patch files): a Matrix, or ConfigError."""
+    """Through the real loader (file, decode, YAML, env, model, cells, patch files): a Matrix, or an InputError."""
     path = tmp / "fuzz.yaml"
     path.write_text(text, encoding="utf-8")
     try:
         loaded = load_matrix(path, environ=ENV)
-    except ConfigError as exc:
+    except InputError as exc:
         assert str(exc).startswith(str(path)), exc
         return
     assert isinstance(loaded.matrix, Matrix)

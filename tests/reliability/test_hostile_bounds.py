@@ -462,7 +462,7 @@ def test_history_names_a_run_past_the_bound_and_reads_the_others(fat_run, tmp_pa
 
 def test_each_read_is_bounded_by_what_is_left_of_the_run(fat_run, monkeypatch):
     """A file that grows after the sizes were summed is still bounded: the reads never take more than the bound."""
-    from harness.errors import ConfigError
+    from harness.errors import InputError
     from harness.results import store
 
     taken: list[int] = []
@@ -474,7 +474,7 @@ def test_each_read_is_bounded_by_what_is_left_of_the_run(fat_run, monkeypatch):
 
     monkeypatch.setattr(store, "read_bytes", spy)
     monkeypatch.setattr(store._Budget, "check", lambda self: None)  # as if the files grew after the sizes were read
-    with pytest.raises(ConfigError):
+    with pytest.raises(InputError):
         store.load_run(fat_run)
     assert taken and all(t <= 100_000 for t in taken) and taken == sorted(taken, reverse=True)
 

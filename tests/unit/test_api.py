@@ -1,10 +1,11 @@
 """The public face: `harness` exports what a script uses (docs/api.md), each name resolves to the object its module
 defines, is listed by `dir()`, is documented, and the doc's python blocks run as written — the nightly script on the
-matrix's own (process) runtime with its servers scripted, the rest as they stand. That `import harness.names` stays
+matrix's own (process) runtime with its servers scripted, the rest as they stand. That `import harness.version` stays
 light is checked from a fresh interpreter in tests/integration/test_api_imports.py (unit tests start no program)."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import pkgutil
 import re
@@ -37,13 +38,21 @@ BLOCKS = {"nightly": '"""nightly.py', "predict": "predict_kv(", "fake runtime": 
 @pytest.mark.parametrize("name", PUBLIC)
 def test_each_public_name_resolves_to_what_its_module_defines(name):
     value = getattr(harness, name)
-    if name != "__version__":
-        module, attribute = harness._EXPORTS[name]
-        assert value is getattr(importlib.import_module(module), attribute), f"harness.{name} moved: fix _EXPORTS"
+    module, attribute = harness._EXPORTS[name]
+    assert value is getattr(importlib.import_module(module), attribute), f"harness.{name} moved: fix the block"
 
 
-def test_all_is_the_export_table():
-    assert harness.__all__ == ["__version__", *harness._EXPORTS]
+def test_the_names_are_written_once_in_the_type_checking_block():
+    """`__all__` and the lazy table are the block's imports, read from the source: no second list to keep equal."""
+    source = (ROOT / "harness" / "__init__.py").read_text()
+    tree = ast.parse(source)
+    (block,) = [n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"]
+    written = [a.asname or a.name for i in block.body for a in i.names]
+    assert harness.__all__ == written and list(harness._EXPORTS) == written
+    assert len(set(written)) == len(written) and "__version__" in written and "predict_kv" in written
+    assigned = {ast.unparse(t) for n in ast.walk(tree) if isinstance(n, ast.Assign | ast.AnnAssign)
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target])}
+    assert not assigned & {"__all__", "_EXPORTS"}, "a second list of the public names"
 
 
 def test_dir_lists_every_public_name_and_an_unknown_one_is_an_attribute_error():

@@ -16,7 +16,7 @@ from harness.cli import main
 from harness.clock import FakeClock
 from harness.errors import RuntimeUnavailable
 from harness.runtime.fake import BOOT_LINES, FakeRuntime, Script
-from harness.runtime.patching import PatchMismatch
+from harness.errors import PatchMismatch
 from tests.builders import write_matrix
 
 REFS = [f"cmd:/opt/build-{i:02d}/vllm serve" for i in range(16)]

@@ -11,8 +11,8 @@ import pytest
 from harness.bisect.candidates import BuildKind, ordered, process_command, read_refs_file
 from harness.bisect.oracle import Mark, Said
 from harness.bisect.registry import split, tags_by_creation
-from harness.bisect.search import EndsDisagree, bisect
-from harness.errors import UsageError
+from harness.bisect.search import bisect
+from harness.errors import EndsDisagree, UsageError
 
 N = 16
 

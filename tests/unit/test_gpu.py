@@ -10,11 +10,12 @@ from types import SimpleNamespace
 import pytest
 
 from harness.clock import FakeClock
-from harness.errors import UsageError
+from harness.errors import NvmlUnavailable, UsageError
 from harness.gpu.fake import FakeInventory
-from harness.gpu.idle import GIB, IdleBaseline
+from harness.gpu.idle import IdleBaseline
 from harness.gpu.inventory import CpuInventory, GpuPool, Inventory, open_inventory, resolve_parallel
-from harness.gpu.nvml import NvmlInventory, NvmlUnavailable, visible_indices
+from harness.gpu.nvml import NvmlInventory, visible_indices
+from harness.units import GIB
 
 
 class FakeNvml:

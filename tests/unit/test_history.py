@@ -18,7 +18,7 @@ from harness.analysis.history import ChangeName, changes_between
 from harness.analysis.history_read import read_run
 from harness.analysis.history_runs import TOTAL, _why, phase_times
 from harness.cli import main
-from harness.errors import ConfigError
+from harness.errors import InputError
 from harness.gpu.records import GpuInfo
 from harness.memory.model import DeviceMemory, MemoryCurve
 from harness.results.model import Timings
@@ -335,7 +335,7 @@ def loader_says(run_dir: Path) -> str | None:
     """The line history gave for a run before it had a faster road: what `load_run` refuses, worded by `_why`."""
     try:
         load_run(run_dir)
-    except ConfigError as exc:
+    except InputError as exc:
         return f"{run_dir}: skipped, cannot be read: {_why(exc)}"
     return None
 

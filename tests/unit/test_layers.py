@@ -1,7 +1,8 @@
-"""The import graph of harness/ points one way: down a declared order of layers, from the entry points (CLI, pytest
-plugin) to the foundations (errors, names, units). A module may import its own layer and any layer below; an arrow
-up is a cycle in waiting (a lazy import inside a function is an arrow too). Importing `harness.a.b` runs
-`harness/a/__init__.py` first, so that package's module is imported as well and counts.
+"""The import graph of harness/ points one way: down a declared order of layers, from the public face (the root
+package) and the entry points (CLI, pytest plugin) to the foundations (errors, names, units). A module may import its
+own layer and any layer below; an arrow up is a cycle in waiting (a lazy import inside a function is an arrow too).
+Importing `harness.a.b` runs `harness/a/__init__.py` first, so that package's module is imported as well and counts.
+Inside one layer the graph has no circle either: two modules that need each other are one concern or want a third.
 
 A new module must be placed in a layer (the test names it); `KNOWN` lists the arrows up that are there today, each
 with why, and only shrinks: an entry no longer in the code fails the test until it is removed."""
@@ -16,14 +17,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS = ROOT / "harness"
 
+#: The public face (docs/api.md): nothing imports it, it names modules of every layer. It holds only itself, never
+#: its subpackages by prefix (each of those is placed on its own).
+ROOT_PACKAGE = "harness"
+
 #: Lowest first. A module belongs to the layer of the longest prefix that names it (`harness.verdict.policy` before
 #: `harness.verdict`): the verdict package is two layers, its catalogue (the package exports only that), which the log
 #: facts name their refusals by, and the policy that decides from those facts. The matrix loader sits above the cells
 #: (a loaded matrix carries its cells, expanded once); the matrix's model, below them; the selection (`--select`,
 #: `--shard`) above the loader.
 LAYERS: list[tuple[str, ...]] = [
-    ("harness", "harness.names", "harness.exitcodes", "harness.errors", "harness.units", "harness.clock",
-     "harness.files", "harness.masking", "harness.shell", "harness.escape", "harness.jsonout"),
+    ("harness.version", "harness.exitcodes", "harness.errors", "harness.units", "harness.clock",
+     "harness.files", "harness.nofollow", "harness.walk", "harness.masking", "harness.shell", "harness.escape",
+     "harness.jsonout"),
     ("harness.verdict",),
     ("harness.logfacts",),
     ("harness.verdict.policy",),
@@ -39,16 +45,12 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.boot", "harness.bisect"),
     ("harness.cli",),
     ("harness.pytest_plugin", "harness.pytest_spellings"),
+    (ROOT_PACKAGE,),
 ]
 
 #: Arrows up that exist today: (importer, imported) -> why it is still there. Remove an entry with its arrow.
 KNOWN: dict[tuple[str, str], str] = {}
 
-#: The root package is also the public facade (docs/api.md): its `_EXPORTS` table names modules of every layer by
-#: string, imported only when a name is first used (PEP 562), and its `if TYPE_CHECKING:` block repeats the table for
-#: type checkers. Neither runs when `harness` is imported, so exactly that block is exempt, and only in the root; it
-#: must equal the table, and every other import of the root is held to layer 0 like any module's.
-FACADE = "harness"
 
 
 def module_name(path: Path) -> str:
@@ -56,20 +58,13 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def facade_split(source: str) -> tuple[ast.Module, list[ast.ImportFrom]]:
-    """The root's module without its top-level `if TYPE_CHECKING:` block, and that block's imports."""
-    tree = ast.parse(source, FACADE)
-    block = [n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"]
-    tree.body = [n for n in tree.body if n not in block]
-    return tree, [i for b in block for i in ast.walk(b) if isinstance(i, ast.ImportFrom)]
-
-
-def imported(source: str | ast.Module, name: str, is_package: bool = False) -> set[str]:
-    """The harness modules the module `name` (its `source`, or its parsed tree) imports, anywhere in it (function
-    bodies included), with their parent packages."""
+def imported(source: str, name: str, is_package: bool = False, parents: bool = True) -> set[str]:
+    """The harness modules the module `name` (its `source`) imports, anywhere in it (function bodies included), with
+    their parent packages (`parents`: each runs first). Without them, an import names the module it reads: the
+    submodule `from a import b` names when `a.b` is one, else `a` itself."""
     package = name if is_package else name.rpartition(".")[0]
     out: set[str] = set()
-    for node in ast.walk(source if isinstance(source, ast.Module) else ast.parse(source, name)):
+    for node in ast.walk(ast.parse(source, name)):
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
@@ -79,6 +74,11 @@ def imported(source: str | ast.Module, name: str, is_package: bool = False) -> s
                 up = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*up, *([node.module] if node.module else [])])
             targets = [base, *(f"{base}.{a.name}" for a in node.names)]
+            if not parents:
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+        if not parents:
+            out.update(targets)
+            continue
         for t in targets:
             parts = t.split(".")
             out.update(".".join(parts[:i]) for i in range(2, len(parts) + 1))
@@ -92,7 +92,8 @@ def layer_of(module: str) -> int | None:
     best: tuple[int, int] | None = None  # (prefix length, layer)
     for i, names in enumerate(LAYERS):
         for prefix in names:
-            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[0]):
+            inside = module == prefix or (prefix != ROOT_PACKAGE and module.startswith(prefix + "."))
+            if inside and (best is None or len(prefix) > best[0]):
                 best = (len(prefix), i)
     return None if best is None else best[1]
 
@@ -101,11 +102,44 @@ def arrows_up() -> dict[tuple[str, str], tuple[int, int]]:
     out = {}
     for path in sorted(HARNESS.rglob("*.py")):
         name = module_name(path)
-        source = facade_split(path.read_text())[0] if name == FACADE else path.read_text()
-        for target in imported(source, name, path.name == "__init__.py"):
+        for target in imported(path.read_text(), name, path.name == "__init__.py"):
             src, dst = layer_of(name), layer_of(target)
             if src is not None and dst is not None and dst > src:
                 out[(name, target)] = (src, dst)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    """Each module and the modules it imports by name (a submodule's own packages, which run first, are no arrow)."""
+    return {module_name(p): imported(p.read_text(), module_name(p), p.name == "__init__.py", parents=False)
+            for p in sorted(HARNESS.rglob("*.py"))}
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module, or of one that imports itself (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = stack[stack.index(v):]
+            del stack[stack.index(v):]
+            if len(component) > 1 or v in edges.get(v, ()):
+                out.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
     return out
 
 
@@ -125,6 +159,37 @@ def test_each_known_arrow_up_is_still_there():
     assert not gone, f"these arrows up are gone: remove them from KNOWN: {gone}"
 
 
+def test_no_circle_in_the_import_graph():
+    """Not across layers (the test above) and not inside one: a circle is a module that cannot be read alone."""
+    found = circles(graph())
+    assert not found, "import circles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+@pytest.mark.parametrize("edges,expected", [
+    ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, [["a", "b", "c"]]),
+    ({"a": {"b"}, "b": set(), "c": {"c"}}, [["c"]]),
+    ({"a": {"b", "c"}, "b": {"c"}, "c": set()}, []),
+], ids=["three-module-circle", "self-import", "a-diamond-is-no-circle"])
+def test_the_circle_check_can_fail(edges, expected):
+    assert circles(edges) == expected
+
+
+@pytest.mark.parametrize("source,parents,expected", [
+    ("from harness.gpu import inventory\n", False, {"harness.gpu.inventory"}),
+    ("from harness.gpu import GpuInfo\n", False, {"harness.gpu"}),
+    ("from harness.gpu.inventory import X\n", True, {"harness.gpu", "harness.gpu.inventory"}),
+], ids=["submodule-by-name", "a-package-s-name", "with-parents"])
+def test_the_reader_names_the_module_an_import_reads(source, parents, expected):
+    assert imported(source, "harness.verdict.policy", parents=parents) == expected
+
+
+def test_the_root_holds_only_itself():
+    """The public face is on top, and a module of the root that no layer names is unplaced, not put there."""
+    assert layer_of("harness") == len(LAYERS) - 1
+    assert layer_of("harness.not_placed_anywhere") is None
+    assert layer_of("harness.version") == 0
+
+
 @pytest.mark.parametrize("source,expected", [
     ("from harness.verdict.catalogue import Reason\n", {"harness.verdict", "harness.verdict.catalogue"}),
     ("def f():\n    from harness.matrix.cells import expand\n", {"harness.matrix.cells"}),
@@ -142,26 +207,44 @@ def test_an_arrow_up_is_seen():
     assert "harness.cli.common" in imported("from harness.cli.common import add_timeout\n", "harness.errors")
 
 
-def _exports(source: str) -> dict[str, tuple[str, str]]:
-    (table,) = [n.value for n in ast.parse(source).body
-                if isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == "_EXPORTS"]
-    return ast.literal_eval(table)
+
+def top_level_names(source: str) -> tuple[set[str], set[str]]:
+    """(names a module defines at its top level, names it only imports there)."""
+    defined: set[str] = set()
+    imports: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.col_offset == 0:
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign) and node.col_offset == 0:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.Import | ast.ImportFrom) and node.col_offset == 0:
+            imports |= {a.asname or a.name.split(".")[0] for a in node.names}
+    return defined, imports - defined
 
 
-def test_the_facade_s_type_checking_block_is_its_export_table():
-    """The exempt block says nothing the lazy table does not: the same public names, from the same modules."""
-    source = (HARNESS / "__init__.py").read_text()
-    block = {a.asname or a.name: (i.module, a.name) for i in facade_split(source)[1] for a in i.names}
-    assert block == _exports(source)
+def borrowed_imports() -> list[str]:
+    """`from harness.x import name` where x is a module (no package's face) that does not define `name` but only
+    imports it (a second import path: a re-export shim), or where `name` is private to x."""
+    paths = {module_name(p): p for p in HARNESS.rglob("*.py")}
+    tops = {m: top_level_names(p.read_text()) for m, p in paths.items() if p.name != "__init__.py"}
+    out = []
+    for path in sorted(HARNESS.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module in tops:
+                for a in node.names:
+                    if a.name.startswith("_") and not a.name.startswith("__"):
+                        out.append(f"{path.relative_to(ROOT)}: {node.module}.{a.name} is private")
+                    elif a.name in tops[node.module][1] and f"{node.module}.{a.name}" not in paths:
+                        out.append(f"{path.relative_to(ROOT)}: {a.name} from {node.module}, which only imports it")
+    return out
 
 
-@pytest.mark.parametrize("source,expected", [
-    ("if TYPE_CHECKING:\n    from harness.boot.session import RunSession\n", set()),
-    ("from harness.boot.session import RunSession\n", {"harness.boot", "harness.boot.session"}),
-    ("def __getattr__(name):\n    from harness.boot import session\n", {"harness.boot", "harness.boot.session"}),
-    ("if not TYPE_CHECKING:\n    from harness.boot.session import RunSession\n",
-     {"harness.boot", "harness.boot.session"}),
-], ids=["type-checking-block-exempt", "eager-import-counts", "import-in-a-function-counts", "other-block-counts"])
-def test_only_the_root_s_type_checking_block_is_exempt(source, expected):
-    assert imported(facade_split(source)[0], FACADE, is_package=True) == expected
-    assert imported(source, "harness.names") >= expected, "outside the root the block counts like any import"
+def test_each_name_is_imported_from_where_it_is_defined_and_none_is_private():
+    found = borrowed_imports()
+    assert not found, "\n".join(found)
+
+
+def test_a_borrowed_or_private_name_is_seen():
+    defined, only_imported = top_level_names("from harness.errors import Interrupted\nX = 1\ndef _p(): pass\n")
+    assert defined == {"X", "_p"} and only_imported == {"Interrupted"}

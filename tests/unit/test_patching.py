@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.runtime.patching import PatchError, patch_file, patched_paths
+from harness.errors import PatchError
+from harness.runtime.patching import patch_file, patched_paths
 from tests.helpers.seeds import ROOT, SEED_PATCH, pristine_from_the_seeds_context
 
 SEED_TARGET = "/opt/vllm/lib/python3.14/site-packages/vllm/v1/worker/gpu_worker.py"

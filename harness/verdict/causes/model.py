@@ -11,16 +11,16 @@ import re
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.names import Named
 from harness.verdict.outcome import Outcome
 
 from . import shapes
 
 
-class CauseKind(Named):
+class CauseKind(StrEnum):
     config_refusal = "config_refusal"
     """The configuration cannot boot on this hardware (vLLM checked it and said no)."""
     resource = "resource"
