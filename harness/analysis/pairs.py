@@ -9,11 +9,11 @@ from typing import Literal
 
 from pydantic import Field
 
-from harness.analysis.kv import GIB, CellKv, axis_order, axis_values, cell_kv, human_int, length_axis
+from harness.analysis.kv import CellKv, axis_order, axis_values, cell_kv, length_axis
 from harness.errors import UsageError
 from harness.jsonout import JsonOutput, Number
 from harness.results.model import CellResult, RunResult
-from harness.units import fmt_bytes
+from harness.units import GIB, fmt_bytes, human_int
 from harness.verdict import Outcome, Reason
 
 DEFAULT_AXIS = "image"
