@@ -30,11 +30,11 @@ from harness.analysis.frontier import (  # noqa: E402
     find_frontier,
     linear_sweep,
 )
-from harness.boot.frontier import run_frontier  # noqa: E402
 from harness.analysis.kv import KV_BYTES_FLAG, flag_value, human_int  # noqa: E402
-from harness.results.store import load_run  # noqa: E402
+from harness.boot.frontier import run_frontier  # noqa: E402
 from harness.matrix.cells import select_cells  # noqa: E402
 from harness.matrix.load import load_matrix  # noqa: E402
+from harness.results.store import load_run  # noqa: E402
 
 SELECT = "spec=draft,kv=tight"
 BLOCK = 128

@@ -30,11 +30,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from harness.matrix.cells import select_cells  # noqa: E402
+from harness.boot.session import RunOptions, RunSession  # noqa: E402
 from harness.gpu.fake import FakeInventory  # noqa: E402
 from harness.gpu.inventory import CpuInventory  # noqa: E402
+from harness.matrix.cells import select_cells  # noqa: E402
 from harness.matrix.load import load_matrix  # noqa: E402
-from harness.boot.session import RunOptions, RunSession  # noqa: E402
 from harness.runtime.process import ProcessRuntime  # noqa: E402
 
 FAKE = ROOT / "tests" / "fakes" / "fake_vllm.py"
@@ -105,7 +105,7 @@ def main() -> int:
             print(f"  round {rnd + 1}: parallel 1 {total:7.2f} s (cells sum {sum(per_cell_s):7.2f} s)  "
                   f"sum/G {ideal:7.2f} s  parallel {g} {walls[g]:7.2f} s  ratio {ratio:.3f}  "
                   f"(a cell: {alone:.2f} s alone, {together:.2f} s with {g - 1} others; longest cell {floor:.2f} s)")
-        med = [statistics.median(col) for col in zip(*rows)]
+        med = [statistics.median(col) for col in zip(*rows, strict=False)]
         verdict = "meets" if med[4] <= TARGET else "misses"
         print(f"median: parallel 1 {med[0]:.2f} s, sum/G {med[2]:.2f} s, parallel {g} {med[3]:.2f} s, "
               f"ratio {med[4]:.3f} — {verdict} the target <= {TARGET} x sum/G "

@@ -76,8 +76,15 @@ __all__ = [
 if TYPE_CHECKING:
     from harness.analysis.compare import RunDiff, compare_runs
     from harness.boot.session import RunOptions, RunSession, repro_command
-    from harness.errors import (CellStartError, ConfigError, ConfigErrors, HarnessError, Interrupted,
-                                RuntimeUnavailable, UsageError)
+    from harness.errors import (
+        CellStartError,
+        ConfigError,
+        ConfigErrors,
+        HarnessError,
+        Interrupted,
+        RuntimeUnavailable,
+        UsageError,
+    )
     from harness.exitcodes import ExitCode
     from harness.matrix.cells import Cell, select_cells
     from harness.matrix.load import LoadedMatrix, load_matrix

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.matrix.cells import Cell
 from harness.errors import UsageError
+from harness.matrix.cells import Cell
 from harness.results.model import CellResult, RunStatus
 
 _SELECTION = pytest.StashKey["_Selection"]()

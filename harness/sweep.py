@@ -15,11 +15,18 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.errors import RuntimeUnavailable
 from harness.clock import SYSTEM, Clock
+from harness.errors import RuntimeUnavailable
 from harness.runtime import carriers, scratch
-from harness.runtime.process import (PID_MAX_LIMIT, ActiveRecord, BadRecord, Proof, proc_start_time, prove_group,
-                                     read_active_record)
+from harness.runtime.process import (
+    PID_MAX_LIMIT,
+    ActiveRecord,
+    BadRecord,
+    Proof,
+    proc_start_time,
+    prove_group,
+    read_active_record,
+)
 
 
 def pid_alive(pid: int) -> bool:

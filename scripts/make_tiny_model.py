@@ -146,7 +146,7 @@ def make_weights(cfg: dict, seed: int) -> dict:
     head_dim = cfg["head_dim"]
     q_out, kv_out = cfg["num_attention_heads"] * head_dim, cfg["num_key_value_heads"] * head_dim
 
-    def normal(*shape: int) -> "torch.Tensor":
+    def normal(*shape: int) -> torch.Tensor:
         return (torch.randn(*shape, generator=gen, dtype=torch.float32) * std).contiguous()
 
     w = {"model.embed_tokens.weight": normal(vocab, h)}

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from harness.analysis.kv import (
     GIB,
@@ -30,10 +30,10 @@ from harness.analysis.kv import (
     length_axis,
 )
 from harness.analysis.timing import DEFAULT_TIME_TOLERANCE, TimeChange, TimeTolerance, time_changes
-from harness.units import KIB, MIB, fmt_bytes
 from harness.errors import UsageError
 from harness.results.model import CellResult, RunResult
 from harness.results.store import now as wall_now
+from harness.units import KIB, MIB, fmt_bytes
 from harness.verdict import Outcome
 
 DEFAULT_AXIS = "image"
@@ -255,7 +255,7 @@ def pairs_within(run: RunResult, axis: str | None = None,
         for i, va in enumerate(present):
             for vb in present[i + 1:]:
                 a, b = by_value[va], by_value[vb]
-                pairs.append(Pair(axis, dict(zip(others, key)), a, b,
+                pairs.append(Pair(axis, dict(zip(others, key, strict=False)), a, b,
                                   kv_numbers(cell_kv(a, lax), cell_kv(b, lax))))
 
     def sort_key(p: Pair) -> tuple:
@@ -390,7 +390,7 @@ def order_notes(a: RunResult, b: RunResult, now: datetime) -> list[str]:
 
 
 def _utc(t: datetime) -> datetime:
-    return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 def compare_runs(a: RunResult, b: RunResult, tolerance: float = DEFAULT_TOLERANCE,

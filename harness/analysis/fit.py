@@ -20,23 +20,22 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from harness.names import Named
-from harness.verdict import Outcome
-
 from harness.analysis.kv import (
     FLOOR_ENV,
     GIB,
     KV_BYTES_FLAG,
     CellKv,
     Quantity,
-    axis_order,
     Source,
+    axis_order,
     cell_kv,
     length_axis,
 )
-from harness.units import fmt_bytes
 from harness.errors import UsageError
+from harness.names import Named
 from harness.results.model import RunResult
+from harness.units import fmt_bytes
+from harness.verdict import Outcome
 
 
 class CrossoverKind(Named):
@@ -114,7 +113,7 @@ def least_squares(points: list[Point], method: str | None = None) -> Line | None
     n = len(points)
     mx, my = sum(xs) / n, sum(p.bytes for p in points) / n
     sxx = sum((x - mx) ** 2 for x in xs)
-    sxy = sum((x - mx) * (p.bytes - my) for x, p in zip(xs, points))
+    sxy = sum((x - mx) * (p.bytes - my) for x, p in zip(xs, points, strict=False))
     slope = sxy / sxx
     intercept = my - slope * mx
     for p in points:
@@ -449,7 +448,7 @@ def analyze_run(run: RunResult, length_override: str | None = None,
         need_why = "" if need_line else _why_no_line(need_pts, "need", [e for e in excluded if " need " in e])
         cap_line, cap_why = _cap_line(cells, excluded)
         blk = cells[0].block
-        g = GroupAnalysis(dict(zip(others, key)), cells, blk, cells[0].block_source, need_line, need_why, cap_line,
+        g = GroupAnalysis(dict(zip(others, key, strict=False)), cells, blk, cells[0].block_source, need_line, need_why, cap_line,
                           cap_why, crossover(cap_line, _with_held_back(need_line, cells), blk), [],
                           _findings(cells, excluded))
         g.floors = [_floor(c, need_line, forked) for c in cells if c.kv_refused]

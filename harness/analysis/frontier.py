@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from harness.analysis.kv import cell_length
-from harness.predict.predictor import CPU_BLOCK, GPU_BLOCK
 from harness.errors import UsageError
 from harness.names import Named
+from harness.predict.predictor import CPU_BLOCK, GPU_BLOCK
 from harness.results.model import CellResult
 from harness.verdict import Outcome, Reason
 

@@ -22,7 +22,6 @@ from harness.matrix.cells import select_cells
 from harness.names import Named
 from harness.units import fmt_seconds
 
-
 #: A boot-time step is news only beyond both (the method's defaults, said here so the shortcut below agrees with them):
 #: 0.02 s → 0.05 s is noise, and so is 600 s → 610 s; 41 s → 118 s is news.
 MIN_RELATIVE, MIN_ABSOLUTE_S = 0.25, 2.0
@@ -218,7 +217,7 @@ def _time_changes(runs: Sequence[Night], points: list[tuple[int, Entry]]) -> tup
     if layout is not None and all(tuple(e.times) == layout for _, e in points):
         # the usual case — every run timed the same phases, in the same order: columns, not lookups
         indices = [i for i, _ in points]
-        for phase, column in zip(layout, zip(*(e.times.values() for _, e in points))):
+        for phase, column in zip(layout, zip(*(e.times.values() for _, e in points), strict=False), strict=False):
             runs_of[phase], values_of[phase] = indices, list(column)
     else:
         for i, e in points:
@@ -240,7 +239,7 @@ def _time_changes(runs: Sequence[Night], points: list[tuple[int, Entry]]) -> tup
                 too_few = result
             continue
         found += [TimeChange(runs[runs_of[phase][cp.index]].run_id, phase, cp.before, cp.after) for cp in result]
-    return tuple(found), too_few, tuple(zip(runs_of[TOTAL], values_of[TOTAL]))
+    return tuple(found), too_few, tuple(zip(runs_of[TOTAL], values_of[TOTAL], strict=False))
 
 
 def cell_history(runs: Sequence[Night], cell_id: str) -> CellHistory:

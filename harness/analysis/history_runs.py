@@ -19,14 +19,15 @@ import gc
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from harness.analysis.history_read import read_run
 from harness.errors import ConfigError, FileRefused, UsageError
 from harness.logfacts.timeline import ORDER, Milestone, span_name
 from harness.results.model import SCHEMA_VERSION, CellResult, RunResult, RunStatus
-from harness.results.store import load_run, now as wall_now
+from harness.results.store import load_run
+from harness.results.store import now as wall_now
 from harness.verdict import Reason
 from harness.walk import walk
 
@@ -286,4 +287,4 @@ def future(started_at: datetime, now: datetime) -> str | None:
 
 def _utc(t: datetime) -> datetime:
     """A start time without a zone (a hand-made record) is read as UTC, so it orders among the others."""
-    return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)

@@ -14,6 +14,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from datetime import UTC
 
 from harness.errors import UsageError
 
@@ -162,10 +163,10 @@ def tags_by_creation(spec: str, fetch: Fetch = http_fetch) -> dict[str, str]:
 
 def _instant(text: str) -> str:
     """An RFC 3339 time, comparable as text: UTC, fraction cut (Go writes `2024-05-01T10:00:00.123456789Z`)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     t = re.sub(r"(\.\d{1,6})\d*", r"\1", text.replace("Z", "+00:00"))
     try:
-        return datetime.fromisoformat(t).astimezone(timezone.utc).isoformat()
+        return datetime.fromisoformat(t).astimezone(UTC).isoformat()
     except ValueError:
         raise UsageError(f"registry: creation time {text!r} is no RFC 3339 time") from None

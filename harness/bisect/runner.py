@@ -29,9 +29,9 @@ from harness.files import parse_json, read_bytes
 from harness.matrix.cells import MAX_ID_CHARS, Cell
 from harness.names import Named
 from harness.results.model import CellResult, RunStatus
-from harness.verdict import Outcome
 from harness.results.store import atomic_write_text, dump_json, new_run_id
 from harness.runtime.patching import PatchMismatch
+from harness.verdict import Outcome
 
 PLAN_FILE = "bisect.json"
 #: The axis a candidate's records carry beside the cell's own (another name when the matrix has that axis).

@@ -12,30 +12,30 @@ from typing import Protocol
 
 from harness.boot.signals import signals_held
 from harness.clock import SYSTEM, Clock
-from harness.matrix.cells import Cell
 from harness.errors import CellStartError, UsageError
+from harness.gpu.records import GpuInfo
 from harness.logfacts import LogParser
 from harness.logfacts.timeline import Milestone, Timeline
 from harness.masking import Masker, secret_values
-from harness.predict.cell import predict_cell
-from harness.predict.prediction import PredictionRecord
+from harness.matrix.cells import Cell
 from harness.matrix.load import LoadedMatrix
-from harness.gpu.records import GpuInfo
-from harness.results.model import CellResult, Expected, Timings
-from harness.results.store import RunStore, now
-from harness.runtime import scratch
-from harness.runtime.compile_cache import CompileCache, CompileCacheUse
-from harness.runtime.base import CellContext, Runtime, Server
-from harness.verdict.policy import Decision, Evidence, decide
-from harness.watch.events import ThreadedEvents
-from harness.watch.logsink import LogSink
-from harness.predict.serve_flags import eager, flag_value
 from harness.memory.curve import summarize
 from harness.memory.model import MemoryCurve
 from harness.memory.probe import MemoryProbe
 from harness.memory.sampler import MemorySampler, Samples, Unreadable
+from harness.predict.cell import predict_cell
+from harness.predict.prediction import PredictionRecord
+from harness.predict.serve_flags import eager, flag_value
+from harness.results.model import CellResult, Expected, Timings
+from harness.results.store import RunStore, now
+from harness.runtime import scratch
+from harness.runtime.base import CellContext, Runtime, Server
+from harness.runtime.compile_cache import CompileCache, CompileCacheUse
 from harness.verdict.catalogue import REASONS, Reason
 from harness.verdict.causes import CauseKind
+from harness.verdict.policy import Decision, Evidence, decide
+from harness.watch.events import ThreadedEvents
+from harness.watch.logsink import LogSink
 
 #: The verdicts that say memory ran out: their detail carries the curve's peak.
 MEMORY_REASONS = (*(r for r, info in REASONS.items() if info.kind == CauseKind.resource), Reason.oom_killed)

@@ -32,19 +32,19 @@ import queue
 import threading
 
 from harness.boot.attempt import Attempt, CellRunner, NullObserver, Observer
-from harness.boot.server_registry import LiveServers, TrackingRuntime
-from harness.memory.gpu_probe import GpuProbe
 from harness.boot.notes import gpu_notes, note
 from harness.boot.retry import BusyRetry, RetryPolicy
+from harness.boot.server_registry import LiveServers, TrackingRuntime
 from harness.boot.signals import Interrupted, interrupts_raise, signals_held
-from harness.matrix.cells import Cell
 from harness.clock import Clock
 from harness.errors import GpuLost, GpusGone
-from harness.logfacts.timeline import Milestone
 from harness.gpu.hostlock import HostGpuLocks
 from harness.gpu.idle import IdleBaseline, IdleWait
 from harness.gpu.inventory import GpuPool, Inventory
 from harness.gpu.records import GpuInfo
+from harness.logfacts.timeline import Milestone
+from harness.matrix.cells import Cell
+from harness.memory.gpu_probe import GpuProbe
 from harness.results.model import CellResult, RunStatus
 from harness.verdict import Reason
 

@@ -16,19 +16,19 @@ from pathlib import Path
 from harness.boot.attempt import CellRunner, Observer, watch_config
 from harness.boot.executor import Executor
 from harness.boot.slots import SlotPlan, plan_slots
-from harness.matrix.cells import Cell
 from harness.clock import SYSTEM, Clock
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
 from harness.gpu.inventory import Inventory
+from harness.masking import Masker
+from harness.matrix.cells import Cell
 from harness.matrix.load import LoadedMatrix
 from harness.matrix.scheduler import SchedulerRef
 from harness.results.model import CellResult, RunResult, RunStatus
 from harness.results.store import RunLock, RunStore, new_run_id
 from harness.runtime import make_runtime, scratch
-from harness.runtime.compile_cache import RUN_DIR_NAME, CompileCache, planned_dir
-from harness.masking import Masker
 from harness.runtime.base import CellContext, Runtime
+from harness.runtime.compile_cache import RUN_DIR_NAME, CompileCache, planned_dir
 from harness.runtime.pull import PullObserver
 from harness.shell import Step
 from harness.sweep import Swept, sweep_before_run

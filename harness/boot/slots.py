@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from harness.boot.attempt import CellRunner, Observer
 from harness.boot.executor import Executor
 from harness.gpu.idle import DEFAULT_TIMEOUT_S, IdleBaseline
-from harness.gpu.inventory import CpuInventory, Inventory, open_inventory, parse_parallel, resolve_parallel, shared_indices
+from harness.gpu.inventory import (
+    CpuInventory,
+    Inventory,
+    open_inventory,
+    parse_parallel,
+    resolve_parallel,
+    shared_indices,
+)
 from harness.matrix.model import Matrix
 
 

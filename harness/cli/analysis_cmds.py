@@ -216,9 +216,9 @@ def cmd_frontier(args: argparse.Namespace, out: Console) -> int:
     from harness.analysis.frontier import SearchStatus
     from harness.boot.frontier import run_frontier
     from harness.boot.signals import Interrupted
+    from harness.matrix.selection import selected
     from harness.report.frontier import render_frontiers
     from harness.results.store import load_run
-    from harness.matrix.selection import selected
 
     sel = selected(args.matrix, args.select)
     loaded, cells = sel.loaded, sel.cells
@@ -243,10 +243,10 @@ def cmd_frontier(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_report(args: argparse.Namespace, out: Console) -> int:
-    from harness.results.store import load_run
     from harness.report.build import build_report
     from harness.report.grid import grid_renderable
     from harness.report.html import write_text
+    from harness.results.store import load_run
 
     for flag, path in (("--html", args.html), ("--markdown", args.markdown), ("--plot", args.plot)):
         if path is not None and str(path) != "-" and path.is_dir():

@@ -54,9 +54,9 @@ def _unset_note(sel) -> None:
 
 
 def cmd_cells(args: argparse.Namespace, out: Console) -> int:
+    from harness.masking import Masker, secret_values
     from harness.matrix.selection import selected
     from harness.matrix.shard import resolve_shard
-    from harness.masking import Masker, secret_values
 
     shard, scheduler = resolve_shard(args.shard)
     sel = selected(args.matrix, args.select, shard, placeholders=True)

@@ -121,10 +121,9 @@ def cmd_plan(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_kv(args: argparse.Namespace, out: Console) -> int:
-    from harness.predict.predictor import draft_model_path, predict
-    from harness.predict.serve_flags import parse_serve_flags
     from harness.predict.model import read_model
-    from harness.predict.predictor import allows_long_max_model_len
+    from harness.predict.predictor import allows_long_max_model_len, draft_model_path, predict
+    from harness.predict.serve_flags import parse_serve_flags
     from harness.predict.versions import DEFAULT_VERSION, parse_version
     from harness.report.kv import render_prediction
 

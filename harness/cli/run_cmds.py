@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from typing import TYPE_CHECKING
-
 from harness.cli import values
-from harness.cli.common import (USAGE_EXIT, add_command, add_matrix, add_parallel, add_selection, add_shard,
-                                add_timeout, echo, say_to, stderr)
+from harness.cli.common import (
+    USAGE_EXIT,
+    add_command,
+    add_matrix,
+    add_parallel,
+    add_selection,
+    add_shard,
+    add_timeout,
+    echo,
+    say_to,
+    stderr,
+)
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
 
@@ -153,7 +162,6 @@ def _report_sweep(session: RunSession, say) -> None:
 
 def _finish(session: RunSession, out: Console) -> int:
     from harness.report.progress import print_summary
-
     from harness.results.model import RunStatus
 
     run = session.finish(RunStatus.complete)

@@ -14,8 +14,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from harness.gpu.records import GpuInfo
 from harness.errors import GpuLost, NvmlUnavailable  # NvmlUnavailable re-exported: callers import it here
+from harness.gpu.records import GpuInfo
 
 GIB = 1024**3
 

@@ -8,7 +8,6 @@ import os
 import pwd
 from pathlib import Path
 
-
 #: Folders of the system itself: never a cache (nor anything under /proc, /sys, /dev).
 _SYSTEM = ("/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/media", "/mnt", "/opt", "/proc",
            "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/tmp")

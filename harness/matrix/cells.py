@@ -214,7 +214,7 @@ def expand(matrix: Matrix, file: str = "<matrix>") -> tuple[list[Cell], list[Con
     expected_by = SelectorIndex([rule.where for rule in matrix.expect], matrix.axis_values())
     model_args = ["--model", matrix.model] if matrix.model else []
     for combo in itertools.product(*(matrix.axes[n].value_names() for n in names)):
-        assignment = dict(zip(names, combo))
+        assignment = dict(zip(names, combo, strict=False))
         if excluded.matching(assignment):
             continue
         args, env = list(matrix.args), dict(matrix.env)
@@ -262,7 +262,7 @@ def explain_missing_id(matrix: Matrix, cell_id: str, cells: list[Cell]) -> str:
     """Why no cell has this id: it is excluded (and by which rule), or it is not an id, with the nearest ones."""
     names = list(matrix.axes)
     for combo in itertools.product(*(matrix.axes[n].value_names() for n in names)):
-        assignment = dict(zip(names, combo))
+        assignment = dict(zip(names, combo, strict=False))
         if cell_id_of(matrix, assignment) == cell_id:
             rule = next(i for i, sel in enumerate(matrix.exclude) if selector_matches(sel, assignment))
             return f"cell {cell_id!r} is excluded by exclude[{rule}] ({matrix.exclude[rule]})"

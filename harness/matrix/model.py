@@ -6,8 +6,18 @@ import math
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PrivateAttr, Tag,
-                      ValidationInfo, field_validator, model_validator)
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from harness.verdict.catalogue import OutcomeName, ReasonName, check_reason
 
@@ -87,7 +97,7 @@ def _number(value: Any) -> Any:
 Seconds = Annotated[float, BeforeValidator(_number)]
 Count = Annotated[int, BeforeValidator(_number)]
 #: Seconds, or null (the constraints of the field's Field() then still reach the number).
-MaybeSeconds = Annotated[Union[float, None], BeforeValidator(_number)]
+MaybeSeconds = Annotated[float | None, BeforeValidator(_number)]
 #: The shortest sampling interval: below it the sampler's own reads (a process tree, a cgroup, NVML) are most of a
 #: core — `1e-9` spins — and the curve gains nothing a boot's phases show.
 MIN_INTERVAL_S = 0.05
@@ -233,11 +243,11 @@ def _axis_kind(raw: Any) -> str:
 
 
 Axis = Annotated[
-    Union[Annotated[FlagAxis, Tag("flag")], Annotated[NamedAxis, Tag("named")]],
+    Annotated[FlagAxis, Tag("flag")] | Annotated[NamedAxis, Tag("named")],
     Discriminator(_axis_kind),
 ]
 
-Selector = dict[str, Union[str, list[str]]]
+Selector = dict[str, str | list[str]]
 
 
 class ExpectRule(_Strict):

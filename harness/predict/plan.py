@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from harness.errors import UsageError
+from harness.logfacts import KvFacts, Refusal
 from harness.matrix.cells import Cell
 from harness.matrix.model import Matrix
-from harness.logfacts import KvFacts, Refusal
 from harness.predict.cell import platform_of, predict_cell
 from harness.predict.prediction import PredictionRecord
-from harness.errors import UsageError
 from harness.predict.refusals import Machine, refusals_of_argv
 from harness.verdict.catalogue import Outcome, Reason
 

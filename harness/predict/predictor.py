@@ -15,18 +15,26 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from harness.predict.kinds import LayerKind
 from harness.errors import UsageError
 from harness.predict.groups import Grouping, group_layers
 from harness.predict.hybrid import config_ssm_dtype, plan_states
+from harness.predict.kinds import LayerKind
 from harness.predict.model import Layer, ModelShape, apply_hf_overrides, shape_from_config
 from harness.predict.pages import Page, kv_element_bytes, model_dtype, page_for
 from harness.predict.platforms import is_cpu, resolve
 from harness.predict.prediction import KvPrediction, LayerGroup
 from harness.predict.refusals import Machine, config_refusals
 from harness.predict.serve_flags import ServeFlags, speculative_tokens
-from harness.predict.versions import (DEFAULT_VERSION, ConfigRules, Rules, config_rules_for,
-                                     hybrid_rules_for, outside_known, parse_version, rules_for)
+from harness.predict.versions import (
+    DEFAULT_VERSION,
+    ConfigRules,
+    Rules,
+    config_rules_for,
+    hybrid_rules_for,
+    outside_known,
+    parse_version,
+    rules_for,
+)
 from harness.verdict.catalogue import Reason
 
 #: vLLM's default attention block on GPU, the CPU backend's (docs/cpu-calibration.md) and the CPU MLA kernel's: the one

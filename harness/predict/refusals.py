@@ -26,7 +26,6 @@ from typing import Any
 from harness.gpu.capability import capability_of
 from harness.predict.serve_flags import ServeFlags
 
-
 #: The causes `plan` and `kv` predict from the configuration (max_len_exceeds_model: predictor.py's length check).
 PREDICTED = ("max_len_exceeds_model", "config_invalid_batched_tokens", "tp_not_divisible", "not_enough_gpus",
              "dtype_unsupported_gpu")

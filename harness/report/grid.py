@@ -15,13 +15,13 @@ from harness.analysis.kv import (
     cell_kv,
     length_axis,
 )
-from harness.units import fmt_bytes
 from harness.errors import UsageError
-from harness.results.model import CellResult, RunResult
-from harness.results.store import load_run
 from harness.report import memory
 from harness.report.style import SYMBOL, outcome_text
 from harness.report.timeline import time_summary
+from harness.results.model import CellResult, RunResult
+from harness.results.store import load_run
+from harness.units import fmt_bytes
 from harness.verdict import Outcome, Reason
 
 DEFAULT_SPLIT = "image"
@@ -100,7 +100,7 @@ class Grid:
         return f"{self.split_axis} = {self.split_value}" if self.split_axis else f"run {self.run_id}"
 
     def col_label(self, col: tuple[str, ...], sep: str = ", ") -> str:
-        return sep.join(f"{a}={v}" for a, v in zip(self.col_axes, col)) or "—"
+        return sep.join(f"{a}={v}" for a, v in zip(self.col_axes, col, strict=False)) or "—"
 
     def at(self, row: str, col: tuple[str, ...]) -> CellKv | None:
         return self.cells.get((row, col))
@@ -131,7 +131,7 @@ def build_grids(run: RunResult, split: str | None = None, length_override: str |
             if col not in cols:
                 cols.append(col)
         rank = {a: {v: i for i, v in enumerate(axis_values(run, a))} for a in col_axes}
-        cols.sort(key=lambda col: tuple(rank[a].get(v, 0) for a, v in zip(col_axes, col)))
+        cols.sort(key=lambda col: tuple(rank[a].get(v, 0) for a, v in zip(col_axes, col, strict=False)))
         g = Grid(run.run_id, split, value, row_axis, [r for r in rows if any(
             c.axes.get(row_axis) == r for c in cells)] if row_axis else rows, col_axes, cols)
         for c in cells:
@@ -149,10 +149,9 @@ def grid_renderable(run: RunResult, split: str | None = None, length_override: s
     from rich.console import Group
     from rich.text import Text
 
+    from harness.analysis.fit import no_cells
     from harness.escape import terminal, terminal_line
     from harness.report.text import PlainTable, literal
-
-    from harness.analysis.fit import no_cells
 
     if (empty := no_cells(run)) is not None:
         return literal(empty)

@@ -47,7 +47,7 @@ def _strip(h: History, c: CellHistory) -> Text:
     complete dim. Nights in a row with one style are one span (a year is 365 symbols a row; rich's cost is per span)."""
     t = Text()
     run, style = "", None
-    for n, e in zip(h.runs, c.entries):
+    for n, e in zip(h.runs, c.entries, strict=False):
         now = "" if e is None else STYLE.get(e.outcome, "")
         if e is not None and e.matched is False:
             now += " bold underline"
@@ -175,7 +175,7 @@ SCALE = "from 0 s to the row's own highest night (its figure at the left): a 5 %
 def spark_points(h: History, c: CellHistory) -> list[tuple[int, float, str]]:
     """(run index, total boot seconds, outcome) of every complete night the cell has a boot time on, whatever its
     verdict: a cell that flipped is drawn whole, each night in its outcome's colour."""
-    return [(i, e.times[TOTAL], e.outcome) for i, (n, e) in enumerate(zip(h.runs, c.entries))
+    return [(i, e.times[TOTAL], e.outcome) for i, (n, e) in enumerate(zip(h.runs, c.entries, strict=False))
             if e is not None and n.counts and TOTAL in e.times]
 
 
@@ -251,7 +251,7 @@ def render_html(h: History) -> str:
         since = "" if c.since is None else escape(h.runs[c.since].run_id)
         rows.append(f'<tr class="cell-history" id="history-{escape(c.cell_id)}" data-cell-id="{escape(c.cell_id)}" '
                     f'data-since="{since}"><th><code>{escape(c.cell_id)}</code></th>'
-                    + "".join([td(e) for td, e in zip(tds, c.entries)])
+                    + "".join([td(e) for td, e in zip(tds, c.entries, strict=False)])
                     + f"<td>{escape(latest.verdict if latest else '—')}"
                     f"<div class=\"since\">since <code>{since or '—'}</code></div></td>"
                     f'<td class="changes">{escape(_changes(c))}</td><td class="boot">{_spark(h, c, at)}'

@@ -169,10 +169,10 @@ class PlainTable(Table):
 
     def add_row(self, *renderables, **kwargs) -> None:  # type: ignore[override]
         cells = [literal(r) for r in renderables]
-        for fit, cell in zip(self._fits, cells):
+        for fit, cell in zip(self._fits, cells, strict=False):
             fit.see(cell)
         super().add_row(*cells, **kwargs)
-        for fit, column in zip(self._fits, self.columns):
+        for fit, column in zip(self._fits, self.columns, strict=False):
             if fit.id or fit.whole:
                 column.min_width = fit.longest
 

@@ -7,18 +7,18 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.names import Named
+from harness.gpu.records import GpuInfo
 from harness.logfacts import KvFacts, Refusal
 from harness.logfacts.timeline import Timeline
 from harness.matrix.scheduler import SchedulerRef
 from harness.memory.model import MemoryCurve
-from harness.gpu.records import GpuInfo
-from harness.runtime.records import AppliedPatch, CompileCacheUse, ContainerInfo
+from harness.names import Named
 from harness.predict.prediction import PredictionRecord
+from harness.runtime.records import AppliedPatch, CompileCacheUse, ContainerInfo
 from harness.units import fmt_seconds
-from harness.watch.records import LogCut
 from harness.verdict.catalogue import OUTCOME_MEANINGS, REASONS, Outcome, OutcomeMember, ReasonMember
 from harness.verdict.causes import Finding
+from harness.watch.records import LogCut
 
 #: The catalogue, as the schema's descriptions say it.
 _OUTCOMES_DOC = "; ".join(f"{o.value}: {m}" for o, m in OUTCOME_MEANINGS.items())

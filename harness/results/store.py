@@ -13,21 +13,19 @@ import socket
 import stat
 import threading
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from harness import __version__, nofollow
+from harness import __version__, files, nofollow
 from harness.errors import ConfigError, FileRefused, RecordWriteError, RunDamaged, UsageError
-from harness import files
 from harness.files import kind_of, parse_json, read_bytes, write_atomic
 from harness.matrix.load import LoadedMatrix
 from harness.matrix.scheduler import SchedulerRef
 from harness.results.model import CellResult, HostInfo, MatrixRef, RunResult, RunStatus
 from harness.verdict import Outcome
-
 
 _R = TypeVar("_R", bound=BaseModel)
 #: The folders a run writes in (harness.runtime: `work`, `active`, `compile-cache`, `patches`): each one a folder of
@@ -36,7 +34,7 @@ RUN_FOLDERS = ("cells", "logs", "work", "active", "compile-cache", "patches")
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def atomic_write_text(path: Path, text: str, anchor: Path | None = None) -> None:

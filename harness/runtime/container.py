@@ -29,8 +29,16 @@ from harness.runtime import engine as eng
 from harness.runtime.base import CellContext, LineSink, read_host_file
 from harness.runtime.connection import EngineConnection
 from harness.runtime.container_server import ContainerServer
-from harness.runtime.container_spec import (ContainerSpec, build_spec, cache_volume, container_env, host_path,
-                                            mount_source, to_cli_tokens, to_engine_kwargs)
+from harness.runtime.container_spec import (
+    ContainerSpec,
+    build_spec,
+    cache_volume,
+    container_env,
+    host_path,
+    mount_source,
+    to_cli_tokens,
+    to_engine_kwargs,
+)
 from harness.runtime.leftovers import Leftovers
 from harness.runtime.patching import PatchError, Patches, PreparedPatch
 from harness.runtime.pull import Images, PullObserver

@@ -15,7 +15,8 @@ from typing import Any
 
 from harness.matrix.cells import Cell
 from harness.matrix.model import Matrix, Mount
-from harness.runtime import compile_cache, engine as eng
+from harness.runtime import compile_cache
+from harness.runtime import engine as eng
 from harness.runtime.ports import HOST
 from harness.runtime.server_env import build_env
 from harness.shell import SecretRenderer

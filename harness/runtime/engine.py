@@ -15,11 +15,11 @@ import tarfile
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import RuntimeUnavailable
-from harness.runtime.patching import PatchError
-
 import docker
 from docker.types import DeviceRequest
+
+from harness.errors import RuntimeUnavailable
+from harness.runtime.patching import PatchError
 
 #: What testcontainers must be told here; it reads its configuration when it is first imported.
 TESTCONTAINERS_ENV = {"TESTCONTAINERS_RYUK_DISABLED": "true", "TESTCONTAINERS_CONNECTION_MODE": "docker_host"}

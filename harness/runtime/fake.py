@@ -22,16 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from harness.runtime.pull import PullObserver
-from harness.matrix.cells import Cell
 from harness.clock import SYSTEM, Clock
 from harness.errors import CellStartError
 from harness.logfacts.timeline import Milestone
+from harness.matrix.cells import Cell
 from harness.memory.model import LimitKind, MemorySource
 from harness.memory.probe import Limit, MemoryProbe, ProbeFailed, Reading
-from harness.runtime.records import AppliedPatch, ContainerInfo
 from harness.runtime.base import CellContext, LineSink, read_host_file
 from harness.runtime.ports import HOST
+from harness.runtime.pull import PullObserver
+from harness.runtime.records import AppliedPatch, ContainerInfo
 from harness.shell import secret_safe_command
 
 _HEADER = "(EngineCore pid=1) {level} 12-01 10:00:{sec:02d} [fake.py:1] "

@@ -77,7 +77,7 @@ def patched_paths(text: str, strip: int = 1) -> list[str]:
     patch ignores it). Only the headers are read: applying is GNU patch's job."""
     lines = text.splitlines()
     paths = []
-    for first, second in zip(lines, lines[1:]):
+    for first, second in zip(lines, lines[1:], strict=False):
         if first.startswith("--- ") and second.startswith("+++ "):
             new = _strip(second[4:], strip)
             paths.append(new if new != "/dev/null" else _strip(first[4:], strip))

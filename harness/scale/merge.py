@@ -29,9 +29,9 @@ from pathlib import Path
 
 from harness.errors import UsageError
 from harness.files import copy_regular, kind_of
+from harness.matrix.shard import parse_shard, shard_of
 from harness.results.model import CellResult, RunResult, RunStatus
 from harness.results.store import atomic_write_text, load_run, summarize
-from harness.matrix.shard import parse_shard, shard_of
 from harness.walk import walk
 
 MERGE_FILE = "merge.json"

@@ -16,6 +16,7 @@ from harness.names import Named
 from harness.verdict.catalogue import REASONS, Outcome, Reason
 from harness.verdict.causes import GENERIC_CAUSE, UNCAUGHT, Finding
 
+
 class SightingKind(Named):
     """What kind of decisive thing the watch saw."""
 

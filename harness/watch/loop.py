@@ -19,9 +19,9 @@ from dataclasses import dataclass, field, replace
 from harness.clock import SYSTEM, Clock
 from harness.logfacts import LogFacts, LogParser, Signal
 from harness.logfacts.timeline import Milestone, PhaseAt
-from harness.units import fmt_seconds
 from harness.predict.serve_flags import eager
 from harness.runtime.base import Server
+from harness.units import fmt_seconds
 from harness.verdict.catalogue import Reason
 from harness.verdict.policy import CAUSED, Sighting, SightingKind
 from harness.watch.events import Event, EventKind, EventQueue

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import docker
 import pytest
+
 from harness.masking import Masker
 from harness.matrix.load import load_matrix
 from harness.runtime import engine as eng

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.memory.process_tree import ProcessesProbe, descendants
 from harness.memory.probe import ProbeFailed
+from harness.memory.process_tree import ProcessesProbe, descendants
 from tests.builders import write_matrix
 from tests.conftest import LIGHT_BOOT
 from tests.integration.conftest import run_matrix
@@ -81,7 +81,7 @@ def check_curve(cell: dict, source: str, weights: int) -> None:
     assert len(samples) == mem["taken"] >= 20, "every ≤ 200 ms from the start to the verdict"
     # on the timeline's clock: seconds since the cell started, up to the verdict (the last one at the verdict)
     assert 0 <= samples[0][0] <= ms["first_line"] and ms["served"] <= samples[-1][0] <= cell["timings"]["total_s"]
-    gaps = [b[0] - a[0] for a, b in zip(samples, samples[1:])]
+    gaps = [b[0] - a[0] for a, b in zip(samples, samples[1:], strict=False)]
     assert sorted(gaps)[len(gaps) // 2] < 0.5, "the median gap is the interval, not seconds"
     assert cell["kv"]["reserved_gib"] == 1.0, cell["kv"]
     assert mem["peak_bytes"] >= KV_BYTES + weights

@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from harness.runtime.ports import free_port
-from tests.cli import start_boot_harness
 from tests import builders
+from tests.cli import start_boot_harness
 from tests.conftest import ROOT, STANDIN_NVML, require
 from tests.integration.conftest import boots_in_a_shell, harness_cli, only_run_dir, read_run
 

@@ -12,8 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from harness.matrix.load import load_matrix
+
 from harness.boot.session import RunOptions, RunSession
+from harness.matrix.load import load_matrix
 from harness.runtime.ports import free_port
 from harness.runtime.process import ProcessRuntime
 from tests.builders import FAKE_VLLM, fake_matrix

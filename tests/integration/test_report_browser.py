@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.synthetic import cpu_example_run, seed_run, write_run
 from tests.conftest import require
 from tests.integration.conftest import harness_cli
+from tests.synthetic import cpu_example_run, seed_run, write_run
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
@@ -126,9 +126,9 @@ def test_the_boot_timeline_draws_a_bar_per_cell_on_one_scale_in_the_browser(tmp_
     from PIL import Image
 
     from harness.boot.session import RunOptions, RunSession
+    from harness.logfacts.timeline import Milestone
     from harness.matrix.load import load_matrix
     from harness.report.timeline import PHASE_COLOURS
-    from harness.logfacts.timeline import Milestone
     from harness.runtime.fake import FakeRuntime, Script
     from tests.builders import write_matrix
 

@@ -177,7 +177,7 @@ def same(ours: dict, want: dict, baseline: dict) -> bool:
 def test_every_spelling_reads_as_vllm_032_reads_it(vllm_parsed):
     baseline, results = vllm_parsed[0]["parsed"], vllm_parsed[1:]
     wrong = []
-    for argv, real in zip(SPELLINGS, results):
+    for argv, real in zip(SPELLINGS, results, strict=False):
         ours = harness_reads(argv)
         if "refused" in real:
             if not isinstance(ours, str):
@@ -195,7 +195,7 @@ def test_every_spelling_reads_as_vllm_032_reads_it(vllm_parsed):
 def test_the_harness_refuses_only_what_vllm_refuses_or_it_does_not_model(vllm_parsed):
     """Every refusal of a spelling vLLM takes is one of the designed ones, and says so."""
     baseline = vllm_parsed[0]["parsed"]
-    for argv, real in zip(SPELLINGS, vllm_parsed[1:]):
+    for argv, real in zip(SPELLINGS, vllm_parsed[1:], strict=False):
         ours = harness_reads(argv)
         if "parsed" in real and isinstance(ours, str):
             want = vllm_reads(real["parsed"], baseline)

@@ -16,8 +16,15 @@ import yaml
 
 from tests.builders import variant_of
 from tests.conftest import LIGHT_BOOT, ROOT
-from tests.integration.conftest import (CPU_EXAMPLE, check_timeline, harness_cli, interrupt_when_started,
-                                       only_run_dir, processes_with, read_run)
+from tests.integration.conftest import (
+    CPU_EXAMPLE,
+    check_timeline,
+    harness_cli,
+    interrupt_when_started,
+    only_run_dir,
+    processes_with,
+    read_run,
+)
 
 pytestmark = pytest.mark.vllm
 KIB = 1024

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import STANDIN_NVML, require
+
 STUB_HOOK = Path("/usr/local/lib/boot-harness/gpu-stubs/bin/nvidia-container-runtime-hook")
 STUB_HOOK_LOG = Path("/var/log/boot-harness-stub-nvidia-hook.log")
 #: The stand-in GPU's scripted memory curve for a server (tests/standins/nvml/pynvml.py): weights, KV, graphs.

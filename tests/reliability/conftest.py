@@ -11,8 +11,8 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,8 +20,9 @@ import pytest
 from tests import builders
 from tests.cli import boot_harness as cli  # noqa: F401 - the suite's modules take it from here
 from tests.cli import start_boot_harness
+from tests.conftest import ROOT, docker_env, lane_of, vllm_cpu_env
+from tests.conftest import VLLM_CPU_IMAGE as IMAGE
 from tests.figures import figure  # noqa: F401 - the suite's modules take it from here
-from tests.conftest import ROOT, VLLM_CPU_IMAGE as IMAGE, docker_env, lane_of, vllm_cpu_env
 
 FAKE = ROOT / "tests" / "fakes" / "fake_vllm.py"
 OWNER_LABEL = "boot-harness.owner-pid"

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.predict.serve_flags import parse_serve_flags
-from harness.predict.predictor import predict
 from harness.predict.model import read_model
+from harness.predict.predictor import predict
+from harness.predict.serve_flags import parse_serve_flags
 from tests.reliability.conftest import cli, fake_matrix, only_run, read_json
 
 HUGE = "1" + "0" * 400  # overflows a float; an int beyond any machine

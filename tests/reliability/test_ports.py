@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.runtime.ports import free_port
 from tests.cli import start_boot_harness
 from tests.reliability.conftest import (
     DOCKER_LOCK,
@@ -43,7 +44,6 @@ from tests.reliability.conftest import (
     server_pids,
     wait_for,
 )
-from harness.runtime.ports import free_port
 
 SERVED = re.compile(r"fake: served (GET /health|POST /v1/completions) 200 pid=(\d+) port=(\d+)")
 

@@ -20,10 +20,11 @@ import pytest
 from harness.runtime.process import SERVER_OOM_SCORE_ADJ
 from tests import builders
 from tests.cli import start_boot_harness
-from tests.integration.test_podman import PODMAN_CLI_ENV, podman  # noqa: F401 - the fixture, and the CLI's settings
 from tests.conftest import STANDIN_NVML, require
+from tests.integration.test_podman import PODMAN_CLI_ENV, podman  # noqa: F401 - the fixture, and the CLI's settings
 from tests.reliability.conftest import cli, figure, only_run, read_json, wait_for
 from tests.reliability.private_dockerd import PrivateDockerd, base_image, remove_private_dockerd, start_private_dockerd
+
 
 @pytest.fixture(scope="module")
 def own_dockerd(tmp_path_factory) -> Iterator[PrivateDockerd]:
@@ -340,7 +341,7 @@ def test_gpu_cells_of_two_runs_take_turns_on_a_shared_gpu_instead_of_booting_int
             assert c["outcome"] == "booted", c["detail"]
             spans.append((c["started_at"], c["finished_at"], d, c["cell_id"]))
     spans.sort()
-    overlaps = [(a, b) for a, b in zip(spans, spans[1:]) if b[0] < a[1]]
+    overlaps = [(a, b) for a, b in zip(spans, spans[1:], strict=False) if b[0] < a[1]]
     figure("two runs, one GPU: cells booted at once on it", len(overlaps))
     assert overlaps == [], overlaps
     logs = "".join(f.read_text() for f in tmp_path.glob("*/*/logs/*.log"))

@@ -10,7 +10,6 @@ import textwrap
 import time
 from pathlib import Path
 
-
 from tests.conftest import ROOT
 from tests.reliability.conftest import (
     Harness,

@@ -9,8 +9,8 @@ import pytest
 
 from harness.analysis.fit import Point, analyze_run, crossover, least_squares
 from harness.analysis.kv import GIB, cap_of, human_int, length_axis
-from tests.synthetic import cpu_cell, cpu_example_run, make_cell, make_run, seed_run, write_run
 from harness.errors import UsageError
+from tests.synthetic import cpu_cell, cpu_example_run, make_cell, make_run, seed_run, write_run
 from tests.unit.test_analysis_frontier import cli
 
 

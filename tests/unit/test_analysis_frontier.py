@@ -16,9 +16,9 @@ from harness.analysis.frontier import (
     linear_sweep,
 )
 from harness.boot.frontier import matrix_length_axis, run_frontier
-from harness.results.store import load_run
 from harness.matrix.cells import select_cells, vary
 from harness.matrix.load import load_matrix
+from harness.results.store import load_run
 from tests.builders import write_matrix
 from tests.conftest import ROOT
 

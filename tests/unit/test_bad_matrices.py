@@ -129,7 +129,7 @@ def validate_all(paths: list[Path], tmp: Path) -> dict[str, Result]:
     shown = [str(p.relative_to(REPO)) for p in paths]
     if not hasattr(os, "fork"):
         with ThreadPoolExecutor(max_workers=max(4, (os.cpu_count() or 2) * 2)) as pool:
-            return dict(zip(shown, pool.map(validate, paths)))
+            return dict(zip(shown, pool.map(validate, paths), strict=False))
     subprocess.run([sys.executable, "-c", _FORKING_DRIVER, str(tmp), *shown], cwd=REPO, env=clean_env(),
                    check=True, timeout=120)
     return {
@@ -213,7 +213,7 @@ def test_forked_runs_match_cold_runs(results):
     paths = [BAD / f for f in COLD] + [GOOD / "seed.yaml"]
     with ThreadPoolExecutor(max_workers=len(paths)) as pool:
         cold = list(pool.map(validate, paths))
-    for path, r in zip(paths, cold):
+    for path, r in zip(paths, cold, strict=False):
         assert r == results[str(path.relative_to(REPO))], path.name
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.analysis.timing import parse_time_tolerance
+from harness.bisect.candidates import BuildKind, ordered
 from harness.bisect.oracle import On, Oracle
 from harness.bisect.runner import BisectRunner, Plan, read_plan
-from harness.bisect.candidates import BuildKind, ordered
-from harness.analysis.timing import parse_time_tolerance
 from harness.cli import main
 from harness.clock import FakeClock
 from harness.errors import RuntimeUnavailable

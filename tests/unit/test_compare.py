@@ -8,8 +8,8 @@ import json
 import pytest
 
 from harness.analysis.compare import compare_runs, pairs_within, parse_tolerance
-from tests.synthetic import cpu_cell, cpu_example_run, make_cell, make_run, write_run
 from harness.errors import UsageError
+from tests.synthetic import cpu_cell, cpu_example_run, make_cell, make_run, write_run
 from tests.unit.test_analysis_frontier import cli
 
 MIB = 2**20

@@ -13,12 +13,12 @@ import os
 
 import pytest
 
+from harness.masking import Masker
 from harness.matrix.load import load_matrix
 from harness.runtime import scratch
 from harness.runtime.base import CellContext
 from harness.runtime.compile_cache import CONTAINER_DIR, CompileCache, merge, planned_dir
 from harness.runtime.server_env import cache_env as server_env
-from harness.masking import Masker
 from tests.builders import write_matrix
 
 

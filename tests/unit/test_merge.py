@@ -8,13 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from harness.errors import UsageError
 from harness.matrix.load import load_matrix
+from harness.matrix.scheduler import SchedulerRef, detect
+from harness.matrix.shard import shard_cells
 from harness.results.model import CellResult, Expected, RunResult
 from harness.results.store import RunStore, load_run
 from harness.scale.merge import MERGE_FILE, merge_runs
-from harness.matrix.scheduler import SchedulerRef, detect
-from harness.matrix.shard import shard_cells
 from tests.builders import FAKE_VLLM, write_matrix
 
 

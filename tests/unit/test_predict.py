@@ -12,13 +12,12 @@ import pytest
 
 from harness.errors import UsageError
 from harness.logfacts import LogParser
-from harness.predict.serve_flags import parse_serve_flags
-from harness.predict.predictor import predict
-from harness.predict.model import read_model
 from harness.predict.cell import predict_cell
 from harness.predict.groups import group_layers
-from harness.predict.model import Layer
+from harness.predict.model import Layer, read_model
 from harness.predict.pages import page_for
+from harness.predict.predictor import predict
+from harness.predict.serve_flags import parse_serve_flags
 from harness.predict.versions import rules_for
 from tests.cli import boot_harness
 from tests.conftest import ROOT

@@ -15,10 +15,9 @@ from typing import Any
 import pytest
 
 from harness.errors import UsageError
-from harness.predict.serve_flags import parse_serve_flags
-from harness.predict.predictor import predict
 from harness.predict.model import read_model
-from harness.predict.serve_flags import ServeFlags
+from harness.predict.predictor import predict
+from harness.predict.serve_flags import ServeFlags, parse_serve_flags
 from tests.unit.test_predict import PUBLISHED, held
 
 GIB = 1 << 30

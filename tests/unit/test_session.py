@@ -15,7 +15,6 @@ from harness.runtime.fake import FakeRuntime, Script
 from tests.builders import fake_cells
 
 
-
 def test_a_run_is_opened_booted_and_finished_with_every_cell_recorded_in_matrix_order(tmp_path):
     loaded, cells = fake_cells(tmp_path)
     runtime = FakeRuntime({"c_b": Script.refused_kv()})

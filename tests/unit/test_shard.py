@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from harness.errors import UsageError
 from harness.matrix.load import load_matrix
+from harness.matrix.shard import parse_shard, shard_cells, shard_of
 from harness.results.model import CellResult, Expected, GpuInfo
 from harness.scale.junit import cell_properties
-from harness.matrix.shard import parse_shard, shard_cells, shard_of
 from tests import builders
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,8 +13,8 @@ from harness.logfacts import Refusal
 from harness.logfacts.model import RefusalKind
 from harness.matrix.load import load_matrix
 from harness.verdict import REASONS, Outcome, Reason
-from harness.verdict.policy import Evidence, Sighting, decide
 from harness.verdict.catalogue import reason_table
+from harness.verdict.policy import Evidence, Sighting, decide
 from tests.builders import write_matrix
 
 ROOT = Path(__file__).resolve().parents[2]

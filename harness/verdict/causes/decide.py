@@ -14,8 +14,14 @@ from . import BY_ID, GENERIC_CAUSE, UNCAUGHT
 from .crash import MODEL_CODE_ERROR
 from .match import ANY_FRAME_NEEDLE, TRACEBACK_START, Match, match
 from .model import GENERIC, WEAK, Cause, Finding, Numbers
-from .resource import (CUDA_OOM_GRAPH_CAPTURE, CUDA_OOM_KV_ALLOCATION, CUDA_OOM_PROFILING, CUDA_OOM_SAMPLER_WARMUP,
-                       CUDA_OOM_UNKNOWN, CUDA_OOM_WEIGHTS)
+from .resource import (
+    CUDA_OOM_GRAPH_CAPTURE,
+    CUDA_OOM_KV_ALLOCATION,
+    CUDA_OOM_PROFILING,
+    CUDA_OOM_SAMPLER_WARMUP,
+    CUDA_OOM_UNKNOWN,
+    CUDA_OOM_WEIGHTS,
+)
 
 MAX_LINE = 2000
 MAX_FRAMES = 64
