@@ -69,7 +69,8 @@ def split(spec: str) -> tuple[str, str, str, str]:
 
 class _Client:
     def __init__(self, base: str, fetch: Fetch):
-        self.base, self.fetch, self.token = base, fetch, None
+        self.base, self.fetch = base, fetch
+        self.token: str | None = None
 
     def get(self, path: str, accept: str = "application/json") -> tuple[dict[str, str], bytes]:
         url = path if path.startswith("http") else self.base + path

@@ -200,7 +200,7 @@ def shared_indices(gpus: str | int | list[str], inventory: Inventory) -> list[in
         if gpus > len(devices):
             raise UsageError(f"gpus: {gpus} GPUs asked, the {inventory.kind} inventory has {len(devices)}")
         return devices[:gpus]
-    out = []
+    out: list[int] = []
     for want in gpus:
         hits = [i for i in devices if str(i) == want or (inventory.info(i).uuid or "").startswith(want)]
         if len(hits) != 1:

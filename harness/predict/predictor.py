@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from harness.errors import UsageError
 from harness.predict.groups import Grouping, group_layers
@@ -47,7 +48,7 @@ _NO_LAYERS = {"ngram", "ngram_gpu", "suffix", "medusa", "mlp_speculator"}
 
 
 def is_mtp(method: str | None) -> bool:
-    return bool(method) and (method == "mtp" or method.endswith("_mtp"))
+    return method is not None and (method == "mtp" or method.endswith("_mtp"))
 
 
 def draft_model_path(flags: ServeFlags) -> str | None:
@@ -164,7 +165,8 @@ def model_limit(shape: ModelShape, crules: ConfigRules) -> ModelLimit | None:
     if not derived:
         return None
     raw = shape.raw or {}
-    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    nested = raw.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else raw
     mml_key = text.get("model_max_length")
     source = (f"model_max_length={derived}" if isinstance(mml_key, int) and mml_key == derived
               else f"max_position_embeddings={derived}" if derived == shape.max_position_embeddings

@@ -183,7 +183,8 @@ _SINGLE: tuple[tuple[Version, frozenset[str]], ...] = tuple((v, frozenset(s.spli
 
 def _grow(*steps: tuple[Version, tuple[Any, ...] | None]) -> tuple[tuple[Version, tuple[Any, ...] | None], ...]:
     """Choices that only grow: each step adds to the last; None: any value from then on."""
-    out, acc = [], ()
+    out: list[tuple[Version, tuple[Any, ...] | None]] = []
+    acc: tuple[Any, ...] | None = ()
     for since, added in steps:
         acc = None if added is None else (acc or ()) + added
         out.append((since, acc))
@@ -430,9 +431,9 @@ def _rewrite(argv: list[str], grammar: Grammar) -> list[str]:
     out = []
     for arg in argv:
         if arg.startswith("--"):
-            key, eq, value = arg.partition("=")
+            key, eq, given = arg.partition("=")
             head, dot, tail = (key[2:], "", "") if grammar.whole_key else key[2:].partition(".")
-            out.append("--" + head.replace("_", "-") + dot + tail + eq + value)
+            out.append("--" + head.replace("_", "-") + dot + tail + eq + given)
         else:
             out.append(arg)
     if grammar.dotted == "none":
@@ -502,10 +503,10 @@ def _read(argv: list[str], release: _Release, recorded: bool) -> dict[str, Any]:
             if not recorded:
                 raise
             resolved = None
-        if resolved is None or resolved[1] is None:
+        spelling, option, explicit = resolved or ("", None, None)
+        if option is None:
             i += 1
             continue
-        spelling, option, explicit = resolved
         try:
             if option.kind in ("on", "off"):
                 if explicit is not None:

@@ -153,7 +153,7 @@ class PlainTable(Table):
         super().__init__(*headers, title=title, caption=caption, **kwargs)
 
     def add_column(self, header="", footer="", *, id: bool = False, whole: bool = False,  # noqa: A002
-                   drop: int | None = None, **kwargs) -> None:  # type: ignore[override]
+                   drop: int | None = None, **kwargs) -> None:
         """`id`: the column holds ids (never cut, folded nor left out); `whole`: values left out whole rather than
         folded; `drop`: may be left out when the table is too wide, highest first. Any other column folds."""
         if id or whole:  # never wrapped; as wide as its widest value (min_width), so `crop` never cuts one
@@ -167,7 +167,7 @@ class PlainTable(Table):
         if id or whole:
             self.columns[-1].min_width = self._fits[-1].longest
 
-    def add_row(self, *renderables, **kwargs) -> None:  # type: ignore[override]
+    def add_row(self, *renderables, **kwargs) -> None:
         cells = [literal(r) for r in renderables]
         for fit, cell in zip(self._fits, cells, strict=False):
             fit.see(cell)

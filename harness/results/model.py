@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,7 +24,7 @@ from harness.watch.records import LogCut
 _OUTCOMES_DOC = "; ".join(f"{o.value}: {m}" for o, m in OUTCOME_MEANINGS.items())
 _REASONS_DOC = "; ".join(f"{r.value} ({i.outcome.value}): {i.meaning}" for r, i in REASONS.items())
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 
 
 class RunStatus(Named):
@@ -33,7 +33,10 @@ class RunStatus(Named):
     interrupted = "interrupted"
 
 
-RunStatusName = Literal[tuple(RunStatus)]  # type: ignore[valid-type]
+if TYPE_CHECKING:  # what the field holds: mypy cannot read a Literal built at run time
+    RunStatusName: TypeAlias = RunStatus
+else:
+    RunStatusName = Literal[tuple(RunStatus)]
 
 
 class _Record(BaseModel):

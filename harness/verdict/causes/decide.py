@@ -194,8 +194,8 @@ class CauseReader:
         if self._code_error is not None:
             numbers, line, process = self._code_error
             return finding(MODEL_CODE_ERROR, line, numbers, process)
-        if error_line and (numbers := exception_numbers(error_line)) is not None:
-            return finding(UNCAUGHT, error_line, numbers)
+        if error_line and (raised := exception_numbers(error_line)) is not None:
+            return finding(UNCAUGHT, error_line, raised)
         if best is not None:
             return finding(GENERIC_CAUSE, best.line, best.numbers, self._best_process)
         return None
