@@ -411,7 +411,7 @@ def _findings(cells: list[CellKv], excluded: list[str]) -> list[Finding]:
     booted = [c for c in cells if c.outcome == Outcome.booted and c.length is not None]
     for r in cells:
         if r.kv_refused and r.length is not None:
-            above = [b for b in booted if b.length > r.length]
+            above = [b for b in booted if b.length is not None and b.length > r.length]
             if above:
                 out.append(Finding(Severity.inconsistent, f"refused at {r.length:,} tokens while {above[0].cell_id} booted at "
                                    f"{above[0].length:,}: the outcome is not monotonic in the length", r.cell_id))

@@ -151,9 +151,9 @@ def find_frontier(oracle: Oracle, lo: int | None, hi: int, block: int | Callable
             s.text = (f"the probe at {length:,} {obs.outcome} ({obs.reason}): not a KV boundary, so the search stops "
                       "here; see that cell's log")
 
-    for length, obs in sorted(known, key=lambda k: k[0]):
+    for earlier, obs in sorted(known, key=lambda k: k[0]):
         if s.status == SearchStatus.running:
-            record(length, obs, "recorded earlier", False)
+            record(earlier, obs, "recorded earlier", False)
 
     while s.status == SearchStatus.running:
         b = blk()

@@ -161,5 +161,5 @@ def state_layer_kinds(cfg: dict[str, Any], n_layers: int) -> list[LayerKind] | N
         return [LayerKind.state if i + 1 in kda else LayerKind.full for i in range(n_layers)]  # kda_layers counts from 1
     if model_type == "qwen3_next" and not isinstance(cfg.get("layer_types"), list):
         interval = _i(cfg, "full_attention_interval")
-        return ["full" if (i + 1) % interval == 0 else "state" for i in range(n_layers)]
+        return [LayerKind.full if (i + 1) % interval == 0 else LayerKind.state for i in range(n_layers)]
     return None

@@ -158,7 +158,8 @@ def summary(run: RunResult, console: Console) -> RenderableType | str:
                          justify="right" if col.startswith("KV") or col.startswith("verdict a") else "left")
     for r in run.cells:
         need, cap, tokens = _numbers(r, axis)
-        mark = {True: ("✓ ", "green"), False: ("✗ ", "red"), None: ""}[r.matched]
+        marks: dict[bool | None, str | tuple[str, str]] = {True: ("✓ ", "green"), False: ("✗ ", "red"), None: ""}
+        mark = marks[r.matched]
         table.add_row(r.cell_id, outcome_text(r.outcome, _verdict(r)), Text.assemble(mark, terminal(_expected(r))),
                       need, cap, tokens, fmt_seconds(r.timings.verdict_s), _longest(r),
                       *((terminal_line(r.cause_hint() or "—"),) if with_hint else ()))
