@@ -40,7 +40,7 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str):
         m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if m:
             choices = re.findall(r"'?([\w-]+)'?", m.group(2))

@@ -169,7 +169,7 @@ class RunStore:
 
     def finish(self, status: RunStatus) -> RunResult:
         with self._lock:
-            self.run.status = status  # type: ignore[assignment]
+            self.run.status = status
             self.run.finished_at = now()
             self._write_run()
             return self.run
@@ -372,7 +372,7 @@ class RunLock:
         with RunLock._guard:
             key, self._key = self._key, None
             entry = RunLock._held.get(key) if key is not None else None
-            if entry is None:
+            if key is None or entry is None:
                 return
             entry[2] -= 1
             if entry[2] == 0:

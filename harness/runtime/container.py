@@ -172,6 +172,7 @@ class ContainerRuntime:
                 self.leftovers.discard(name)
                 if not left:
                     raise CellStartError(f"the {self.engine} engine could not start the container: {away}") from None
+        raise AssertionError("unreachable: the last try returns or raises")
 
     def _start(self, cell: Cell, ctx: CellContext, on_line: LineSink, name: str) -> ContainerServer:
         image_id, repo_digest = self.images.resolve(cell.image)

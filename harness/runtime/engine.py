@@ -247,6 +247,7 @@ def image_digest(client: docker.DockerClient, ref: str) -> tuple[str, str | None
     """(image id, repo digest or None). A locally built image has no repo digest; its id pins it just as well."""
     image = client.images.get(ref)
     digests = image.attrs.get("RepoDigests") or []
+    assert image.id is not None  # an image the engine listed has its id
     return image.id, (digests[0] if digests else None)
 
 
@@ -266,4 +267,6 @@ def copy_out(client: docker.DockerClient, image: str, path: str) -> bytes:
         member = tar.next()
         if member is None or not member.isfile():
             raise PatchError(f"{path}: not a regular file in image {image}")
-        return tar.extractfile(member).read()
+        file = tar.extractfile(member)
+        assert file is not None  # a regular file's member has one
+        return file.read()

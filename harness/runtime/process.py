@@ -39,7 +39,7 @@ from harness.runtime.pull import PullObserver
 from harness.runtime.reader import pump_lines
 from harness.runtime.records import AppliedPatch, ContainerInfo
 from harness.runtime.server_env import SERVER_ID_VAR, build_env
-from harness.shell import secret_safe_command
+from harness.shell import Step, secret_safe_command
 
 _PR_SET_PDEATHSIG = 1
 #: How often a stop looks again whether the group is gone.
@@ -380,6 +380,7 @@ class ProcessRuntime:
     def image_labels(self, ref: str) -> dict[str, str]:
         return {}  # a process runs no image
 
-    def planned_command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> tuple[list[str], list[str]]:
+    def planned_command_line(self, cell: Cell, ctx: CellContext,
+                             host_port: int = 8000) -> tuple[list[str], list[Step]]:
         """A local process needs nothing prepared: the plan is the command itself."""
         return self.command_line(cell, ctx, host_port), []
