@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = ("harness", "tests", "benchmarks", "scripts")
 
 NOQA = re.compile(r"#\s*noqa\b(?P<rest>.*)", re.I)
-#: `# noqa: E731, B018 - why`: the codes, then the reason (words, not another code)
+#: after the hash and `noqa`: the codes (`: E731, B018`), then ` - ` and the reason (words, not another code)
 NOQA_FORM = re.compile(r":\s*[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*\s+-\s+\w")
 IGNORE = re.compile(r"#\s*type:\s*ignore\b(?P<rest>.*)")
 #: `# type: ignore[code]  # why`, the form mypy reads (it takes nothing but another comment after the codes)
