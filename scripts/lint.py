@@ -61,7 +61,7 @@ def reasons(paths: list[str]) -> int:
 
 
 CHECKS = {
-    "ruff": lambda args: tool("ruff", "check", *args),
+    "ruff": lambda args: tool("ruff", "check", "--output-format", "concise", *args),
     "mypy": lambda args: tool("mypy", *args),
     "reasons": reasons,
 }
