@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The lint gate, as the suite runs it (tests/unit/test_gate.py) and as a developer runs it before stopping:
+"""The lint gate, as the suite runs it (tests/integration/test_gate.py) and as a developer runs it before stopping:
 
     python scripts/lint.py                 # ruff, mypy and the suppressions' reasons; exit 1 on any finding
     python scripts/lint.py ruff --fix      # one check; what follows its name goes to the tool
