@@ -18,6 +18,7 @@ directory booting one cell at a time on its GPUs; split a matrix with `--boot-sh
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -25,8 +26,11 @@ from harness.errors import UsageError
 from harness.matrix.cells import Cell
 from harness.results.model import CellResult, RunStatus
 
+if TYPE_CHECKING:  # imported where a session opens: the plugin loads in every pytest session
+    from harness.boot.session import RunSession
+
 _SELECTION = pytest.StashKey["_Selection"]()
-_SESSION = pytest.StashKey["object"]()
+_SESSION = pytest.StashKey["RunSession"]()
 _RUN_DIR = pytest.StashKey[Path]()
 
 

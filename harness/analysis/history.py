@@ -125,15 +125,19 @@ class History:
 
     def line(self, c: CellHistory) -> str:
         """`ID: refused since RUN (DATE); booted until RUN (DATE); changed: vLLM 0.33.0 → 0.33.1; …`."""
-        if c.since is None:
-            return f"{c.cell_id}: no complete run"
-        at = lambda i: f"{self.runs[i].run_id} ({self.runs[i].started_at:%Y-%m-%d})"  # noqa: E731
         latest = c.latest
+        if c.since is None or latest is None:  # the latest entry is there whenever `since` is
+            return f"{c.cell_id}: no complete run"
+
+        def at(i: int) -> str:
+            return f"{self.runs[i].run_id} ({self.runs[i].started_at:%Y-%m-%d})"
+
         text = f"{c.cell_id}: {latest.verdict} since {at(c.since)}"
-        if c.before is None:
+        before = None if c.before is None else c.entries[c.before]
+        if c.before is None or before is None:
             text += " (every run of it)"
         else:
-            text += f"; {c.entries[c.before].verdict} until {at(c.before)}"
+            text += f"; {before.verdict} until {at(c.before)}"
             text += "; changed: " + (", ".join(ch.describe() for ch in c.changes) if c.changes else "nothing recorded")
         if c.time_changes:
             text += "; " + ", ".join(t.describe() for t in c.time_changes)
@@ -253,7 +257,8 @@ def cell_history(runs: Sequence[Night], cell_id: str) -> CellHistory:
         k -= 1
     since = counted[k][0]
     before = counted[k - 1][0] if k > 0 else None
-    changes = changes_between(entries[before], entries[since]) if before is not None else ()
+    then, now_ = (entries[before], entries[since]) if before is not None else (None, None)
+    changes = changes_between(then, now_) if then is not None and now_ is not None else ()
     same = [(i, e) for i, e in counted if e.outcome == latest.outcome]
     time_changes, too_few, series = _time_changes(runs, same)
     return CellHistory(cell_id, entries, since, before, changes, time_changes, too_few, series)

@@ -59,5 +59,5 @@ def plan_slots(matrix: Matrix, parallel: str | int = "1", idle_timeout_s: float 
         inventory = open_inventory(matrix.gpus_per_cell, id_kind="uuid" if matrix.runtime == "process" else "index",
                                    env=env, shares_gpus=shares)
     n, why = resolve_parallel(parallel, inventory, matrix.gpus_per_cell, shares_gpus=matrix.gpus is not None)
-    shared = shared_indices(matrix.gpus, inventory) if shares else None
+    shared = shared_indices(matrix.gpus, inventory) if shares and matrix.gpus is not None else None
     return SlotPlan(n, why, inventory, matrix.gpus_per_cell, shared or None, timeout)

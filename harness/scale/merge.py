@@ -92,7 +92,7 @@ def check_compatible(runs: list[tuple[Path, RunResult]]) -> tuple[bool, list[str
         if len(shards) != len(runs):
             plain = next(d for d, r in runs if not r.shard)
             raise UsageError(f"{plain} is not a shard, {shards[0][0]} is shard {shards[0][1]}: not shards of one run")
-        parsed = {}
+        parsed: dict[int, dict[int, Path]] = {}
         for d, s in shards:
             i, n = parse_shard(s)
             parsed.setdefault(n, {})
@@ -109,7 +109,7 @@ def check_compatible(runs: list[tuple[Path, RunResult]]) -> tuple[bool, list[str
             raise UsageError(f"{da} is a {a.label} shard, {db} a {b.label} one: shards of one run come from one "
                              "scheduler")
         for d, r in runs:
-            i, _ = parse_shard(r.shard)
+            i, _ = parse_shard(r.shard or "")
             stray = next((c.cell_id for c in r.cells if shard_of(c.cell_id, n) != i), None)
             if stray is not None:
                 raise UsageError(f"{d} is shard {r.shard} but holds cell {stray}, which is shard "
