@@ -65,7 +65,7 @@ def key_numbers(k: CellKv) -> list[str]:
     """The KV numbers that explain the outcome, shortest first."""
     c = k.cell
     out = []
-    if inconsistent(k):
+    if inconsistent(k) and k.need is not None and k.cap is not None:  # inconsistent: both are there
         out.append(f"⚠ need {k.need.shown()} > cap {k.cap.shown()}, yet booted")
     elif k.cell.outcome == Outcome.refused and k.need is not None:
         out.append(f"need {k.need.shown()}" + (f" > cap {k.cap.shown()}" if k.cap else ""))
@@ -123,7 +123,8 @@ def build_grids(run: RunResult, split: str | None = None, length_override: str |
     col_axes = [a for a in axes if a not in (split, row_axis)]
     rows = axis_values(run, row_axis) if row_axis else [""]
     grids = []
-    for value in (axis_values(run, split) if split else [None]):
+    values: list[str | None] = [*axis_values(run, split)] if split else [None]
+    for value in values:
         cells = [c for c in run.cells if split is None or c.axes.get(split) == value]
         cols: list[tuple[str, ...]] = []
         for c in cells:

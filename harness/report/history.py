@@ -39,7 +39,7 @@ def _symbol(e: Entry | None) -> str:
 
 
 def _expectation(e: Entry) -> str:
-    return {True: "matched", False: "mismatched"}.get(e.matched, "unexpected")
+    return "unexpected" if e.matched is None else "matched" if e.matched else "mismatched"
 
 
 def _strip(h: History, c: CellHistory) -> Text:
@@ -141,8 +141,8 @@ def render_markdown(h: History) -> str:
 _W, _H, _PAD, _LABEL = 170, 40, 4, 34
 """The sparkline's box (px): the curve's width is `_W - _LABEL`, its scale's labels to the left of it."""
 
-OUTCOME_DOT = {Outcome.booted: "#2e7d32", Outcome.refused: "#b28704", Outcome.crashed: "#c62828",
-               Outcome.timeout: "#6a1b9a", Outcome.error: "#7f0000"}
+OUTCOME_DOT: dict[str, str] = {Outcome.booted: "#2e7d32", Outcome.refused: "#b28704", Outcome.crashed: "#c62828",
+                               Outcome.timeout: "#6a1b9a", Outcome.error: "#7f0000"}
 
 CSS = """
 table.history{border-collapse:collapse;margin:8px 0 16px;font-size:.9em}
@@ -217,7 +217,7 @@ def _spark(h: History, c: CellHistory, at: dict[str, int] | None = None) -> str:
 
 def _night_tds(n: Night) -> Callable[[Entry | None], str]:
     """`_night_td` for the nights of one run: a run's cells share a few verdicts, each cell written once per kind."""
-    made: dict[tuple, str] = {}
+    made: dict[tuple | None, str] = {}
 
     def td(e: Entry | None) -> str:
         key = None if e is None else (e.outcome, e.reason, e.matched, e.expected)

@@ -13,8 +13,8 @@ from harness.results.model import RunResult
 from harness.units import fmt_bytes
 from harness.verdict import Outcome, Reason
 
-BADGE: dict[Outcome, str] = {Outcome.booted: "🟢", Outcome.refused: "🟡", Outcome.crashed: "🔴",
-                             Outcome.timeout: "🟣", Outcome.error: "⛔"}
+BADGE: dict[str, str] = {Outcome.booted: "🟢", Outcome.refused: "🟡", Outcome.crashed: "🔴",
+                         Outcome.timeout: "🟣", Outcome.error: "⛔"}
 
 
 _esc = md_text

@@ -40,7 +40,7 @@ from harness.runtime.container_spec import (
     to_engine_kwargs,
 )
 from harness.runtime.leftovers import Leftovers
-from harness.runtime.patching import PatchError, Patches, PreparedPatch
+from harness.runtime.patching import PatchError, Patches, PreparedPatch, image_of
 from harness.runtime.pull import Images, PullObserver
 from harness.runtime.reader import log_stream, pump_chunks
 from harness.shell import Step
@@ -96,15 +96,14 @@ class ContainerRuntime:
             assert self.conn.info is not None
             eng.check_gpu_support(self.conn.info)  # the engine's version alone: before any pull
         for cell in cells:
-            if not cell.image:
-                raise RuntimeUnavailable(f"image: cell {cell.id} has no image (set `image:` or give an axis value one)")
-            self.images.resolve(cell.image)
+            image = image_of(cell)
+            self.images.resolve(image)
             for mount in cell.mounts:
                 src = self.mount_source(mount)
                 if not src.exists():
                     raise RuntimeUnavailable(f"mounts: source {src} (for {mount.target}) does not exist")
             for spec in cell.patches:
-                self.patches.prepare(cell.image, spec)
+                self.patches.prepare(image, spec)
         if gpu_checks and self.wants_gpus():
             self._probe_gpus(sorted({c.image for c in cells if c.image}))
 
@@ -175,7 +174,8 @@ class ContainerRuntime:
         raise AssertionError("unreachable: the last try returns or raises")
 
     def _start(self, cell: Cell, ctx: CellContext, on_line: LineSink, name: str) -> ContainerServer:
-        image_id, repo_digest = self.images.resolve(cell.image)
+        image = image_of(cell)
+        image_id, repo_digest = self.images.resolve(image)
         ctx.mark(Milestone.pulled)
         try:
             kept = self.patches.keep(cell, ctx.run_dir)
@@ -201,7 +201,7 @@ class ContainerRuntime:
                          name=f"log-{cell.id}").start()
         entry = list(spec.entrypoint) or self.images.entrypoint(image_id)
         return ContainerServer(self.conn, self.leftovers, tc, self.matrix.container_port, [*entry, *spec.args],
-                               cell.image, image_id, repo_digest, [p.applied(path, ctx.run_dir) for p, path in kept],
+                               image, image_id, repo_digest, [p.applied(path, ctx.run_dir) for p, path in kept],
                                self.clock)
 
     def _testcontainer(self, spec: ContainerSpec):
@@ -220,7 +220,7 @@ class ContainerRuntime:
 
     def command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> list[str]:
         """`docker run` (or `podman run`) doing what `start` does, with the patched files prepared under ctx.run_dir."""
-        image_id, repo_digest = self.images.resolve(cell.image)
+        image_id, repo_digest = self.images.resolve(image_of(cell))
         kept = _mounted(self.patches.keep(cell, ctx.run_dir))
         return to_cli_tokens(self._repro_spec(cell, ctx, host_port, repo_digest or image_id, kept))
 
@@ -229,14 +229,13 @@ class ContainerRuntime:
         anything: no engine is asked, nothing is pulled, copied or written (`run --dry-run`, and `repro`, which
         prints the steps' commands). The image is named as the matrix names it, the engine's CLI as the matrix's
         runtime; the patched files by the paths they would get under ctx.run_dir."""
-        if not cell.image:
-            raise RuntimeUnavailable(f"image: cell {cell.id} has no image (set `image:` or give an axis value one)")
+        image = image_of(cell)
         kept, steps = self.patches.planned(cell, Path(host_path(ctx.run_dir)), self.engine)
-        pull_step = self.images.planned(cell.image, before_run=bool(cell.patches))
+        pull_step = self.images.planned(image, before_run=bool(cell.patches))
         if self.wants_gpus():  # `repro` has no command for it: the engine's CLI takes GPUs its own way
             steps.append(Step(f"would probe the {self.engine} engine's GPU request in a short container first"))
         mounted = [(target, str(path)) for target, path in kept]
-        return (to_cli_tokens(self._repro_spec(cell, ctx, host_port, cell.image, mounted)),
+        return (to_cli_tokens(self._repro_spec(cell, ctx, host_port, image, mounted)),
                 [step for step in (pull_step, *steps) if step])
 
     def _repro_spec(self, cell: Cell, ctx: CellContext, host_port: int, image: str,

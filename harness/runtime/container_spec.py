@@ -175,8 +175,8 @@ def to_cli_tokens(spec: ContainerSpec, engine: str | None = None,
     if spec.memory:
         tokens += ["--memory", spec.memory]
     tokens += ["-p", f"{spec.host_ip}:{'' if spec.host_port is None else spec.host_port}:{spec.container_port}"]
-    for v in spec.volumes:
-        tokens += ["-v", f"{v.source}:{v.target}:{v.mode}"]
+    for vol in spec.volumes:
+        tokens += ["-v", f"{vol.source}:{vol.target}:{vol.mode}"]
     environ = os.environ if environ is None else environ
     render = SecretRenderer(dict(spec.env), [*spec.entrypoint, *spec.args], environ)
     for k, v in spec.env:

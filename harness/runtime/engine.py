@@ -12,6 +12,7 @@ import os
 import re
 import socket
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,7 +129,7 @@ def engine_info(client: docker.DockerClient, engine: str) -> EngineInfo:
                       cdi_spec_dirs=tuple(info.get("CDISpecDirs") or ()))
 
 
-def gpu_device_ids(gpus: str | int | list[str] | None, assigned: list[str] | None = None) -> list[str] | None:
+def gpu_device_ids(gpus: str | int | Sequence[str] | None, assigned: Sequence[str] | None = None) -> list[str] | None:
     """The GPUs a cell gets: an assignment from the scheduler wins; `all` is None (every GPU)."""
     if assigned is not None:
         return list(assigned)
@@ -139,7 +140,8 @@ def gpu_device_ids(gpus: str | int | list[str] | None, assigned: list[str] | Non
     return [str(g) for g in gpus]
 
 
-def device_requests(engine: str, gpus: str | int | list[str] | None, assigned: list[str] | None = None) -> list[DeviceRequest]:
+def device_requests(engine: str, gpus: str | int | Sequence[str] | None,
+                    assigned: Sequence[str] | None = None) -> list[DeviceRequest]:
     """docker: a DeviceRequest for its nvidia device driver (registered when dockerd finds
     nvidia-container-runtime-hook on its PATH); podman: CDI ids (`nvidia.com/gpu=…`), since its compat API ignores the
     former. `engine` is the detected engine (EngineInfo.name), not the matrix's `runtime:`."""
@@ -154,7 +156,8 @@ def device_requests(engine: str, gpus: str | int | list[str] | None, assigned: l
     return [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
 
 
-def gpu_cli_args(engine: str, gpus: str | int | list[str] | None, assigned: list[str] | None = None) -> list[str]:
+def gpu_cli_args(engine: str, gpus: str | int | Sequence[str] | None,
+                 assigned: Sequence[str] | None = None) -> list[str]:
     """The same request as `docker run`/`podman run` flags, for the repro command."""
     if gpus is None and assigned is None:
         return []
