@@ -86,7 +86,7 @@ def sweep_containers(engine: str, swept: Swept, everything: bool = False) -> Non
                 continue
         try:
             c.remove(force=True)
-            swept.containers.append(c.name)
+            swept.containers.append(str(c.name))  # a listed container has its name
         except Exception:  # noqa: BLE001 - removed meanwhile
             pass
 

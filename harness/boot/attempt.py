@@ -236,7 +236,7 @@ def _utilization(argv: list[str], version: str | None) -> float | None:
     return value if isinstance(value, float) and 0 < value <= 1 else None
 
 
-def _with_memory(d: Decision, memory: MemoryCurve | None) -> str | None:
+def _with_memory(d: Decision, memory: MemoryCurve | None) -> str:
     """A boot killed by memory says how close its curve came: the last thing a person asks about an OOM."""
     if d.reason not in MEMORY_REASONS or memory is None or memory.peak_bytes is None:
         return d.detail

@@ -141,9 +141,9 @@ def cmd_bisect(args: argparse.Namespace, out: Console) -> int:
     kind = BuildKind.command if sel.loaded.matrix.runtime == "process" else BuildKind.image
     plan = _plan(args, recorded, kind, cell_id, matrix)
     if recorded is not None:
-        why = plan_matches(recorded, plan)
-        if why:
-            raise UsageError(f"{args.resume}: this run bisected another question ({why}); resume it with the "
+        mismatch = plan_matches(recorded, plan)
+        if mismatch:
+            raise UsageError(f"{args.resume}: this run bisected another question ({mismatch}); resume it with the "
                              "arguments it was started with, or none")
     oracle = _oracle(plan)
     err = stderr()
@@ -158,7 +158,9 @@ def cmd_bisect(args: argparse.Namespace, out: Console) -> int:
     except (Interrupted, KeyboardInterrupt):
         say(f"interrupted: booted candidates are kept in {runner.run_dir} (continue with --resume {runner.run_dir})")
         return ExitCode.INTERRUPTED
-    labels_of = runner.session.runtime.image_labels
+    runtime = runner.session.runtime
+    assert runtime is not None  # a session with a cell to boot holds its runtime
+    labels_of = runtime.image_labels
 
     def facts(i: int) -> dict:
         cand = plan.candidates[i]

@@ -95,7 +95,8 @@ def cmd_facts(args: argparse.Namespace, out: Console) -> int:
     cause = facts.cause
     reason = (cause.id if cause is not None and cause.id is not None else facts.refusal.kind if facts.refusal
               else Reason.ready if facts.ready_lines else None)
-    record = {"vllm_version": facts.vllm_version, "reason": reason, "kv": facts.kv.model_dump(),
+    kv = facts.kv.model_dump()
+    record = {"vllm_version": facts.vllm_version, "reason": reason, "kv": kv,
               "cause": cause.model_dump(mode="json") if cause is not None else None,
               "refusal": facts.refusal.model_dump() if facts.refusal else None,
               "stated": said.model_dump(mode="json"),
@@ -110,7 +111,7 @@ def cmd_facts(args: argparse.Namespace, out: Console) -> int:
         say(f"  {said.cap_key}: {said.cap_bytes:,} ({Bytes(low=said.cap_bytes, high=said.cap_bytes).show()}, "
             f"from {said.cap_source})")
     exact = None if said.cap_bytes is None else Bytes(low=said.cap_bytes, high=said.cap_bytes)
-    for key, value in record["kv"].items():
+    for key, value in kv.items():
         if value is not None and key != said.cap_key:
             shown = gib_shown(value, exact if key == "reserved_gib" else None, "the cap") if key.endswith("_gib") \
                 else value

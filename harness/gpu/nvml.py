@@ -44,9 +44,10 @@ class NvmlInventory:
     def open(cls, id_kind: str = "index", env: Mapping[str, str] | None = None, nvml: Any = None) -> NvmlInventory:
         if nvml is None:
             try:
-                import pynvml as nvml  # nvidia-ml-py
+                import pynvml  # nvidia-ml-py
             except ImportError:
                 raise NvmlUnavailable("pynvml is not installed (pip install nvidia-ml-py)") from None
+            nvml = pynvml
         try:
             nvml.nvmlInit()
             count = int(nvml.nvmlDeviceGetCount())
