@@ -111,7 +111,7 @@ class Swallowed:
         def wrapped(*a, **kw):
             try:
                 return fn(*a, **kw)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # counted by kind, and raised on
                 key = f"{name}: {type(exc).__name__}: {str(exc)[:120]}"
                 self.errors[key] += 1
                 self.examples.setdefault(key, (self.current, traceback.format_exc()))

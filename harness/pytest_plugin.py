@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # imported where a session opens: the plugin loads in every p
     from harness.boot.session import RunSession
 
 _SELECTION = pytest.StashKey["_Selection"]()
-_SESSION = pytest.StashKey["RunSession"]()
+_SESSION: pytest.StashKey[RunSession] = pytest.StashKey()
 _RUN_DIR = pytest.StashKey[Path]()
 
 

@@ -68,7 +68,7 @@ def sweep_containers(engine: str, swept: Swept, everything: bool = False) -> Non
         # ignore_removed: docker-py lists, then inspects each; one whose run removed it in between is no leftover
         found = client.containers.list(all=True, filters={"label": eng.OWNER_PID_LABEL},
                                        ignore_removed=True)
-    except Exception as exc:  # noqa: BLE001 - the engine went away or hung while listing: reported, not raised
+    except Exception as exc:  # the engine went away or hung while listing: reported, not raised
         if eng.trouble(engine, "containers list", exc, eng.DEFAULT_CALL_TIMEOUT_S) is None:
             raise
         swept.engines_unreachable.append(engine)

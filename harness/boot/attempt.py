@@ -36,11 +36,11 @@ from harness.verdict.causes import CauseKind
 from harness.verdict.policy import Decision, Evidence, decide
 from harness.watch.events import ThreadedEvents
 from harness.watch.logsink import LogSink
+from harness.watch.loop import Observation, Watch, WatchConfig
+from harness.watch.timeline import TimelineRecorder
 
 #: The verdicts that say memory ran out: their detail carries the curve's peak.
 MEMORY_REASONS = (*(r for r, info in REASONS.items() if info.kind == CauseKind.resource), Reason.oom_killed)
-from harness.watch.loop import Observation, Watch, WatchConfig
-from harness.watch.timeline import TimelineRecorder
 
 
 class Observer(Protocol):

@@ -210,7 +210,7 @@ class Executor:
             with self._lock:
                 self._errors.append(GpusGone(f"{exc}: no more cells start on it; the run stops here"))
             self.stop.set()
-        except BaseException as exc:  # a bug in a runtime or here: stop everything, the main thread re-raises
+        except BaseException as exc:  # noqa: BLE001 - a bug in a runtime or here: stop everything, the main thread re-raises
             with self._lock:
                 self._errors.append(exc)
             self.stop.set()

@@ -184,7 +184,7 @@ def _nvml_name() -> str | None:
         inventory = NvmlInventory.open()
         devices = inventory.devices()
         return inventory.info(devices[0]).name if devices else None
-    except Exception:  # no NVML, no driver, no GPU: the dtype check is then not made (plan says what it knew)
+    except Exception:  # noqa: BLE001 - no NVML, no driver, no GPU: the dtype check is then not made (plan says so)
         return None
 
 

@@ -51,7 +51,7 @@ class NvmlInventory:
         try:
             nvml.nvmlInit()
             count = int(nvml.nvmlDeviceGetCount())
-        except Exception as exc:  # pynvml.NVMLError and friends: no driver, no library
+        except Exception as exc:  # noqa: BLE001 - pynvml.NVMLError and friends: no driver, no library
             raise NvmlUnavailable(f"NVML does not answer ({exc})") from None
         if count == 0:
             raise NvmlUnavailable("NVML sees no GPU")
@@ -72,7 +72,7 @@ class NvmlInventory:
         with self._lock:
             try:
                 return self._nvml.nvmlDeviceGetMemoryInfo(self._handles[index])
-            except Exception as exc:  # pynvml.NVMLError_GpuIsLost, _Unknown, ...: the device no longer answers
+            except Exception as exc:  # noqa: BLE001 - NVMLError_GpuIsLost, _Unknown, ...: the device no longer answers
                 raise GpuLost(index, f"GPU {index} ({self._static[index][1]}) is lost: NVML says {exc}") from None
 
     def info(self, index: int) -> GpuInfo:

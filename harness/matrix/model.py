@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -290,7 +290,7 @@ def _normalize_selector(value: Any) -> Any:
     return out
 
 
-GpuRequest = Union[Literal["all"], int, list[str]]
+GpuRequest = Literal["all"] | int | list[str]
 
 #: Keys only a container runtime reads (`memory` has its own message); a process runtime refuses them when written.
 #: Not `gpus`/`gpus_per_cell`: a process matrix's cells wait for (or are handed) those GPUs too.

@@ -56,7 +56,7 @@ FOLD_FLOOR, WORD_CAP = 10, 24
 def out_width(console: Console) -> int:
     """The width `console`'s output is laid out at: the one it was given (a width argument, or COLUMNS when it was
     made), else the terminal's, else PIPE_WIDTH (rich's own fallback, 80, is for no terminal at all)."""
-    given = console._width  # noqa: SLF001 - rich keeps the width argument, or COLUMNS read at construction, here
+    given = console._width  # rich keeps the width argument, or COLUMNS read at construction, here
     if given is None:
         columns = os.environ.get("COLUMNS", "")
         given = int(columns) if columns.isdigit() else None
@@ -152,7 +152,7 @@ class PlainTable(Table):
         self._split = split
         super().__init__(*headers, title=title, caption=caption, **kwargs)
 
-    def add_column(self, header="", footer="", *, id: bool = False, whole: bool = False,  # noqa: A002
+    def add_column(self, header="", footer="", *, id: bool = False, whole: bool = False,
                    drop: int | None = None, **kwargs) -> None:
         """`id`: the column holds ids (never cut, folded nor left out); `whole`: values left out whole rather than
         folded; `drop`: may be left out when the table is too wide, highest first. Any other column folds."""

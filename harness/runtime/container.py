@@ -164,7 +164,7 @@ class ContainerRuntime:
             self.leftovers.engine_ready()
             try:
                 return self._start(cell, ctx, on_line, name)
-            except Exception as exc:  # noqa: BLE001 - told apart by what it says about the engine
+            except Exception as exc:  # told apart by what it says about the engine
                 away = self.conn.trouble("start", exc)
                 if away is None:
                     raise
@@ -187,7 +187,7 @@ class ContainerRuntime:
         try:
             tc = self._testcontainer(spec)
             tc.start()
-        except Exception as exc:  # noqa: BLE001 - docker-py's errors, image or device trouble
+        except Exception as exc:  # docker-py's errors, image or device trouble
             if tc is not None:
                 try:
                     tc.stop(force=True)

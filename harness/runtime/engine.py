@@ -88,8 +88,9 @@ def connect(engine: str, timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> docker.Do
         client = docker.from_env(**client_kwargs(engine, timeout_s))
         client.ping()
         return client
-    except Exception as exc:  # docker-py raises several unrelated types for "nothing there"
-        raise RuntimeUnavailable(f"runtime: the {engine} engine does not answer at {host} ({type(exc).__name__})") from None
+    except Exception as exc:  # noqa: BLE001 - docker-py raises several unrelated types for "nothing there"
+        raise RuntimeUnavailable(f"runtime: the {engine} engine does not answer at {host} "
+                                 f"({type(exc).__name__})") from None
 
 
 @dataclass(frozen=True)

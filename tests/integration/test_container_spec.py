@@ -162,7 +162,7 @@ def test_docker_starts_the_container_its_repro_prints(docker_image, tmp_path, te
     assert request["Count"] == -1 and request["Capabilities"] == [["gpu"]], request
 
 
-def test_podman_starts_the_container_its_repro_prints(podman, tmp_path, testcontainers_env, monkeypatch):  # noqa: F811
+def test_podman_starts_the_container_its_repro_prints(podman, tmp_path, testcontainers_env, monkeypatch):  # noqa: F811 - the fixture imported above
     monkeypatch.setenv("CONTAINER_HOST", podman["CONTAINER_HOST"])
     client = docker.DockerClient(base_url=podman["CONTAINER_HOST"])
     # podman 4.3 reports a private IPC namespace as "shareable" too: IpcMode is told apart on docker.

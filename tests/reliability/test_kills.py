@@ -131,15 +131,17 @@ def _wait_phase(k: Kill, h: Harness, results: Path, mark_root: Path) -> None:
     for victim in k.victims:
         if k.phase == "spawned":
             if k.runtime == "process":
-                wait_for("the victim's process record", lambda: running() and list(
+                wait_for("the victim's process record", lambda victim=victim: running() and list(
                     results.glob(f"*/active/case_{victim}.json")), PHASE_WITHIN_S, every=0.005)
             else:
-                wait_for("the victim's container", lambda: running() and any(
+                wait_for("the victim's container", lambda victim=victim: running() and any(
                     n.endswith(f"case_{victim}") for n in containers(value=str(h.pid))), PHASE_WITHIN_S, every=0.05)
         elif k.phase == "starting":
-            wait_for("the victim's engine child", lambda: running() and marks(mark_root / victim, "child"), PHASE_WITHIN_S)
+            wait_for("the victim's engine child", lambda victim=victim: running() and marks(mark_root / victim, "child"),
+                     PHASE_WITHIN_S)
         else:
-            wait_for("the victim's probe", lambda: running() and marks(mark_root / victim, "probe"), PHASE_WITHIN_S)
+            wait_for("the victim's probe", lambda victim=victim: running() and marks(mark_root / victim, "probe"),
+                     PHASE_WITHIN_S)
 
 
 def _scratch(run_dir: Path) -> list[str]:

@@ -598,9 +598,10 @@ def test_reading_at_an_open_folder_refuses_what_read_bytes_refuses(tmp_path):
         for name, limit in [("ok.json", 64), ("dir.json", 64), ("fifo.json", 64), ("link.json", 64),
                             ("big.json", 10), ("missing.json", 64)]:
             outcomes = []
-            for how in [lambda: read_bytes(tmp_path / name, limit, follow=False),
-                        lambda: read_bytes_at(fd, name, limit, where=str(tmp_path / name)),
-                        lambda: read_bytes_at(fd, entries[name], limit, where=str(tmp_path / name))]:
+            for how in [lambda name=name, limit=limit: read_bytes(tmp_path / name, limit, follow=False),
+                        lambda name=name, limit=limit: read_bytes_at(fd, name, limit, where=str(tmp_path / name)),
+                        lambda name=name, limit=limit: read_bytes_at(fd, entries[name], limit,
+                                                                     where=str(tmp_path / name))]:
                 if name == "missing.json" and len(outcomes) == 2:
                     break
                 try:

@@ -144,7 +144,7 @@ def test_the_pytest_plugin_takes_a_shard_and_writes_junit_properties(tmp_path):
         props = {p.get("name"): p.get("value") for p in case.iter("property")}
         seen[props.get("boot.cell_id")] = props
     assert sorted(seen) == sorted(mine), proc.stdout[-2000:]
-    for cid, props in seen.items():
+    for props in seen.values():
         assert props["boot.outcome"] in ("booted", "crashed", "refused") and "boot.verdict_s" in props
     (run_dir,) = (tmp_path / "results").iterdir()
     assert json.loads((run_dir / "results.json").read_text())["shard"] == f"1/{n}"

@@ -269,7 +269,7 @@ def test_a_log_past_its_cap_keeps_its_head_and_its_last_lines(tmp_path):
 def test_a_log_within_its_cap_or_without_one_is_whole(tmp_path):
     for cap in (64 * 1024, None):  # 50 KB: past the head's half of the cap, within the cap
         sink = LogSink(tmp_path / "cell.log", Masker(), max_bytes=cap)
-        for i in range(500):
+        for _ in range(500):
             sink.write(FILLER)
         sink.close()
         assert (tmp_path / "cell.log").read_text() == (FILLER + "\n") * 500 and sink.record() is None
