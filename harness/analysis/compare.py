@@ -195,7 +195,8 @@ def kv_numbers(a: CellKv, b: CellKv) -> list[NumberDiff]:
         return None if v is None else v.bytes
 
     def c(what: str) -> tuple[bool, bool]:
-        return tuple(bool(getattr(k, what) is not None and getattr(k, what).coarse) for k in (a, b))  # type: ignore
+        va, vb = getattr(a, what), getattr(b, what)
+        return (va is not None and bool(va.coarse), vb is not None and bool(vb.coarse))
 
     def est(k: CellKv) -> float | None:
         return k.cell.refusal.estimated_max_model_len if k.cell.refusal else None
@@ -226,8 +227,10 @@ class Pair:
         return self.a.outcome != self.b.outcome
 
     def to_dict(self) -> dict:
-        side = lambda c: {"cell_id": c.cell_id, "value": c.axes.get(self.axis), "outcome": c.outcome,  # noqa: E731
-                          "reason": c.reason, "matched": c.matched}
+        def side(c: CellResult) -> dict:
+            return {"cell_id": c.cell_id, "value": c.axes.get(self.axis), "outcome": c.outcome, "reason": c.reason,
+                    "matched": c.matched}
+
         return {"axis": self.axis, "shared": self.shared, "flipped": self.flipped, "a": side(self.a),
                 "b": side(self.b), "numbers": [n.to_dict() for n in self.numbers if n.a is not None or n.b is not None]}
 
@@ -293,9 +296,11 @@ class Change:
     why: str
 
     def to_dict(self) -> dict:
-        side = lambda c: None if c is None else {  # noqa: E731
-            "outcome": c.outcome, "reason": c.reason, "matched": c.matched,
-            "expected": None if c.expected is None else c.expected.model_dump()}
+        def side(c: CellResult | None) -> dict | None:
+            return None if c is None else {
+                "outcome": c.outcome, "reason": c.reason, "matched": c.matched,
+                "expected": None if c.expected is None else c.expected.model_dump()}
+
         return {"cell_id": self.cell_id, "a": side(self.a), "b": side(self.b), "why": self.why}
 
 

@@ -185,7 +185,9 @@ def _diff_env(a: list[str], b: list[str]) -> str:
 
 
 def _kv(a: dict[str, float], b: dict[str, float]) -> str:
-    fmt = lambda k, v: f"{v:.2f}" if "GiB" in k else f"{v:,.0f}"  # noqa: E731
+    def fmt(k: str, v: float) -> str:
+        return f"{v:.2f}" if "GiB" in k else f"{v:,.0f}"
+
     return ", ".join(f"{k} {fmt(k, a[k])} → {fmt(k, b[k])}" for k in a if k in b and a[k] != b[k])
 
 
@@ -303,7 +305,7 @@ def select_ids(runs: Sequence[Night], exprs: list[str] | None) -> list[str]:
                 if v not in seen:
                     seen.append(v)
     cells = list(recorded.values())
-    return [c.id for c in select_cells(cells, exprs, _RecordedAxes(values))]  # type: ignore[arg-type]
+    return [c.id for c in select_cells(cells, exprs, _RecordedAxes(values))]
 
 
 def build_history(nights: Sequence[Night], select: list[str] | None = None, last: int | None = None,

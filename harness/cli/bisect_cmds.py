@@ -86,7 +86,9 @@ def _plan(args: argparse.Namespace, recorded, kind, cell_id: str, matrix: Path):
                 refs.append(item)
         cands = ordered(refs, args.good, args.bad, kind, created)
     base = recorded or Plan(str(matrix), cell_id, cands)
-    pick = lambda given, then: then if given is None else given  # noqa: E731
+    def pick(given, then):
+        return then if given is None else given
+
     return Plan(str(base.matrix) if recorded else str(matrix), cell_id, cands,
                 On(pick(args.on, base.on.value)), pick(args.phase, base.phase),
                 pick(args.time_tolerance, base.time_tolerance), pick(args.memory_tolerance, base.memory_tolerance),

@@ -13,7 +13,9 @@ import fnmatch
 import itertools
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 from harness.errors import ConfigError, UsageError
 from harness.matrix.model import CONTAINER_ONLY_MESSAGE, ExpectRule, Matrix, Mount, PatchSpec, Selector
@@ -274,13 +276,34 @@ class SelectionError(ConfigError):
     pass
 
 
-def select_cells(cells: list[Cell], exprs: list[str] | None, matrix: Matrix, source: str = "--select") -> list[Cell]:
+class AxisNames(Protocol):
+    """What `--select` checks its terms against: a matrix's axes and values, or those a history recorded."""
+
+    def axis_values(self) -> dict[str, list[str]]: ...
+
+    def value_name(self, axis: str, value: str) -> str: ...
+
+
+class Selectable(Protocol):
+    """A cell as `--select` reads one: its id and axes."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def axes(self) -> Mapping[str, str]: ...
+
+
+S = TypeVar("S", bound=Selectable)
+
+
+def select_cells(cells: list[S], exprs: list[str] | None, matrix: AxisNames, source: str = "--select") -> list[S]:
     """`--select` terms: `axis=value[|value]` narrows, anything else is a glob on cell ids; terms in one EXPR are
     joined by commas and all must hold; several `--select` options add up. Selecting nothing is an error."""
     if not exprs:
         return cells
     values = matrix.axis_values()
-    chosen: dict[str, Cell] = {}
+    chosen: dict[str, S] = {}
     for expr in exprs:
         if not expr.strip():
             raise SelectionError(source, "", "an empty expression selects nothing (leave the option out for every "

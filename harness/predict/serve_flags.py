@@ -321,7 +321,8 @@ class _Release:
         if arg in single:
             found = [(arg, None)]
         elif "=" in arg and arg.split("=", 1)[0] in single:
-            found = [tuple(arg.split("=", 1))]  # type: ignore[list-item]
+            flag, given = arg.split("=", 1)
+            found = [(flag, given)]
         else:
             if arg[:2] in single:
                 found.append((arg[:2], arg[2:]))
@@ -358,11 +359,12 @@ def _human_int(raw: str, tera: bool) -> int:
 
 
 def _convert(option: _Option, raw: str, spelling: str, release: _Release) -> Any:
-    kind, flag = option.kind, option.name
+    kind: str = option.kind  # a Kind, "?" and all; what follows "?" is read as a Kind of its own
+    flag = option.name
     if kind.startswith("?"):
         if raw in ("", "None"):
             return None
-        kind = kind[1:]  # type: ignore[assignment]
+        kind = kind[1:]
     try:
         if kind == "int":
             value: Any = int(raw)

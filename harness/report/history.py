@@ -188,7 +188,9 @@ def _spark(h: History, c: CellHistory, at: dict[str, int] | None = None) -> str:
     hi = max(v for _, v, _ in points) or 1.0
     left, right = _LABEL, _W - _PAD
     xs = {i: left + (right - left) * (i / max(1, len(h.runs) - 1)) for i, _, _ in points}
-    y = lambda v: _H - _PAD - (_H - 2 * _PAD) * (v / hi)  # noqa: E731
+    def y(v: float) -> float:
+        return _H - _PAD - (_H - 2 * _PAD) * (v / hi)
+
     line = " ".join(f"{xs[i]:.1f},{y(v):.1f}" for i, v, _ in points)
     # each night a dot in its outcome's colour; past DOTS nights (a year is 365) only the first and each night whose
     # outcome differs from the night before: where the line changes meaning

@@ -191,7 +191,7 @@ class ContainerRuntime:
             if tc is not None:
                 try:
                     tc.stop(force=True)
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001 - a half-made container: the start's own error is the one to tell
                     pass
             if self.conn.trouble("start", exc):
                 raise  # the engine's trouble, not the cell's: `start` waits for it and tries again

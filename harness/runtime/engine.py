@@ -237,7 +237,7 @@ def probe_gpus(client: docker.DockerClient, image: str, requests: list[DeviceReq
     finally:
         try:
             c.remove(force=True)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - the probe's answer stands; a leftover is swept as ours later
             pass
     lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
     visible = next((ln.split("=", 1)[1] for ln in lines if ln.startswith("NVIDIA_VISIBLE_DEVICES=")), None)

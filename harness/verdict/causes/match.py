@@ -62,7 +62,7 @@ def match(message: str, quiet: bool = False) -> Match | None:
     for cause, pattern in _ANY_LEVEL if quiet else _TABLE:
         if pattern.needle not in message:
             continue
-        compiled = pattern.compiled  # type: ignore[attr-defined]
+        compiled = pattern.compiled
         m = compiled.search(message) if compiled is not None else None
         if compiled is not None and m is None:
             continue
