@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from harness.matrix.cells import Cell  # noqa: E402
-from harness.results.model import CellResult  # noqa: E402
+from harness.matrix.cells import Cell  # noqa: E402 - sys.path first
+from harness.results.model import CellResult  # noqa: E402 - sys.path first
 
 #: (cell, round) -> (verdict, wall seconds) for the bare side.
 Bare = Callable[[Cell, int], tuple[str, float]]

@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from harness.boot.session import RunOptions, RunSession  # noqa: E402
-from harness.matrix.load import load_matrix  # noqa: E402
-from harness.results.model import CellResult  # noqa: E402
+from harness.boot.session import RunOptions, RunSession  # noqa: E402 - sys.path first
+from harness.matrix.load import load_matrix  # noqa: E402 - sys.path first
+from harness.results.model import CellResult  # noqa: E402 - sys.path first
 
 
 def matrix(tmp: Path, cache: Path) -> Path:

@@ -24,17 +24,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.analysis.frontier import (  # noqa: E402
+from harness.analysis.frontier import (  # noqa: E402 - sys.path first
     Observation,
     cpu_oracle,
     find_frontier,
     linear_sweep,
 )
-from harness.analysis.kv import KV_BYTES_FLAG, flag_value, human_int  # noqa: E402
-from harness.boot.frontier import run_frontier  # noqa: E402
-from harness.matrix.cells import select_cells  # noqa: E402
-from harness.matrix.load import load_matrix  # noqa: E402
-from harness.results.store import load_run  # noqa: E402
+from harness.analysis.kv import KV_BYTES_FLAG, flag_value, human_int  # noqa: E402 - sys.path first
+from harness.boot.frontier import run_frontier  # noqa: E402 - sys.path first
+from harness.matrix.cells import select_cells  # noqa: E402 - sys.path first
+from harness.matrix.load import load_matrix  # noqa: E402 - sys.path first
+from harness.results.store import load_run  # noqa: E402 - sys.path first
 
 SELECT = "spec=draft,kv=tight"
 BLOCK = 128

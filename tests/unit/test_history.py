@@ -542,7 +542,7 @@ def test_each_phase_s_series_is_the_runs_that_timed_it_whatever_they_timed():
         return Entry("booted", "ready", {}, True, None, {}, {}, times)
 
     runs = [Night(f"n{i:02d}", _T0 + timedelta(days=i), "complete", Path("."), "m", {}) for i in range(14)]
-    slow = lambda i: 40.0 + 80 * (i >= 7) + (i % 3) * 0.2  # noqa: E731
+    slow = lambda i: 40.0 + 80 * (i >= 7) + (i % 3) * 0.2  # noqa: E731 - a one-line helper
     layouts = {
         "same": [entry({TOTAL: slow(i), "weight loading": slow(i) - 5}) for i in range(14)],
         "mixed": [entry({TOTAL: slow(i), **({"weight loading": slow(i) - 5} if i % 2 else {}),

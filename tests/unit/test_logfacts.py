@@ -522,8 +522,8 @@ def test_feed_never_raises_on_partial_or_hostile_lines(line):
 def test_feed_tolerates_bytes_and_non_strings():
     parser = LogParser()
     assert parser.feed(b"INFO 05-01 10:00:30 [kv_cache_utils.py:634] GPU KV cache size: 1,024 tokens\xff") is Signal.NONE
-    assert parser.feed(None) is Signal.NONE  # type: ignore[arg-type]
-    assert parser.feed(12345) is Signal.NONE  # type: ignore[arg-type]
+    assert parser.feed(None) is Signal.NONE  # type: ignore[arg-type]  # not a line: the test
+    assert parser.feed(12345) is Signal.NONE  # type: ignore[arg-type]  # not a line: the test
     assert parser.facts.kv.kv_tokens == 1024
     assert parser.facts.lines == 3
 

@@ -62,7 +62,7 @@ def boot_runtime():
 
 
 def test_under_pytest_xdist_the_plugin_refuses_in_one_clear_line(pytester, matrix):
-    import xdist  # noqa: F401  (a pinned test dependency: pyproject `test` extra)
+    import xdist  # noqa: F401 - a pinned test dependency (pyproject `test` extra)
     pytester.makepyfile(test_matrix=TEST_FILE)
     result = pytester.runpytest_subprocess("--boot-matrix", str(matrix), "-n", "2", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
