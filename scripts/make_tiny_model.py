@@ -80,7 +80,8 @@ def build_tokenizer():
 
 def _byte_of(ch: str) -> int:
     """The byte that a GPT-2 byte-level character stands for (printable bytes map to themselves, others to 256+)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+                 + list(range(ord("®"), ord("ÿ") + 1)))
     cp = ord(ch)
     if cp in printable:
         return cp

@@ -65,7 +65,8 @@ class Point:
 
     def to_dict(self) -> dict:
         return {"length": self.length, "bytes": round(self.bytes), "gib": round(self.bytes / GIB, 4),
-                "cell_id": self.cell_id, "source": self.where or str(self.source), "residual_bytes": round(self.residual)}
+                "cell_id": self.cell_id, "source": self.where or str(self.source),
+                "residual_bytes": round(self.residual)}
 
 
 @dataclass
@@ -154,7 +155,8 @@ def crossover(cap: Line | None, need: Line | None, block: int = 1) -> Crossover:
         if at <= 0:
             return Crossover(CrossoverKind.always, text="always: cap ≥ need at every length")
         at_b = math.ceil(at / block) * block
-        return Crossover(CrossoverKind.above, at_b, f"cap overtakes need at ≈{at_b:,.0f} tokens: lengths from there up fit",
+        return Crossover(CrossoverKind.above, at_b,
+                         f"cap overtakes need at ≈{at_b:,.0f} tokens: lengths from there up fit",
                          cap.at(at_b))
     if at <= 0:
         return Crossover(CrossoverKind.never, text="never: need ≥ cap at every length, and it grows faster")
@@ -302,12 +304,14 @@ def prediction_findings(measured: Line | None, predicted: Line | None, cells: li
                  if c.cell.prediction and c.cell.prediction.prediction), default=0)
     slope_gap = measured.slope - predicted.slope
     if abs(slope_gap) > TERM_TOLERANCE * max(predicted.slope, 1.0):
-        out.append(Finding(Severity.inconsistent, f"slope: the server needs {measured.slope:,.0f} B/token, the prediction "
+        out.append(Finding(Severity.inconsistent,
+                           f"slope: the server needs {measured.slope:,.0f} B/token, the prediction "
                            f"{predicted.slope:,.0f} ({slope_gap:+,.0f} B/token): per-token KV "
                            f"{'under' if slope_gap > 0 else 'over'}-modelled (layers, heads, dtype, MTP/draft layers)"))
     gap = measured.intercept - predicted.intercept
     if abs(gap) > max(block, TERM_TOLERANCE * abs(predicted.at(max(p.length for p in predicted.points)))):
-        out.append(Finding(Severity.inconsistent, f"intercept: the server's need has a fixed {fmt_bytes(gap, signed=True)} "
+        out.append(Finding(Severity.inconsistent,
+                           f"intercept: the server's need has a fixed {fmt_bytes(gap, signed=True)} "
                            f"the prediction {'lacks' if gap > 0 else 'does not see'}: a per-sequence term "
                            "(mamba / linear-attention state, speculative slots) "
                            f"{'missing from' if gap > 0 else 'counted in'} the model"))
@@ -413,7 +417,8 @@ def _findings(cells: list[CellKv], excluded: list[str]) -> list[Finding]:
         if r.kv_refused and r.length is not None:
             above = [b for b in booted if b.length is not None and b.length > r.length]
             if above:
-                out.append(Finding(Severity.inconsistent, f"refused at {r.length:,} tokens while {above[0].cell_id} booted at "
+                out.append(Finding(Severity.inconsistent,
+                                   f"refused at {r.length:,} tokens while {above[0].cell_id} booted at "
                                    f"{above[0].length:,}: the outcome is not monotonic in the length", r.cell_id))
     return out
 
@@ -448,7 +453,8 @@ def analyze_run(run: RunResult, length_override: str | None = None,
         need_why = "" if need_line else _why_no_line(need_pts, "need", [e for e in excluded if " need " in e])
         cap_line, cap_why = _cap_line(cells, excluded)
         blk = cells[0].block
-        g = GroupAnalysis(dict(zip(others, key, strict=False)), cells, blk, cells[0].block_source, need_line, need_why, cap_line,
+        g = GroupAnalysis(dict(zip(others, key, strict=False)), cells, blk, cells[0].block_source, need_line,
+                          need_why, cap_line,
                           cap_why, crossover(cap_line, _with_held_back(need_line, cells), blk), [],
                           _findings(cells, excluded))
         g.floors = [_floor(c, need_line, forked) for c in cells if c.kv_refused]

@@ -107,8 +107,8 @@ def text_lines(a: dict) -> list[str]:
                    f"{', '.join(s['ref'] for s in a['skipped'] if lo['index'] < s['index'] < hi['index'])})")
         out.append(f"last good: {lo['ref']} — {'; '.join(lo['said'])}; bad: {hi['ref']} — {'; '.join(hi['said'])}")
     for s in a["skipped"]:
-        why = "flipped: " + ", then ".join(f"{m} ({w})" for m, w in zip(s["marks"], s["said"], strict=False)) if s["flipped"] \
-            else "; ".join(s["said"])
+        flips = zip(s["marks"], s["said"], strict=False)
+        why = "flipped: " + ", then ".join(f"{m} ({w})" for m, w in flips) if s["flipped"] else "; ".join(s["said"])
         out.append(f"left out: {s['ref']} — {why}")
     if a["changed"]:
         out.append("changed between them:")

@@ -224,7 +224,8 @@ class BisectRunner:
             return Said(Mark.good if meets else Mark.bad, words)
         if index == 0 and first:
             value = self.oracle.measure(r)
-            return Said(Mark.good, r.verdict() + ("" if verdict else f", {self.oracle.what} {self.oracle.shown(value)}"))
+            return Said(Mark.good,
+                        r.verdict() + ("" if verdict else f", {self.oracle.what} {self.oracle.shown(value)}"))
         if index == 0:
             return self.oracle.judge(r, good, None)
         if verdict and not first and bad is not None:  # the bad end again: bad when it is its first verdict

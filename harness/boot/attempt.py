@@ -112,8 +112,8 @@ class CellRunner:
 
     def run(self, cell: Cell, attempt: Attempt = Attempt()) -> CellResult:
         m = self.loaded.matrix  # the command/entrypoint too: `sh -c "HF_TOKEN=… vllm serve …"` is one
-        masker = Masker(self.base_masker_values | secret_values(cell.env, [*(cell.command or m.command), *(m.entrypoint or []),
-                                                                            *cell.server_args]))
+        quoted = [*(cell.command or m.command), *(m.entrypoint or []), *cell.server_args]
+        masker = Masker(self.base_masker_values | secret_values(cell.env, quoted))
         sink = LogSink(self.store.log_path(cell.id), masker, echo=self.echo, max_bytes=self.config.log_max_bytes,
                        anchor=self.store.run_dir)
         try:
@@ -217,10 +217,12 @@ class CellRunner:
                             verdict_s=seen.verdict_s, total_s=round(self.clock.now() - t0, 3)) if seen
             else Timings(total_s=round(self.clock.now() - t0, 3)),
             timeline=timeline, compile_cache=cache_use,
-            kv=facts.kv, memory=memory, refusal=facts.refusal.model_copy(update={"message": masker(facts.refusal.message)})
+            kv=facts.kv, memory=memory,
+            refusal=facts.refusal.model_copy(update={"message": masker(facts.refusal.message)})
             if facts.refusal else None,
             cause=facts.cause if facts.cause is not None and facts.cause.id == d.reason else None,
-            prediction=prediction, vllm_version=facts.vllm_version, log_path=str(self.store.log_path(cell.id).relative_to(self.store.run_dir)),
+            prediction=prediction, vllm_version=facts.vllm_version,
+            log_path=str(self.store.log_path(cell.id).relative_to(self.store.run_dir)),
             log_tail=sink.tail, log_cut=sink.record(facts.skimmed_lines), started_at=started_at, finished_at=now(),
             port=server.port if server else None, container=server.container_info() if server else None,
             patches=server.applied_patches() if server else [], gpus=list(attempt.gpus or []),

@@ -121,7 +121,8 @@ class RunSession:
         done = store.done()
         _vet(store, loaded, [c for c in cells if c.id not in done])
         cache = CompileCache.for_run(loaded.matrix.compile_cache, loaded.base_dir, store.run_dir, plan.parallel)
-        runner = CellRunner(loaded, runtime, store, watch_config(loaded, options.timeout_s), keep_work=options.keep_work,
+        runner = CellRunner(loaded, runtime, store, watch_config(loaded, options.timeout_s),
+                            keep_work=options.keep_work,
                             echo=options.echo, compile_cache=cache, clock=options.clock)
         return cls(loaded, store, cells, [c for c in cells if c.id not in done], runtime, plan, plan.executor(runner),
                    swept, lock, cache, options.keep_work)
@@ -216,7 +217,8 @@ def planned_commands(loaded: LoadedMatrix, cells: list[Cell], options: RunOption
     out = []
     cache = planned_dir(loaded.matrix.compile_cache, loaded.base_dir, run_dir)
     for c in cells:
-        ctx = CellContext(run_dir=run_dir, work_dir=run_dir / "work" / c.id, masker=Masker(), matrix_dir=loaded.base_dir,
+        ctx = CellContext(run_dir=run_dir, work_dir=run_dir / "work" / c.id, masker=Masker(),
+                          matrix_dir=loaded.base_dir,
                           compile_cache=cache)
         tokens, steps = runtime.planned_command_line(c, ctx)
         out.append((c, tokens, steps))

@@ -239,7 +239,8 @@ def cmd_frontier(args: argparse.Namespace, out: Console) -> int:
     else:
         show(out, render_frontiers(found, run_dir))
         say_to(out)(f"boots: {sum(g.search.boots for g in found)}; results: {run_dir / 'results.json'}")
-    return ExitCode.FAILED if any(g.search.status in (SearchStatus.stopped, SearchStatus.limit) for g in found) else ExitCode.OK
+    stopped = any(g.search.status in (SearchStatus.stopped, SearchStatus.limit) for g in found)
+    return ExitCode.FAILED if stopped else ExitCode.OK
 
 
 def cmd_report(args: argparse.Namespace, out: Console) -> int:

@@ -45,7 +45,8 @@ def register(sub: argparse._SubParsersAction) -> dict:
                     "--same-model when it states too little). Formulas and their vLLM sources: docs/kv-model.md.")
     p.add_argument("model", metavar="MODEL", help="a model directory with config.json, or the config file")
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--available-bytes", metavar="N", type=values.byte_count, help="KV memory per rank in bytes (4294967296, 4G)")
+    size.add_argument("--available-bytes", metavar="N", type=values.byte_count,
+                      help="KV memory per rank in bytes (4294967296, 4G)")
     size.add_argument("--available-gib", metavar="G", type=values.gib, help="KV memory per rank in GiB (as vLLM logs "
                       "'Available KV cache memory')")
     p.add_argument("--vllm-version", default=None, metavar="X.Y.Z", type=values.vllm_version,

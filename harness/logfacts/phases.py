@@ -83,7 +83,8 @@ ENFORCE_EAGER = _c(r"\AEnforce eager set|\benforce_eager=True\b")
 
 #: Substrings one of which every phase line holds: the cheap pre-check before any regex here runs.
 KEYWORDS: tuple[str, ...] = (
-    "took", "takes", "Starting to load model", "Loading model from scratch", "Dynamo bytecode", "Directly load", "Initializing a", "Waiting for init message", "load failure",
+    "took", "takes", "Starting to load model", "Loading model from scratch", "Dynamo bytecode", "Directly load",
+    "Initializing a", "Waiting for init message", "load failure",
     "Directly lookup", "saved AOT", "Warming up", "Starting torch.compile",
     "KV cache size", "Maximum concurrency", "blocks:", "Enforce eager",
 )

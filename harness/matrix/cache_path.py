@@ -30,7 +30,8 @@ def _protected(matrix_dir: Path) -> list[tuple[str, Path]]:
         if repo is not None:
             found.append((label, repo))
     try:
-        found += [(f"the home folder of {u.pw_name}", Path(u.pw_dir)) for u in pwd.getpwall() if u.pw_dir.startswith("/")]
+        found += [(f"the home folder of {u.pw_name}", Path(u.pw_dir))
+                  for u in pwd.getpwall() if u.pw_dir.startswith("/")]
     except OSError:
         pass
     return [(label, Path(os.path.realpath(p))) for label, p in found]

@@ -313,7 +313,8 @@ class Matrix(_Strict):
     probe: YamlBool = Field(True, description="after /health 200, one max_tokens=1 completion must succeed")
     linger_s: Seconds = Field(10.0, ge=0, allow_inf_nan=False,
                             description="after a refusal line, how long to wait for the exit code")
-    compile_cache: str = Field("run", pattern=r"^(run|none|.*/.*)$", description="the torch.compile cache the cells share: `run` (one directory per "
+    compile_cache: str = Field("run", pattern=r"^(run|none|.*/.*)$",
+                               description="the torch.compile cache the cells share: `run` (one directory per "
                                                   "run: the first cell of a configuration compiles, the rest load), "
                                                   "`none` (every cell cold), or a directory kept across runs (a path "
                                                   "with a `/`, relative to the matrix file)")

@@ -87,7 +87,8 @@ _GRAMMARS = (
 #: literal: ast.literal_eval (0.8.2's string); dict|str: JSON when it looks like an object, else the string
 #: (union_dict_and_str); str; on/off: a switch that sets True/False. `?`: optional_type / nullable_str, "" and "None"
 #: read as None.
-Kind = Literal["int", "float", "human", "len", "json", "literal", "dict|str", "str", "on", "off", "?int", "?human", "?json",
+Kind = Literal["int", "float", "human", "len", "json", "literal", "dict|str", "str", "on", "off", "?int",
+               "?human", "?json",
                "?literal", "?str"]
 
 #: option → its history: (since, dest, kind, the shortest prefix argparse takes for it); dest None: gone from then on.

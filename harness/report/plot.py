@@ -69,7 +69,8 @@ def _draw(ax: Any, g: GroupAnalysis, length_axis: str) -> None:
         other = [(c.length, getattr(c, what).bytes / scale) for c in g.cells
                  if c.length is not None and getattr(c, what) is not None and c.outcome != Outcome.booted]
         if booted:
-            ax.scatter(*zip(*booted, strict=False), color=colour, marker=marker, s=42, zorder=4, label=f"{what}, booted cells")
+            ax.scatter(*zip(*booted, strict=False), color=colour, marker=marker, s=42, zorder=4,
+                       label=f"{what}, booted cells")
         if other:
             ax.scatter(*zip(*other, strict=False), facecolors="white", edgecolors=colour, marker=marker, s=42, zorder=4,
                        linewidths=1.6, label=f"{what}, refused cells")

@@ -223,7 +223,8 @@ class PlainTable(Table):
             keep.remove(i)
             left_out.append(i)
         # nothing more to leave out: wider than asked rather than an id cut or a column squashed to nothing
-        yield from Table.__rich_console__(self._with(keep), console, options.update_width(max(width, self._least(keep))))
+        yield from Table.__rich_console__(self._with(keep), console,
+                                          options.update_width(max(width, self._least(keep))))
         if left_out:
             headers = [self.columns[i].header for i in sorted(left_out)]
             names = ", ".join(h.plain if isinstance(h, Text) else str(h) for h in headers)

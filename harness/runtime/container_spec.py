@@ -116,7 +116,8 @@ def build_spec(matrix: Matrix, cell: Cell, *, engine: str, image: str, name: str
         engine=engine, image=image, name=name, entrypoint=tuple(matrix.entrypoint or ()),
         args=tuple(cell.server_args), env=tuple(container_env(cell, cache_dir).items()), volumes=tuple(volumes),
         container_port=matrix.container_port, host_port=host_port, ipc=matrix.ipc or None,
-        shm_size=matrix.shm_size or None, memory=matrix.memory or None, gpus=gpus, gpu_ids=None if gpu_ids is None else tuple(gpu_ids),
+        shm_size=matrix.shm_size or None, memory=matrix.memory or None, gpus=gpus,
+        gpu_ids=None if gpu_ids is None else tuple(gpu_ids),
         labels=tuple((labels or {}).items()), remove=remove)
 
 

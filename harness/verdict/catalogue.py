@@ -125,7 +125,8 @@ class Reason(Named):
 
 #: What the harness saw itself (not a line of the log).
 OBSERVED: dict[Reason, ReasonInfo] = {
-    Reason.ready: ReasonInfo(Outcome.booted, "/health answered 200 (and, with `probe`, a 1-token completion was served)"),
+    Reason.ready: ReasonInfo(Outcome.booted,
+                             "/health answered 200 (and, with `probe`, a 1-token completion was served)"),
     Reason.exited: ReasonInfo(Outcome.crashed, "the server exited with a non-zero code (before it was ready, or "
                                                "around its first request) and its log names no exception"),
     Reason.exited_before_ready: ReasonInfo(Outcome.crashed, "the server exited with code 0 before it was ready"),

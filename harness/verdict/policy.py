@@ -184,7 +184,8 @@ def timed_out(ev: Evidence) -> Decision | None:
 
 
 #: In order: the first rule that applies decides.
-RULES: tuple[Rule, ...] = (gpu_lost, start_failed, stale_listener, oom_killed, engine_lost, memory_held, caused, crashed, booted,
+RULES: tuple[Rule, ...] = (gpu_lost, start_failed, stale_listener, oom_killed, engine_lost, memory_held, caused,
+                           crashed, booted,
                           timed_out)
 
 

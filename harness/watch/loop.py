@@ -118,7 +118,8 @@ class Watch:
         code = self.server.wait(None)
         self.events.put(Event(EventKind.exit, self.clock.now(), code=code))
 
-    def _found(self, kind: SightingKind, detail: str, event_t: float | None, ready_t: float | None = None) -> Observation:
+    def _found(self, kind: SightingKind, detail: str, event_t: float | None,
+               ready_t: float | None = None) -> Observation:
         facts = self.parser.facts
         refusal = facts.refusal if kind == SightingKind.refusal else None
         cause = facts.cause if kind in CAUSED else None
@@ -154,7 +155,8 @@ class Watch:
         refusal = self.parser.facts.refusal
         assert refusal is not None
         generic = refusal.kind == Reason.engine_core_failed_root_cause_not_shown  # the line says only "failed": the root cause is the detail
-        return self._found(SightingKind.refusal, (self.parser.facts.error_line or refusal.message) if generic else refusal.message,
+        return self._found(SightingKind.refusal,
+                           (self.parser.facts.error_line or refusal.message) if generic else refusal.message,
                            t)
 
     def _drain_after_exit(self, t_exit: float) -> Observation:

@@ -148,7 +148,8 @@ def test_a_busy_refusal_is_contaminated_and_retried_once_after_the_wait(tmp_path
     cells, runner, store = setup(tmp_path, {"a": {"REC_BUSY": "first"}})
     clock = FakeClock()
     inv = FakeInventory(1, clock=clock)
-    (r,) = Executor(runner, inv, parallel=1, gpus_per_cell=1, idle=IdleBaseline(inv, poll_s=0.02, clock=clock)).run(cells)
+    (r,) = Executor(runner, inv, parallel=1, gpus_per_cell=1,
+                    idle=IdleBaseline(inv, poll_s=0.02, clock=clock)).run(cells)
     assert (r.outcome, r.attempts) == ("booted", 2), r.detail
     assert r.contaminated
     first = (store.run_dir / "logs" / f"{r.cell_id}.attempt1.log").read_text()
@@ -161,7 +162,8 @@ def test_a_second_busy_refusal_on_an_idle_gpu_is_the_configurations_verdict(tmp_
     cells, runner, _ = setup(tmp_path, {"a": {"REC_BUSY": "always"}})
     clock = FakeClock()
     inv = FakeInventory(1, clock=clock)
-    (r,) = Executor(runner, inv, parallel=1, gpus_per_cell=1, idle=IdleBaseline(inv, poll_s=0.02, clock=clock)).run(cells)
+    (r,) = Executor(runner, inv, parallel=1, gpus_per_cell=1,
+                    idle=IdleBaseline(inv, poll_s=0.02, clock=clock)).run(cells)
     assert (r.outcome, r.reason, r.attempts, r.matched) == ("refused", "gpu_mem_util_exceeds_free", 2, False)
 
 

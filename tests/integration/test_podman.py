@@ -35,7 +35,8 @@ MARK = "patched-by-boot-harness"
 @pytest.fixture(scope="session")
 def podman() -> dict[str, str]:
     image, sock = os.environ.get("PODMAN_IMAGE", ""), os.environ.get("PODMAN_SOCK", "/run/podman/podman.sock")
-    ok = bool(image) and subprocess.run([sys.executable, str(ROOT / "scripts" / "ping-engine.py"), sock]).returncode == 0
+    ok = bool(image) and subprocess.run([sys.executable, str(ROOT / "scripts" / "ping-engine.py"),
+                                         sock]).returncode == 0
     require("the podman API with the base image", ok, "run scripts/setup-podman.sh (scripts/test.sh does)")
     return {"PODMAN_IMAGE": image, "CONTAINER_HOST": f"unix://{sock}"}
 
@@ -110,7 +111,8 @@ def test_the_seeds_patch_workflow_on_podman_mounts_the_patched_file(podman, tmp_
                                       "patched_sha256": patched_sha}]}}
     # The entrypoint shows the file the server sees, then runs the fake.
     m = matrix(tmp_path / "m.yaml", podman["PODMAN_IMAGE"], cases,
-               entrypoint=["sh", "-c", f'echo "target says: $(cat {TARGET})"; exec python3 /fake/fake_vllm.py "$@"', "sh"])
+               entrypoint=["sh", "-c",
+                           f'echo "target says: $(cat {TARGET})"; exec python3 /fake/fake_vllm.py "$@"', "sh"])
     proc = harness_cli("run", "--matrix", str(m), "--results-dir", str(tmp_path / "r"), env=podman, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = only_run_dir(tmp_path / "r")

@@ -137,7 +137,8 @@ def _wait_phase(k: Kill, h: Harness, results: Path, mark_root: Path) -> None:
                 wait_for("the victim's container", lambda victim=victim: running() and any(
                     n.endswith(f"case_{victim}") for n in containers(value=str(h.pid))), PHASE_WITHIN_S, every=0.05)
         elif k.phase == "starting":
-            wait_for("the victim's engine child", lambda victim=victim: running() and marks(mark_root / victim, "child"),
+            wait_for("the victim's engine child",
+                     lambda victim=victim: running() and marks(mark_root / victim, "child"),
                      PHASE_WITHIN_S)
         else:
             wait_for("the victim's probe", lambda victim=victim: running() and marks(mark_root / victim, "probe"),

@@ -219,7 +219,8 @@ def test_forked_runs_match_cold_runs(results):
 
 def test_the_console_script_behaves_like_the_module():
     script = shutil.which("boot-harness") or str(Path(sys.executable).with_name("boot-harness"))
-    require("the boot-harness console script", Path(script).exists(), "scripts/setup-dev.sh installs it (pip install -e .)")
+    require("the boot-harness console script", Path(script).exists(),
+            "scripts/setup-dev.sh installs it (pip install -e .)")
     r = validate(BAD / "unknown_top_key.yaml", [script])
     assert (r.returncode, r.stderr) == (
         2, "tests/data/bad_matrices/unknown_top_key.yaml:timeout: unknown key (did you mean 'timeout_s'?)\n")

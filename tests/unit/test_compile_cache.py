@@ -50,7 +50,8 @@ def test_an_index_appears_only_after_the_artifacts_it_names(tmp_path, monkeypatc
     tree(mine, {"h/vllm_compile_cache.py": "{}", "h/a1": "x", "h/cache_key_factors.json": "{}", "h/z9": "y"})
     order = []
     real_replace = os.replace
-    monkeypatch.setattr(cc.os, "replace", lambda src, dst: (order.append(os.path.basename(dst)), real_replace(src, dst)))
+    monkeypatch.setattr(cc.os, "replace",
+                        lambda src, dst: (order.append(os.path.basename(dst)), real_replace(src, dst)))
     merge(mine, shared)
     assert set(order[:2]) == {"a1", "z9"} and set(order[2:]) == {"vllm_compile_cache.py", "cache_key_factors.json"}
 

@@ -143,7 +143,8 @@ def test_a_missing_shard_is_named_by_number_alone_when_its_job_cannot_be_told(tm
              shard_run(tmp_path, m, 2, 3, scheduler=slurm_task(2, array="5000", low=1, count=3))]
     assert "missing shard(s) 3/3: the merged run is marked interrupted" in merge_runs(mixed, tmp_path / "x").warnings
     plain = [shard_run(tmp_path / "p", m, 1, 3)]  # `--shard 1/3` by hand: no scheduler
-    assert "missing shard(s) 2/3, 3/3: the merged run is marked interrupted" in merge_runs(plain, tmp_path / "y").warnings
+    warnings = merge_runs(plain, tmp_path / "y").warnings
+    assert "missing shard(s) 2/3, 3/3: the merged run is marked interrupted" in warnings
 
 
 def test_the_output_must_be_new_or_empty(tmp_path):

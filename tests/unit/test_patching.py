@@ -51,7 +51,8 @@ def pristine_from_the_seeds_context() -> bytes:
     old = [line[1:] for line in body.split("\n") if line[:1] in (" ", "-")]
     assert len(old) == 6
     lines = [f"# fork line {i}\n" for i in range(1, 824)] + [f"{line}\n" for line in old]
-    return "".join(lines + ['                    "the rest of the fork\'s message", cap)\n', "        return\n"]).encode()
+    return "".join(lines + ['                    "the rest of the fork\'s message", cap)\n',
+                            "        return\n"]).encode()
 
 
 def test_a_patch_with_a_comment_preamble_applies_like_patch_p1(patch, tmp_path):

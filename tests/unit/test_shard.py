@@ -100,14 +100,16 @@ def test_run_on_an_empty_shard_writes_an_empty_complete_run(tmp_path, capsys):
     path = fake_matrix(tmp_path, ["boot"])
     cells = list(load_matrix(path).cells)
     empty = next(i for i in (1, 2) if shard_of(cells[0].id, 2) != i)
-    assert main(["run", "--matrix", str(path), "--shard", f"{empty}/2", "--results-dir", str(tmp_path / "results")]) == 0
+    assert main(["run", "--matrix", str(path), "--shard", f"{empty}/2", "--results-dir",
+                 str(tmp_path / "results")]) == 0
     assert "none of the 1 selected cells" in capsys.readouterr().err
     (run_dir,) = (tmp_path / "results").iterdir()
     run = json.loads((run_dir / "results.json").read_text())
     assert (run["status"], run["shard"], run["cells"], run["summary"]["cells"]) == ("complete", f"{empty}/2", [], 0)
     # what reads it says the run holds no cells, once, instead of a grid of no columns or "no max_model_len axis"
     said = "holds no cells (an empty shard or selection): nothing to show"
-    for argv, code in ((["report", run_dir], 0), (["report", run_dir, "--markdown", "-"], 0), (["analyze", run_dir], 0)):
+    for argv, code in ((["report", run_dir], 0), (["report", run_dir, "--markdown", "-"], 0),
+                       (["analyze", run_dir], 0)):
         capsys.readouterr()
         assert main([str(a) for a in argv]) == code, argv
         out = capsys.readouterr()

@@ -74,5 +74,6 @@ def match(message: str, quiet: bool = False) -> Match | None:
                 numbers[also.name] = value
         if cause.derive is not None:
             numbers = {**numbers, **cause.derive(numbers)}
-        return Match(cause, pattern.rank, numbers, message, cause.stops and pattern.rank != WEAK and not pattern.any_level)
+        return Match(cause, pattern.rank, numbers, message,
+                     cause.stops and pattern.rank != WEAK and not pattern.any_level)
     return None
