@@ -1,7 +1,8 @@
 """The harness's exception hierarchy.
 
 Every error a user can cause by what they wrote or what their machine lacks is a ``UsageError``: the CLI prints its one
-line (for a matrix file, one line per mistake) and exits 2, never a traceback. Everything else is a bug or an environment failure and is reported as such.
+line (for a matrix file, one line per mistake) and exits 2, never a traceback. Everything else is a bug or an
+environment failure and is reported as such.
 """
 
 from __future__ import annotations

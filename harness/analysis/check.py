@@ -18,8 +18,9 @@ class Miss:
 def misses(run: RunResult) -> list[Miss]:
     """Each reason the run does not pass: it did not finish (a lost or interrupted shard), or a cell errored (the
     harness could not boot it, so nothing was learnt, unless its expectation said it would error) or missed its
-    expectation. Cells without one pass. A run that holds no cell does not pass either: a gate that checked nothing must not say ok. (`run` is what the one loader,
-    harness.results.store.load_run, read from the cells on disk: a missing or unreadable cell file never gets here.)"""
+    expectation. Cells without one pass. A run that holds no cell does not pass either: a gate that checked nothing must
+    not say ok. (`run` is what the one loader, harness.results.store.load_run, read from the cells on disk: a missing or
+    unreadable cell file never gets here.)"""
     found = []
     if run.status != RunStatus.complete:
         found.append(Miss("", f"the run is {run.status}, not complete (a shard lost, or a run interrupted)"))

@@ -296,7 +296,8 @@ def prediction_findings(measured: Line | None, predicted: Line | None, cells: li
     for c in cells:
         r = c.cell.prediction
         if r is not None and r.agrees is False:
-            bad = ", ".join(f"{ch.fact} predicted {ch.predicted} logged {ch.logged}" for ch in r.checks if not ch.agrees)
+            bad = ", ".join(f"{ch.fact} predicted {ch.predicted} logged {ch.logged}"
+                            for ch in r.checks if not ch.agrees)
             out.append(Finding(Severity.warning, f"the boot disagrees with its prediction: {bad}", c.cell_id))
     if measured is None or predicted is None:
         return out

@@ -162,8 +162,8 @@ def find_frontier(oracle: Oracle, lo: int | None, hi: int, block: int | Callable
             s.lo = min(b, hi)
         low = s.lo
         if ok is not None and bad is not None and ok >= bad:
-            s.status, s.text = SearchStatus.stopped, (f"{ok:,} booted but {bad:,} refused: the outcome is not monotonic in the "
-                                           "length, so there is no single frontier")
+            s.status, s.text = SearchStatus.stopped, (f"{ok:,} booted but {bad:,} refused: the outcome is not "
+                                                      "monotonic in the length, so there is no single frontier")
             break
         if ok is not None and ok >= hi:
             s.status, s.frontier = SearchStatus.boots_at_hi, ok
@@ -230,7 +230,8 @@ def linear_sweep(oracle: Oracle, lo: int, hi: int, block: int) -> Search:
         obs = oracle(length, "sweep")
         s.probes.append(Probe(length, "sweep", obs))
         if obs.outcome != Outcome.booted:
-            s.status, s.frontier, s.refused_at = (SearchStatus.found if last_ok else SearchStatus.none_in_range), last_ok, length
+            s.status = SearchStatus.found if last_ok else SearchStatus.none_in_range
+            s.frontier, s.refused_at = last_ok, length
             break
         last_ok = length
         length += block

@@ -8,9 +8,9 @@ a newer schema, a damaged cell file, a negative boot time), a second run with an
 recorded start is in the future (past this host's clock by more than FUTURE_SKEW: it would pass for the latest
 night) is *skipped with a warning* naming its path — one broken night neither hides the others nor goes unsaid; a
 shard run that a merged run in the history already holds is skipped with a note; a run still `running` or
-`interrupted` is *kept and marked* (shown, never read as a verdict). A path that does not exist, paths holding no run at all, or runs of
-different matrices are *refused* (exit 2): no history can be told from them. One leniency, deliberate: a memory
-curve is not read (harness.analysis.history_read), so what is wrong inside one is `check`'s to say.
+`interrupted` is *kept and marked* (shown, never read as a verdict). A path that does not exist, paths holding no run at
+all, or runs of different matrices are *refused* (exit 2): no history can be told from them. One leniency, deliberate: a
+memory curve is not read (harness.analysis.history_read), so what is wrong inside one is `check`'s to say.
 """
 
 from __future__ import annotations

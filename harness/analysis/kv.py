@@ -137,7 +137,8 @@ def length_axis(run: RunResult, override: str | None = None) -> str | None:
     axes = axis_order(run)
     if override:
         if override not in axes:
-            raise UsageError(f"--length-axis {override}: the run has no such axis (axes are: {', '.join(axes) or 'none'})")
+            raise UsageError(f"--length-axis {override}: the run has no such axis "
+                             f"(axes are: {', '.join(axes) or 'none'})")
         return override
     for name in axes:
         if name.replace("-", "_").lower() in ("max_model_len", "max_len", "mml"):
@@ -227,7 +228,8 @@ def cap_of(cell: CellResult) -> Quantity | None:
         return _gib(kv.available_gib, Source.available_log)
     if kv.reserved_gib is not None:
         return _gib(kv.reserved_gib, Source.explicit_log)
-    if cell.refusal is not None and cell.refusal.kind == Reason.kv_insufficient and cell.refusal.available_gib is not None:
+    if (cell.refusal is not None and cell.refusal.kind == Reason.kv_insufficient
+            and cell.refusal.available_gib is not None):
         return _gib(cell.refusal.available_gib, Source.available_refusal)
     return None
 

@@ -275,7 +275,8 @@ class BisectRunner:
     def _write(self) -> None:
         doc = {"plan": self.plan.to_dict(), "run_id": self.session.store.run.run_id, "status": self.status,
                "steps": [{"index": s.index, "ref": self.cands[s.index].ref, "mark": s.mark.value,
-                          "flipped": s.flipped, "said": [x.said for x in s.said], "marks": [x.mark.value for x in s.said],
+                          "flipped": s.flipped, "said": [x.said for x in s.said],
+                          "marks": [x.mark.value for x in s.said],
                           "lo": s.lo, "hi": s.hi,
                           "cells": [r.cell_id for r in (self.probed[s.index].records if s.index in self.probed
                                                          else [])]} for s in self.steps]}

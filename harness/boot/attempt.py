@@ -71,7 +71,8 @@ class Attempt:
 
     #: The GPUs reserved for the cell (recorded); None on a CPU slot.
     gpus: list[GpuInfo] | None = None
-    #: Whether the cell is *given* those GPUs (its own set), or passes the matrix's shared `gpus:` request on as written.
+    #: Whether the cell is *given* those GPUs (its own set), or passes the matrix's shared `gpus:` request on as
+    #: written.
     assigned: bool = True
     #: 2 for the retry after a gpu_memory_busy refusal.
     number: int = 1
@@ -129,7 +130,8 @@ class CellRunner:
         ctx = CellContext(run_dir=self.store.run_dir, work_dir=work, masker=masker, matrix_dir=self.loaded.base_dir,
                           mark=timeline.mark, compile_cache=cache.path if cache else None,
                           labels={"boot-harness.run": self.store.run.run_id, "boot-harness.cell": cell.id},
-                          gpu_ids=None if gpus is None or not attempt.assigned else [g.id or str(g.index) for g in gpus])
+                          gpu_ids=None if gpus is None or not attempt.assigned
+                          else [g.id or str(g.index) for g in gpus])
         events = ThreadedEvents(self.clock)
         server: Server | None = None
         sampler: MemorySampler | None = None

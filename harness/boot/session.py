@@ -183,7 +183,8 @@ class RunSession:
     def exit_code(self) -> ExitCode:
         """FAILED when a selected cell errored (where its expectation did not say so) or missed its expectation."""
         selected = {c.id for c in self.cells}
-        bad = [c for c in self.store.run.cells if c.cell_id in selected and (c.matched is False or c.errored_unexpected())]
+        bad = [c for c in self.store.run.cells
+               if c.cell_id in selected and (c.matched is False or c.errored_unexpected())]
         return ExitCode.FAILED if bad else ExitCode.OK
 
 

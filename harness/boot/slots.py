@@ -36,7 +36,8 @@ class SlotPlan:
         return self.gpus_per_cell > 0 or bool(self.shared_gpus)
 
     def describe(self) -> str:
-        shared = f"; every cell waits for GPUs {', '.join(map(str, self.shared_gpus))} to be idle" if self.shared_gpus else ""
+        gpus = ", ".join(map(str, self.shared_gpus or []))
+        shared = f"; every cell waits for GPUs {gpus} to be idle" if self.shared_gpus else ""
         return f"parallel: {self.parallel} ({self.why}; {self.inventory.kind} inventory{shared})"
 
     def executor(self, runner: CellRunner, observer: Observer | None = None) -> Executor:

@@ -1,5 +1,5 @@
-"""The analysis commands: compare, analyze, frontier, report, check, history. They read recorded runs (harness.analysis is
-pure) and render them (harness.report); `frontier` boots, through harness.boot.frontier."""
+"""The analysis commands: compare, analyze, frontier, report, check, history. They read recorded runs (harness.analysis
+is pure) and render them (harness.report); `frontier` boots, through harness.boot.frontier."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> dict:
                     {0: "compared; no regression", 1: "two runs: a cell regressed (outcome, boot time or memory peak)",
                      **USAGE_EXIT},
                     "One run: pairs of cells equal on every axis but --axis, flipped outcomes first. Two runs: "
-                    "regressions, fixes, cells in one run only, KV numbers that drifted beyond --tolerance, boot times and phases slower beyond --time-tolerance, "
+                    "regressions, fixes, cells in one run only, KV numbers that drifted beyond --tolerance, boot times "
+                    "and phases slower beyond --time-tolerance, "
                     "memory peaks grown beyond --memory-tolerance.")
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="one or two run directories (or results.json)")
     p.add_argument("--axis", help="one run: the axis the pairs differ in (default: image)")
@@ -90,7 +91,8 @@ def register(sub: argparse._SubParsersAction) -> dict:
     p = add_command(sub, "check", "the nightly gate on one run by itself: did every cell meet its expectation?",
                     ["boot-harness check merged/nightly-<run>"],
                     {0: "complete, and every cell met its expectation (or has none)",
-                     1: "not complete, or a cell errored (where its expectation did not say so) or missed (one line each)", **USAGE_EXIT})
+                     1: "not complete, or a cell errored (where its expectation did not say so) or missed (one line "
+                        "each)", **USAGE_EXIT})
     p.add_argument("run", type=Path, metavar="RUN", help="a run directory (or its results.json)")
 
     p = add_command(sub, "history", "many nights at once: since when each cell has its verdict, what changed across "

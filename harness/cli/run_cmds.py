@@ -55,7 +55,8 @@ def register(sub: argparse._SubParsersAction) -> dict:
                     {0: "printed, or (--exec) the cell met its expectation", 1: "--exec: it did not, or errored",
                      **USAGE_EXIT, 130: "interrupted"},
                     "Printing touches nothing (no engine, no pull, no file). A patched cell's command comes after the\n"
-                    "steps that make its file under RESULTS_DIR/repro/CELL/ (pull if absent, copy it out of the image,\n"
+                    "steps that make its file under RESULTS_DIR/repro/CELL/ (pull if absent, copy it out of the "
+                    "image,\n"
                     "sha256sum -c, GNU patch as the harness runs it, sha256sum -c), joined by && to paste in order.")
     add_matrix(p)
     p.add_argument("cell_id", help="a cell id (see `boot-harness cells`)")

@@ -157,7 +157,8 @@ def resolve_parallel(spec: str | int | None, inventory: Inventory, gpus_per_cell
         if wanted is None:
             return fits, f"auto: {n_gpus} GPUs // {gpus_per_cell} per cell"
         if wanted > fits:
-            return fits, f"{wanted} asked, cut to {fits}: {n_gpus} GPUs // {gpus_per_cell} per cell (GPUs are never shared)"
+            return fits, (f"{wanted} asked, cut to {fits}: {n_gpus} GPUs // {gpus_per_cell} per cell (GPUs are never "
+                          "shared)")
         return wanted, f"{wanted} at {gpus_per_cell} GPU(s) per cell of {n_gpus}"
     if shares_gpus:
         if wanted is not None and wanted > 1:

@@ -2,7 +2,8 @@
 
 Ids are built from axis value names, never positions, so adding a value to one axis leaves every other cell's id (and
 its results, and the nightly comparison) untouched; a value that is a secret is named for its place on its axis
-(harness.matrix.secret_names), never for itself. Ids avoid `=`, `,` and spaces so they work in `pytest -k` and `--select`.
+(harness.matrix.secret_names), never for itself. Ids avoid `=`, `,` and spaces so they work in `pytest -k` and
+`--select`.
 """
 
 from __future__ import annotations
@@ -250,7 +251,8 @@ def expand(matrix: Matrix, file: str = "<matrix>") -> tuple[list[Cell], list[Con
     named = as_flags(rule_any, len(matrix.expect))
     for i, hits in enumerate(rule_hits):
         if hits == 0 and cells:
-            why = "every cell it names is excluded" if not named[i] else "every cell it names is taken by an earlier rule"
+            why = ("every cell it names is excluded" if not named[i]
+                   else "every cell it names is taken by an earlier rule")
             problems.append(ConfigError(file, f"expect[{i}]", f"rule can never match: {why}"))
     return cells, problems
 

@@ -1,4 +1,5 @@
-"""Reading a matrix file: YAML → env expansion → pydantic → cross-checks, every mistake one `FILE:key.path: what` line."""
+"""Reading a matrix file: YAML → env expansion → pydantic → cross-checks, every mistake one `FILE:key.path: what`
+line."""
 
 from __future__ import annotations
 

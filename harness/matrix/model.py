@@ -370,7 +370,8 @@ class Matrix(_Strict):
         if isinstance(v, dict):
             for name in v:
                 if not _AXIS_NAME.match(str(name)):
-                    raise ValueError(f"axis name {name!r}: use letters, digits, '_' and '-' (it goes into ids and --select)")
+                    raise ValueError(f"axis name {name!r}: use letters, digits, '_' and '-' "
+                                     "(it goes into ids and --select)")
         return v
 
     @field_validator("compile_cache", mode="before")

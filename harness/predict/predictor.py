@@ -345,7 +345,8 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
     state_pages: list[Page] = []
     states = None
     if state_layers:
-        attn = next((layer for layer in shape.layers if layer.kind in (LayerKind.full, LayerKind.mla, LayerKind.sliding)), None)
+        attention = (LayerKind.full, LayerKind.mla, LayerKind.sliding)
+        attn = next((layer for layer in shape.layers if layer.kind in attention), None)
         # the alignment sizes the attention page with the cache dtype it sees: from 0.20 it runs after the model is
         # built, when a compressed-tensors scheme has already made it fp8; before, at config time
         late = hybrid_rules_for(version).align_with_block_size
@@ -381,8 +382,8 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
         vllm_version=version, model=shape.path, max_model_len=mml, tensor_parallel_size=tp, dtype=dtype,
         kv_cache_dtype=kv_dtype, block_size=block,
         bytes_per_token=sum(p.token_bytes for p in pages),
-        state_bytes_per_seq=bpb * sum(g.page.state_blocks for g in grouping.groups if g.page.layer.kind == LayerKind.state
-                                      and not g.page.state_per_block),
+        state_bytes_per_seq=bpb * sum(g.page.state_blocks for g in grouping.groups
+                                      if g.page.layer.kind == LayerKind.state and not g.page.state_per_block),
         bytes_per_block=bpb,
         state_content_bytes=states.content_bytes if states else None,
         state_page_padding_pct=states.padding_pct if states else None,

@@ -83,7 +83,8 @@ _GRAMMARS = (
     Grammar((0, 20, 0), "any", "json+human", whole_key=False, tera=True),
 )
 
-#: How a value is read. int: int(); float: float(); human: human_readable_int; len: that or `auto`/-1 (0.14 on); json: json.loads;
+#: How a value is read. int: int(); float: float(); human: human_readable_int; len: that or `auto`/-1 (0.14 on);
+#: json: json.loads;
 #: literal: ast.literal_eval (0.8.2's string); dict|str: JSON when it looks like an object, else the string
 #: (union_dict_and_str); str; on/off: a switch that sets True/False. `?`: optional_type / nullable_str, "" and "None"
 #: read as None.
@@ -602,9 +603,9 @@ def _flags(values: dict[str, Any], release: _Release) -> ServeFlags:
         if old_model == "[ngram]":
             spec = {"method": "ngram", "num_speculative_tokens": old_tokens}
         spec = {k: v for k, v in spec.items() if v is not None}
-    shortcuts = [(f, k, values.pop(d, None)) for f, k, d in (("--spec-method", "method", "spec_method"),
-                                                             ("--spec-model", "model", "spec_model"),
-                                                             ("--spec-tokens", "num_speculative_tokens", "spec_tokens"))]
+    named = (("--spec-method", "method", "spec_method"), ("--spec-model", "model", "spec_model"),
+             ("--spec-tokens", "num_speculative_tokens", "spec_tokens"))
+    shortcuts = [(f, k, values.pop(d, None)) for f, k, d in named]
     for flag, key, value in shortcuts:  # EngineArgs.create_speculative_config (0.22 on)
         if value is None:
             continue

@@ -52,8 +52,8 @@ NUMBERS_LEGEND = ("cap: the KV pool the engine may use; need: what one request o
                   "precise); "
                   "tok: the KV cache's size in tokens; 1.50x: vLLM's maximum concurrency, how many requests of "
                   "max_model_len the KV cache holds at once; est. max: vLLM's estimated maximum model length "
-                  "for the memory it had; ⚠: the numbers contradict the outcome; ⏱: seconds from the cell's start to the "
-                  "verdict and the phase that took longest (a timeout: the phase it stalled in)")
+                  "for the memory it had; ⚠: the numbers contradict the outcome; ⏱: seconds from the cell's start to "
+                  "the verdict and the phase that took longest (a timeout: the phase it stalled in)")
 
 
 def numbers_legend(run: RunResult) -> str:

@@ -347,7 +347,8 @@ def _cell_html(c: CellResult) -> str:
     stopped = f'<p class="finding inconsistent">the curve stops early: {escape(m.stopped)}</p>' if m.stopped else ""
     side = _logged_html(m) + _devices_html(m)
     return (f'<div class="memory-cell" id="memory-cell-{cid}" data-cell-id="{cid}">{head}'
-            f'<p class="meta">{escape(meta)}</p>{stopped}<div class="memory-body">{svg(c)}<div class="memory-side">{side}</div></div></div>')
+            f'<p class="meta">{escape(meta)}</p>{stopped}<div class="memory-body">{svg(c)}'
+            f'<div class="memory-side">{side}</div></div></div>')
 
 
 CSS = """

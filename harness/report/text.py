@@ -280,8 +280,8 @@ def _finds(text: str, part: str) -> list[int]:
 
 def wrap(line, width: int, indent: int = 2, keep: tuple[str | re.Pattern, ...] = ()) -> Text:
     """One line of output as lines of at most `width`: broken at spaces only (an id, a path, a flag never), nor
-    inside any of `keep` (a flag and its value to paste; a pattern: `KV needed 1.00 GiB`), the lines after the first indented by
-    `indent`. A `whole` Text (a command to paste) as it is."""
+    inside any of `keep` (a flag and its value to paste; a pattern: `KV needed 1.00 GiB`), the lines after the first
+    indented by `indent`. A `whole` Text (a command to paste) as it is."""
     text = literal(line)
     if not isinstance(text, Text) or text.no_wrap or "\n" in text.plain or cell_len(text.plain) <= width:
         return text

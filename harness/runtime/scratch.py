@@ -41,7 +41,8 @@ def read_mark(path: Path) -> str | None:
 
 
 def through_symlink(path: Path, base: Path) -> bool:
-    """Whether `path`, or a folder between `base` and it, is a symlink (what is under `base` is reached only directly)."""
+    """Whether `path`, or a folder between `base` and it, is a symlink (what is under `base` is reached only
+    directly)."""
     path, base = Path(path), Path(base)
     for p in (path, *path.parents):
         if p == base:

@@ -153,7 +153,8 @@ def _matrix_order(runs: list[tuple[Path, RunResult]], matrix_path: Path | None) 
     loaded = load_matrix(path)
     if loaded.sha256 != sha:
         if matrix_path is not None:
-            raise UsageError(f"{matrix_path}: not the matrix these runs ran (sha256 {loaded.sha256[:12]}… vs {sha[:12]}…)")
+            raise UsageError(f"{matrix_path}: not the matrix these runs ran "
+                             f"(sha256 {loaded.sha256[:12]}… vs {sha[:12]}…)")
         return None, f"matrix file {path} changed since the runs: cells ordered by id"
     return [c.id for c in loaded.cells], ""
 

@@ -6,8 +6,8 @@
 - /health 200 decides once the listener is proven ours and, with `probe`, one completion has been served;
 - the deadline decides.
 
-The watch says what it saw (harness.verdict.policy.Sighting); what that makes the cell — refused, crashed, ... — is the verdict
-policy's to decide (harness.verdict.policy), with what the runtime and the executor know besides.
+The watch says what it saw (harness.verdict.policy.Sighting); what that makes the cell — refused, crashed, ... — is the
+verdict policy's to decide (harness.verdict.policy), with what the runtime and the executor know besides.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ class WatchConfig:
 
 @dataclass
 class Observation:
-    """What one watch saw: the decisive sighting, when each thing happened (seconds from the start) and the log's facts."""
+    """What one watch saw: the decisive sighting, when each thing happened (seconds from the start) and the log's
+    facts."""
 
     sighting: Sighting
     exit_code: int | None = None
@@ -154,7 +155,8 @@ class Watch:
     def _refusal_found(self, t: float) -> Observation:
         refusal = self.parser.facts.refusal
         assert refusal is not None
-        generic = refusal.kind == Reason.engine_core_failed_root_cause_not_shown  # the line says only "failed": the root cause is the detail
+        # the line says only "failed": the root cause is the detail
+        generic = refusal.kind == Reason.engine_core_failed_root_cause_not_shown
         return self._found(SightingKind.refusal,
                            (self.parser.facts.error_line or refusal.message) if generic else refusal.message,
                            t)
