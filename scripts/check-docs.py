@@ -5,11 +5,12 @@ a ```bash or ```sh block, as written, from the root of a copy of the repository.
     python scripts/check-docs.py            # one line per command: ok / FAILED, exit 1 if any failed
 
 Only what a GPU or an engine would do is stood in: the commands boot on the in-process FakeRuntime
-(the FakeRuntime, handed in by tests/standins/cli: every cell boots), the GPU is the stand-in NVML. What the docs leave to the reader is
-filled in the one way a reader would: `[optional parts]` are left out, `<run-id>`-style placeholders name a run made
-first (the CPU example, booted the same way), `M`/`F` the CPU example's matrix, `RESULTS_DIR` `results`. A command
-passes when it neither prints a traceback nor exits 2 (bad input; 4 for pytest): a doc that shows a command the CLI rejects, or a
-flag that no longer exists, fails here. Exit 1 (an expectation the fake boots do not meet) is allowed.
+(the FakeRuntime, handed in by tests/standins/cli: every cell boots), the GPU is the stand-in NVML. What the docs leave
+to the reader is filled in the one way a reader would: `[optional parts]` are left out, `<run-id>`-style placeholders
+name a run made first (the CPU example, booted the same way), `M`/`F` the CPU example's matrix, `RESULTS_DIR` `results`.
+A command passes when it neither prints a traceback nor exits 2 (bad input; 4 for pytest): a doc that shows a command
+the CLI rejects, or a flag that no longer exists, fails here. Exit 1 (an expectation the fake boots do not meet) is
+allowed.
 """
 
 from __future__ import annotations

@@ -90,7 +90,8 @@ def _byte_of(ch: str) -> int:
 
 
 def tokenizer_config() -> dict:
-    """tokenizer_config.json for transformers' fast-tokenizer loader; the chat template lets /v1/chat/completions work."""
+    """tokenizer_config.json for transformers' fast-tokenizer loader; the chat template lets /v1/chat/completions
+    work."""
     return {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": "<s>",
@@ -174,7 +175,8 @@ def write_json(path: Path, obj: dict) -> None:
 def write_model(out: Path, name: str, key: str, config_for: Callable[[int], dict], weights_for: Callable[[dict], dict],
                 max_positions: int = MAX_POSITIONS) -> Path:
     """Write one model into OUT/name — the tokenizer, `config_for(vocab size)`, `weights_for(config)` — via a
-    temporary sibling directory, so a half-written model is never reused. A model whose .complete holds `key` is kept."""
+    temporary sibling directory, so a half-written model is never reused. A model whose .complete holds `key` is
+    kept."""
     final = out / name
     marker = final / ".complete"
     if marker.is_file() and marker.read_text().strip() == key:

@@ -1,9 +1,9 @@
 """One container spec, rendered twice (harness.runtime.container_spec): the container `ContainerRuntime.start` asks
 the engine's API for and the one the printed `repro` command makes through the engine's CLI are the same container,
 as the engine itself reports them (inspect): image, entrypoint, command, env, binds, ports, IPC, shm, GPU request,
-labels, memory limit. On docker and on podman, with a GPU request (docker: the stub hook of scripts/setup-gpu-stubs.sh; podman
-only from 5.4, whose API honours it), a patch from the matrix, a secret in the env and in the server's args, a bind
-mount and the compile-cache mount.
+labels, memory limit. On docker and on podman, with a GPU request (docker: the stub hook of scripts/setup-gpu-stubs.sh;
+podman only from 5.4, whose API honours it), a patch from the matrix, a secret in the env and in the server's args, a
+bind mount and the compile-cache mount.
 
 Nothing boots: the entrypoint sleeps, and each container is stopped (removed) right after it is inspected."""
 

@@ -1,7 +1,7 @@
 """How cells run at once: each on its own GPUs (a fake inventory here), after those GPUs are back at idle, with a
-`gpu_mem_util_exceeds_free` refusal retried once instead of reported, and Ctrl-C/SIGTERM leaving no server behind. The servers
-are real processes (tests/fakes/fake_vllm.py behind a small wrapper that records what each one was given); every wait
-of the harness's own (the idle wait) is on a FakeClock, and the test's own waits poll, so nothing here sleeps."""
+`gpu_mem_util_exceeds_free` refusal retried once instead of reported, and Ctrl-C/SIGTERM leaving no server behind. The
+servers are real processes (tests/fakes/fake_vllm.py behind a small wrapper that records what each one was given); every
+wait of the harness's own (the idle wait) is on a FakeClock, and the test's own waits poll, so nothing here sleeps."""
 
 from __future__ import annotations
 

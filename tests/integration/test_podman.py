@@ -65,7 +65,8 @@ def no_leftovers(podman):
 
 
 def matrix(path: Path, image: str, cases: dict[str, dict], **top) -> Path:
-    """One axis `case` of fake-server scenarios, on podman: the fake is mounted at /fake and run by the image's python3."""
+    """One axis `case` of fake-server scenarios, on podman: the fake is mounted at /fake and run by the image's
+    python3."""
     return builders.fake_matrix(path, cases, axis="case",
                                 **{"runtime": "podman", "image": image, "timeout_s": 60, **top})
 

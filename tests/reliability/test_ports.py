@@ -11,8 +11,8 @@ touches another run's live servers.
 - A stale `active/` record whose process group id now belongs to someone else's processes (pids are reused: pid_max is
   32768 on many hosts) must not get them killed.
 
-Already covered cell by cell in tests/integration/test_process_runtime.py: a foreign server already answering on the chosen
-port (`start_failed`) and one that takes the port after the start (`stale_server`).
+Already covered cell by cell in tests/integration/test_process_runtime.py: a foreign server already answering on the
+chosen port (`start_failed`) and one that takes the port after the start (`stale_server`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The executor's retry policy on the FakeRuntime: a memory-busy refusal is booted once more (BusyRetry, the default),
-nothing else is, and NoRetry reports every first attempt as it came. tests/integration/test_executor.py shows the same retry
-on real processes and GPUs that are not idle."""
+nothing else is, and NoRetry reports every first attempt as it came. tests/integration/test_executor.py shows the same
+retry on real processes and GPUs that are not idle."""
 
 from __future__ import annotations
 
