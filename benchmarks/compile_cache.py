@@ -83,7 +83,8 @@ def main() -> int:
                "compile": statistics.median(compile_s(c) for c in v),
                "init": statistics.median(c.timeline.durations.engine_init_s or 0 for c in v)} for k, v in rows.items()}
     print(f"\nmedians over {args.rounds} round(s): cold verdict {med['cold']['verdict']:.1f} s, warm "
-          f"{med['warm']['verdict']:.1f} s; compile phase {med['cold']['compile']:.1f} → {med['warm']['compile']:.1f} s;"
+          f"{med['warm']['verdict']:.1f} s; compile phase {med['cold']['compile']:.1f} → "
+          f"{med['warm']['compile']:.1f} s;"
           f" init engine {med['cold']['init']:.1f} → {med['warm']['init']:.1f} s")
     print(f"warm/cold: verdict {med['warm']['verdict'] / med['cold']['verdict']:.2f}, compile phase "
           f"{med['warm']['compile'] / med['cold']['compile']:.2f}, init engine "

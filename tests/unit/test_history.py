@@ -210,7 +210,8 @@ def test_json_has_runs_and_per_cell_outcomes_since_changes_time_changes(tmp_path
     assert [r["id"] for r in doc["runs"]] == [f"night{i:02d}" for i in range(8)]
     assert all(r["started_at"] for r in doc["runs"])
     a, b = doc["cells"]
-    assert a["outcomes"] == ["booted"] * 6 + ["refused"] * 2 and a["since"] == "night06" and "vllm_version" in a["changes"]
+    assert a["outcomes"] == ["booted"] * 6 + ["refused"] * 2
+    assert a["since"] == "night06" and "vllm_version" in a["changes"]
     assert b["outcomes"][:3] == [None, None, None] and b["time_changes"] == []
 
 
