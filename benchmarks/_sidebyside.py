@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from harness.matrix.cells import Cell  # noqa: E402
-from harness.results.model import CellResult  # noqa: E402
+from harness.matrix.cells import Cell  # noqa: E402 - sys.path first
+from harness.results.model import CellResult  # noqa: E402 - sys.path first
 
 #: (cell, round) -> (verdict, wall seconds) for the bare side.
 Bare = Callable[[Cell, int], tuple[str, float]]
@@ -60,7 +60,8 @@ def side_by_side(cells: list[Cell], boot: Callable[[Cell], CellResult], bare: Ba
                     before = resource.getrusage(resource.RUSAGE_SELF)
                     res = boot(cell)
                     after = resource.getrusage(resource.RUSAGE_SELF)
-                    cpu.append((after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, res.timings.total_s))
+                    cpu.append((after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime,
+                                res.timings.total_s))
                     t = res.timings
                     event = t.ready_line_s if res.outcome == "booted" else t.event_s
                     lat = None if event is None or t.verdict_s is None else t.verdict_s - event

@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from harness.boot.session import RunOptions, RunSession  # noqa: E402
-from harness.matrix.load import load_matrix  # noqa: E402
-from harness.results.model import CellResult  # noqa: E402
+from harness.boot.session import RunOptions, RunSession  # noqa: E402 - sys.path first
+from harness.matrix.load import load_matrix  # noqa: E402 - sys.path first
+from harness.results.model import CellResult  # noqa: E402 - sys.path first
 
 
 def matrix(tmp: Path, cache: Path) -> Path:
@@ -83,7 +83,8 @@ def main() -> int:
                "compile": statistics.median(compile_s(c) for c in v),
                "init": statistics.median(c.timeline.durations.engine_init_s or 0 for c in v)} for k, v in rows.items()}
     print(f"\nmedians over {args.rounds} round(s): cold verdict {med['cold']['verdict']:.1f} s, warm "
-          f"{med['warm']['verdict']:.1f} s; compile phase {med['cold']['compile']:.1f} → {med['warm']['compile']:.1f} s;"
+          f"{med['warm']['verdict']:.1f} s; compile phase {med['cold']['compile']:.1f} → "
+          f"{med['warm']['compile']:.1f} s;"
           f" init engine {med['cold']['init']:.1f} → {med['warm']['init']:.1f} s")
     print(f"warm/cold: verdict {med['warm']['verdict'] / med['cold']['verdict']:.2f}, compile phase "
           f"{med['warm']['compile'] / med['cold']['compile']:.2f}, init engine "

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from _sidebyside import ROOT, poll_health, side_by_side
 
+from harness.boot.session import RunOptions, RunSession
 from harness.matrix.cells import select_cells
 from harness.matrix.load import load_matrix
-from harness.boot.session import RunOptions, RunSession
 from harness.runtime.container import ContainerRuntime
 from harness.runtime.ports import free_port
 from harness.runtime.server_env import build_env

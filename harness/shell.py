@@ -14,8 +14,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from harness.masking import MASK, Masker, is_secret_key, secret_values
 from harness.escape import dq_controls, shell_quote
+from harness.masking import MASK, Masker, is_secret_key, secret_values
 
 
 class Raw(str):

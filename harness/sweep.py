@@ -17,6 +17,7 @@ from pathlib import Path
 
 from harness.errors import BadRecord, RuntimeUnavailable
 from harness.clock import SYSTEM, Clock
+from harness.errors import RuntimeUnavailable
 from harness.runtime import carriers, scratch
 from harness.runtime.carriers import proc_start_time
 from harness.runtime.process import PID_MAX_LIMIT, ActiveRecord, Proof, prove_group, read_active_record
@@ -61,7 +62,7 @@ def sweep_containers(engine: str, swept: Swept, everything: bool = False) -> Non
         # ignore_removed: docker-py lists, then inspects each; one whose run removed it in between is no leftover
         found = client.containers.list(all=True, filters={"label": eng.OWNER_PID_LABEL},
                                        ignore_removed=True)
-    except Exception as exc:  # noqa: BLE001 - the engine went away or hung while listing: reported, not raised
+    except Exception as exc:  # the engine went away or hung while listing: reported, not raised
         if eng.trouble(engine, "containers list", exc, eng.DEFAULT_CALL_TIMEOUT_S) is None:
             raise
         swept.engines_unreachable.append(engine)
@@ -79,7 +80,7 @@ def sweep_containers(engine: str, swept: Swept, everything: bool = False) -> Non
                 continue
         try:
             c.remove(force=True)
-            swept.containers.append(c.name)
+            swept.containers.append(str(c.name))  # a listed container has its name
         except Exception:  # noqa: BLE001 - removed meanwhile
             pass
 

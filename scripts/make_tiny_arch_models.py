@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import make_tiny_model as base  # noqa: E402
+import make_tiny_model as base  # beside this script (sys.path above)
 
 MAX_POSITIONS = 32768
 COMMON = dict(bos_token_id=1, eos_token_id=2, pad_token_id=2, max_position_embeddings=MAX_POSITIONS,

@@ -80,7 +80,8 @@ def build_tokenizer():
 
 def _byte_of(ch: str) -> int:
     """The byte that a GPT-2 byte-level character stands for (printable bytes map to themselves, others to 256+)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+                 + list(range(ord("®"), ord("ÿ") + 1)))
     cp = ord(ch)
     if cp in printable:
         return cp
@@ -89,7 +90,8 @@ def _byte_of(ch: str) -> int:
 
 
 def tokenizer_config() -> dict:
-    """tokenizer_config.json for transformers' fast-tokenizer loader; the chat template lets /v1/chat/completions work."""
+    """tokenizer_config.json for transformers' fast-tokenizer loader; the chat template lets /v1/chat/completions
+    work."""
     return {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": "<s>",
@@ -146,7 +148,7 @@ def make_weights(cfg: dict, seed: int) -> dict:
     head_dim = cfg["head_dim"]
     q_out, kv_out = cfg["num_attention_heads"] * head_dim, cfg["num_key_value_heads"] * head_dim
 
-    def normal(*shape: int) -> "torch.Tensor":
+    def normal(*shape: int) -> torch.Tensor:
         return (torch.randn(*shape, generator=gen, dtype=torch.float32) * std).contiguous()
 
     w = {"model.embed_tokens.weight": normal(vocab, h)}
@@ -173,7 +175,8 @@ def write_json(path: Path, obj: dict) -> None:
 def write_model(out: Path, name: str, key: str, config_for: Callable[[int], dict], weights_for: Callable[[dict], dict],
                 max_positions: int = MAX_POSITIONS) -> Path:
     """Write one model into OUT/name — the tokenizer, `config_for(vocab size)`, `weights_for(config)` — via a
-    temporary sibling directory, so a half-written model is never reused. A model whose .complete holds `key` is kept."""
+    temporary sibling directory, so a half-written model is never reused. A model whose .complete holds `key` is
+    kept."""
     final = out / name
     marker = final / ".complete"
     if marker.is_file() and marker.read_text().strip() == key:

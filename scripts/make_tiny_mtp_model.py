@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import make_tiny_model as base  # noqa: E402
+import make_tiny_model as base  # beside this script (sys.path above)
 
 LAYERS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE = 12, 256, 4, 4, 64, 512
 MODELS = {"tiny-glm-mtp": 262144, "tiny-glm-mtp-short": 65536}

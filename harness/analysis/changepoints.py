@@ -307,7 +307,7 @@ class _Divergence:
         size = kappa - s
         g, h = 2 * ps[size] / size, 2 * (size - 1) / size
         rights = self.spread[kappa][s + 1:]
-        return [s + 1 + k for k, (lt, rt) in enumerate(zip(left, rights)) if g - h * (lt + rt) >= floor]
+        return [s + 1 + k for k, (lt, rt) in enumerate(zip(left, rights, strict=False)) if g - h * (lt + rt) >= floor]
 
     def pick(self, segments: list[tuple[int, int]], found: dict[tuple[int, int], tuple[float, int]]) -> tuple[int, int]:
         """The segment of the largest q̂, the first of equals, as `max` over exact values would pick it."""
@@ -341,7 +341,8 @@ class _Sides:
         sums, squares, mean_error, pooled_error = self.sums, self.squares, self.mean_error, self.pooled_error
         bound = _t2_below(df) / (df * (1 + 1e-9))
         s1, s2, e1, e2 = sums[s], squares[s], sums[e], squares[e]
-        for a1, a2, n1, n2 in zip(sums[s + 1:e], squares[s + 1:e], range(1, e - s), range(e - s - 1, 0, -1)):
+        for a1, a2, n1, n2 in zip(sums[s + 1:e], squares[s + 1:e], range(1, e - s), range(e - s - 1, 0, -1),
+                                  strict=False):
             l1, r1 = a1 - s1, e1 - a1
             m1, m2 = l1 / n1, r1 / n2
             pooled = (a2 - s2 - l1 * m1) * (n1 - 1) / n1 + (e2 - a2 - r1 * m2) * (n2 - 1) / n2
@@ -352,7 +353,7 @@ class _Sides:
         return False
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _t2_below(df: int) -> float:
     """A t² under which `_pvalue`'s p (df degrees of freedom) is above FIRST_PASS_PVALUE: its crossing, less 10⁻⁶.
 
@@ -469,6 +470,7 @@ def _merge(series: Sequence[float], points: list[int], magnitude: _Magnitude) ->
             elif small:
                 weakest = min(small, key=lambda k: tests[k].ratio)
             else:
-                return [ChangePoint(index=p, before=t.before, after=t.after) for p, t in zip(points, tests)]
+                return [ChangePoint(index=p, before=t.before, after=t.after)
+                        for p, t in zip(points, tests, strict=False)]
         del points[weakest]
     return []

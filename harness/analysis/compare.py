@@ -13,7 +13,7 @@ outcome and the same source are compared. `has_regression` decides exit 1.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from pydantic import Field
 
@@ -215,7 +215,7 @@ def order_notes(a: RunResult, b: RunResult, now: datetime) -> list[str]:
 
 
 def _utc(t: datetime) -> datetime:
-    return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 def compare_runs(a: RunResult, b: RunResult, tolerance: float = DEFAULT_TOLERANCE,

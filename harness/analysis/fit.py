@@ -33,14 +33,17 @@ from harness.analysis.kv import (
     KV_BYTES_FLAG,
     CellKv,
     Quantity,
-    axis_order,
     Source,
+    axis_order,
     cell_kv,
     length_axis,
 )
 from harness.units import GIB, fmt_bytes
 from harness.errors import UsageError
+from harness.names import Named
 from harness.results.model import RunResult
+from harness.units import fmt_bytes
+from harness.verdict import Outcome
 
 
 class CrossoverKind(StrEnum):
@@ -227,7 +230,7 @@ def least_squares(points: list[Point], method: str | None = None) -> Line | None
     n = len(points)
     mx, my = sum(xs) / n, sum(p.bytes for p in points) / n
     sxx = sum((x - mx) ** 2 for x in xs)
-    sxy = sum((x - mx) * (p.bytes - my) for x, p in zip(xs, points))
+    sxy = sum((x - mx) * (p.bytes - my) for x, p in zip(xs, points, strict=False))
     slope = sxy / sxx
     intercept = my - slope * mx
     for p in points:
@@ -269,7 +272,8 @@ def crossover(cap: Line | None, need: Line | None, block: int = 1) -> Crossover:
         if at <= 0:
             return Crossover(CrossoverKind.always, text="always: cap ≥ need at every length")
         at_b = math.ceil(at / block) * block
-        return Crossover(CrossoverKind.above, at_b, f"cap overtakes need at ≈{at_b:,.0f} tokens: lengths from there up fit",
+        return Crossover(CrossoverKind.above, at_b,
+                         f"cap overtakes need at ≈{at_b:,.0f} tokens: lengths from there up fit",
                          cap.at(at_b))
     if at <= 0:
         return Crossover(CrossoverKind.never, text="never: need ≥ cap at every length, and it grows faster")
@@ -411,7 +415,8 @@ def prediction_findings(measured: Line | None, predicted: Line | None, cells: li
     for c in cells:
         r = c.cell.prediction
         if r is not None and r.agrees is False:
-            bad = ", ".join(f"{ch.fact} predicted {ch.predicted} logged {ch.logged}" for ch in r.checks if not ch.agrees)
+            bad = ", ".join(f"{ch.fact} predicted {ch.predicted} logged {ch.logged}"
+                            for ch in r.checks if not ch.agrees)
             out.append(Finding(Severity.warning, f"the boot disagrees with its prediction: {bad}", c.cell_id))
     if measured is None or predicted is None:
         return out
@@ -419,12 +424,14 @@ def prediction_findings(measured: Line | None, predicted: Line | None, cells: li
                  if c.cell.prediction and c.cell.prediction.prediction), default=0)
     slope_gap = measured.slope - predicted.slope
     if abs(slope_gap) > TERM_TOLERANCE * max(predicted.slope, 1.0):
-        out.append(Finding(Severity.inconsistent, f"slope: the server needs {measured.slope:,.0f} B/token, the prediction "
+        out.append(Finding(Severity.inconsistent,
+                           f"slope: the server needs {measured.slope:,.0f} B/token, the prediction "
                            f"{predicted.slope:,.0f} ({slope_gap:+,.0f} B/token): per-token KV "
                            f"{'under' if slope_gap > 0 else 'over'}-modelled (layers, heads, dtype, MTP/draft layers)"))
     gap = measured.intercept - predicted.intercept
     if abs(gap) > max(block, TERM_TOLERANCE * abs(predicted.at(max(p.length for p in predicted.points)))):
-        out.append(Finding(Severity.inconsistent, f"intercept: the server's need has a fixed {fmt_bytes(gap, signed=True)} "
+        out.append(Finding(Severity.inconsistent,
+                           f"intercept: the server's need has a fixed {fmt_bytes(gap, signed=True)} "
                            f"the prediction {'lacks' if gap > 0 else 'does not see'}: a per-sequence term "
                            "(mamba / linear-attention state, speculative slots) "
                            f"{'missing from' if gap > 0 else 'counted in'} the model"))
@@ -528,9 +535,10 @@ def _findings(cells: list[CellKv], excluded: list[str]) -> list[Finding]:
     booted = [c for c in cells if c.outcome == Outcome.booted and c.length is not None]
     for r in cells:
         if r.kv_refused and r.length is not None:
-            above = [b for b in booted if b.length > r.length]
+            above = [b for b in booted if b.length is not None and b.length > r.length]
             if above:
-                out.append(Finding(Severity.inconsistent, f"refused at {r.length:,} tokens while {above[0].cell_id} booted at "
+                out.append(Finding(Severity.inconsistent,
+                                   f"refused at {r.length:,} tokens while {above[0].cell_id} booted at "
                                    f"{above[0].length:,}: the outcome is not monotonic in the length", r.cell_id))
     return out
 
@@ -565,7 +573,8 @@ def analyze_run(run: RunResult, length_override: str | None = None,
         need_why = "" if need_line else _why_no_line(need_pts, "need", [e for e in excluded if " need " in e])
         cap_line, cap_why = _cap_line(cells, excluded)
         blk = cells[0].block
-        g = GroupAnalysis(dict(zip(others, key)), cells, blk, cells[0].block_source, need_line, need_why, cap_line,
+        g = GroupAnalysis(dict(zip(others, key, strict=False)), cells, blk, cells[0].block_source, need_line,
+                          need_why, cap_line,
                           cap_why, crossover(cap_line, _with_held_back(need_line, cells), blk), [],
                           _findings(cells, excluded))
         g.floors = [_floor(c, need_line, forked) for c in cells if c.kv_refused]

@@ -150,9 +150,9 @@ def find_frontier(oracle: Oracle, lo: int | None, hi: int, block: int | Callable
             s.text = (f"the probe at {length:,} {obs.outcome} ({obs.reason}): not a KV boundary, so the search stops "
                       "here; see that cell's log")
 
-    for length, obs in sorted(known, key=lambda k: k[0]):
+    for earlier, obs in sorted(known, key=lambda k: k[0]):
         if s.status == SearchStatus.running:
-            record(length, obs, "recorded earlier", False)
+            record(earlier, obs, "recorded earlier", False)
 
     while s.status == SearchStatus.running:
         b = blk()
@@ -161,8 +161,8 @@ def find_frontier(oracle: Oracle, lo: int | None, hi: int, block: int | Callable
             s.lo = min(b, hi)
         low = s.lo
         if ok is not None and bad is not None and ok >= bad:
-            s.status, s.text = SearchStatus.stopped, (f"{ok:,} booted but {bad:,} refused: the outcome is not monotonic in the "
-                                           "length, so there is no single frontier")
+            s.status, s.text = SearchStatus.stopped, (f"{ok:,} booted but {bad:,} refused: the outcome is not "
+                                                      "monotonic in the length, so there is no single frontier")
             break
         if ok is not None and ok >= hi:
             s.status, s.frontier = SearchStatus.boots_at_hi, ok
@@ -229,7 +229,8 @@ def linear_sweep(oracle: Oracle, lo: int, hi: int, block: int) -> Search:
         obs = oracle(length, "sweep")
         s.probes.append(Probe(length, "sweep", obs))
         if obs.outcome != Outcome.booted:
-            s.status, s.frontier, s.refused_at = (SearchStatus.found if last_ok else SearchStatus.none_in_range), last_ok, length
+            s.status = SearchStatus.found if last_ok else SearchStatus.none_in_range
+            s.frontier, s.refused_at = last_ok, length
             break
         last_ok = length
         length += block

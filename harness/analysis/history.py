@@ -27,7 +27,6 @@ from harness.results.model import RunStatus
 from harness.units import fmt_seconds
 from harness.verdict import Outcome
 
-
 #: A boot-time step is news only beyond both (the method's defaults, said here so the shortcut below agrees with them):
 #: 0.02 s → 0.05 s is noise, and so is 600 s → 610 s; 41 s → 118 s is news.
 MIN_RELATIVE, MIN_ABSOLUTE_S = 0.25, 2.0
@@ -131,15 +130,19 @@ class History:
 
     def line(self, c: CellHistory) -> str:
         """`ID: refused since RUN (DATE); booted until RUN (DATE); changed: vLLM 0.33.0 → 0.33.1; …`."""
-        if c.since is None:
-            return f"{c.cell_id}: no complete run"
-        at = lambda i: f"{self.runs[i].run_id} ({self.runs[i].started_at:%Y-%m-%d})"  # noqa: E731
         latest = c.latest
+        if c.since is None or latest is None:  # the latest entry is there whenever `since` is
+            return f"{c.cell_id}: no complete run"
+
+        def at(i: int) -> str:
+            return f"{self.runs[i].run_id} ({self.runs[i].started_at:%Y-%m-%d})"
+
         text = f"{c.cell_id}: {latest.verdict} since {at(c.since)}"
-        if c.before is None:
+        before = None if c.before is None else c.entries[c.before]
+        if c.before is None or before is None:
             text += " (every run of it)"
         else:
-            text += f"; {c.entries[c.before].verdict} until {at(c.before)}"
+            text += f"; {before.verdict} until {at(c.before)}"
             text += "; changed: " + (", ".join(ch.describe() for ch in c.changes) if c.changes else "nothing recorded")
         if c.time_changes:
             text += "; " + ", ".join(t.describe() for t in c.time_changes)
@@ -244,7 +247,9 @@ def _diff_env(a: list[str], b: list[str]) -> str:
 
 
 def _kv(a: dict[str, float], b: dict[str, float]) -> str:
-    fmt = lambda k, v: f"{v:.2f}" if "GiB" in k else f"{v:,.0f}"  # noqa: E731
+    def fmt(k: str, v: float) -> str:
+        return f"{v:.2f}" if "GiB" in k else f"{v:,.0f}"
+
     return ", ".join(f"{k} {fmt(k, a[k])} → {fmt(k, b[k])}" for k in a if k in b and a[k] != b[k])
 
 
@@ -280,7 +285,7 @@ def _time_changes(runs: Sequence[Night], points: list[tuple[int, Entry]]) -> tup
     if layout is not None and all(tuple(e.times) == layout for _, e in points):
         # the usual case — every run timed the same phases, in the same order: columns, not lookups
         indices = [i for i, _ in points]
-        for phase, column in zip(layout, zip(*(e.times.values() for _, e in points))):
+        for phase, column in zip(layout, zip(*(e.times.values() for _, e in points), strict=False), strict=False):
             runs_of[phase], values_of[phase] = indices, list(column)
     else:
         for i, e in points:
@@ -302,7 +307,7 @@ def _time_changes(runs: Sequence[Night], points: list[tuple[int, Entry]]) -> tup
                 too_few = result
             continue
         found += [TimeChange(runs[runs_of[phase][cp.index]].run_id, phase, cp.before, cp.after) for cp in result]
-    return tuple(found), too_few, tuple(zip(runs_of[TOTAL], values_of[TOTAL]))
+    return tuple(found), too_few, tuple(zip(runs_of[TOTAL], values_of[TOTAL], strict=False))
 
 
 def cell_history(runs: Sequence[Night], cell_id: str) -> CellHistory:
@@ -316,7 +321,8 @@ def cell_history(runs: Sequence[Night], cell_id: str) -> CellHistory:
         k -= 1
     since = counted[k][0]
     before = counted[k - 1][0] if k > 0 else None
-    changes = changes_between(entries[before], entries[since]) if before is not None else ()
+    then, now_ = (entries[before], entries[since]) if before is not None else (None, None)
+    changes = changes_between(then, now_) if then is not None and now_ is not None else ()
     same = [(i, e) for i, e in counted if e.outcome == latest.outcome]
     time_changes, too_few, series = _time_changes(runs, same)
     return CellHistory(cell_id, entries, since, before, changes, time_changes, too_few, series)
@@ -361,7 +367,7 @@ def select_ids(runs: Sequence[Night], exprs: list[str] | None) -> list[str]:
                 if v not in seen:
                     seen.append(v)
     cells = list(recorded.values())
-    return [c.id for c in select_cells(cells, exprs, _RecordedAxes(values))]  # type: ignore[arg-type]
+    return [c.id for c in select_cells(cells, exprs, _RecordedAxes(values))]
 
 
 def build_history(nights: Sequence[Night], select: list[str] | None = None, last: int | None = None,

@@ -24,7 +24,7 @@ import os
 import types
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, cast
 
 from pydantic import BaseModel, Field, create_model
 
@@ -57,7 +57,7 @@ def _strict(annotation: Any) -> Any:
         return Annotated[(_strict(args[0]), *annotation.__metadata__)]
     inner = tuple(a if a is Ellipsis else _strict(a) for a in args)
     if origin in (Union, types.UnionType):
-        return Union[inner]
+        return Union[inner]  # noqa: UP007 - a union of types built at run time: `|` takes no tuple
     if origin in (list, set, frozenset):
         return origin[inner[0]]
     if origin in (dict, tuple):
@@ -72,12 +72,12 @@ def strict_copy(model: type[BaseModel]) -> type[BaseModel]:
     """A subclass of `model` (its methods kept) whose fields validate as `model`'s do and whose numbers are bounded
     as parse_json bounds them: what `model_validate_json` takes from bytes is what parse_json + `model_validate`
     would take, but NaN and overflow refused by type instead of by a walk."""
-    fields = {name: (_strict(f.annotation), f) for name, f in model.model_fields.items()}
-    return create_model(f"Strict{model.__name__}", __base__=model, __module__=__name__, **fields)  # type: ignore
+    fields: dict[str, Any] = {name: (_strict(f.annotation), f) for name, f in model.model_fields.items()}
+    return create_model(f"Strict{model.__name__}", __base__=model, __module__=__name__, **fields)
 
 
-StrictCell = strict_copy(CellResult)
-StrictRun = strict_copy(RunResult)
+StrictCell = cast(type[CellResult], strict_copy(CellResult))  # a subclass: its fields and methods are CellResult's
+StrictRun = cast(type[RunResult], strict_copy(RunResult))
 
 _SAMPLES = b'"samples":'
 _SPACE = (b" ", b"\n", b"\r", b"\t")

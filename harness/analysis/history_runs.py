@@ -8,9 +8,9 @@ a newer schema, a damaged cell file, a negative boot time), a second run with an
 recorded start is in the future (past this host's clock by more than FUTURE_SKEW: it would pass for the latest
 night) is *skipped with a warning* naming its path — one broken night neither hides the others nor goes unsaid; a
 shard run that a merged run in the history already holds is skipped with a note; a run still `running` or
-`interrupted` is *kept and marked* (shown, never read as a verdict). A path that does not exist, paths holding no run at all, or runs of
-different matrices are *refused* (exit 2): no history can be told from them. One leniency, deliberate: a memory
-curve is not read (harness.analysis.history_read), so what is wrong inside one is `check`'s to say.
+`interrupted` is *kept and marked* (shown, never read as a verdict). A path that does not exist, paths holding no run at
+all, or runs of different matrices are *refused* (exit 2): no history can be told from them. One leniency, deliberate: a
+memory curve is not read (harness.analysis.history_read), so what is wrong inside one is `check`'s to say.
 """
 
 from __future__ import annotations
@@ -19,14 +19,15 @@ import gc
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from harness.analysis.history_read import read_run
 from harness.errors import FileRefused, InputError, UsageError
 from harness.logfacts.timeline import ORDER, Milestone, span_name
 from harness.results.model import SCHEMA_VERSION, CellResult, RunResult, RunStatus
-from harness.results.store import load_run, now as wall_now
+from harness.results.store import load_run
+from harness.results.store import now as wall_now
 from harness.verdict import Reason
 from harness.walk import walk
 
@@ -286,4 +287,4 @@ def future(started_at: datetime, now: datetime) -> str | None:
 
 def _utc(t: datetime) -> datetime:
     """A start time without a zone (a hand-made record) is read as UTC, so it orders among the others."""
-    return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)

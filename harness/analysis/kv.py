@@ -135,7 +135,8 @@ def length_axis(run: RunResult, override: str | None = None) -> str | None:
     axes = axis_order(run)
     if override:
         if override not in axes:
-            raise UsageError(f"--length-axis {override}: the run has no such axis (axes are: {', '.join(axes) or 'none'})")
+            raise UsageError(f"--length-axis {override}: the run has no such axis "
+                             f"(axes are: {', '.join(axes) or 'none'})")
         return override
     for name in axes:
         if name.replace("-", "_").lower() in ("max_model_len", "max_len", "mml"):
@@ -225,7 +226,8 @@ def cap_of(cell: CellResult) -> Quantity | None:
         return _gib(kv.available_gib, Source.available_log)
     if kv.reserved_gib is not None:
         return _gib(kv.reserved_gib, Source.explicit_log)
-    if cell.refusal is not None and cell.refusal.kind == Reason.kv_insufficient and cell.refusal.available_gib is not None:
+    if (cell.refusal is not None and cell.refusal.kind == Reason.kv_insufficient
+            and cell.refusal.available_gib is not None):
         return _gib(cell.refusal.available_gib, Source.available_refusal)
     return None
 
@@ -267,16 +269,17 @@ def need_of(cell: CellResult, length: int | None, cap: Quantity | None, block: i
     if r is not None and r.kind == Reason.kv_insufficient and _plausible(r.estimated_max_model_len or 0, MAX_TOKENS):
         # vLLM's estimate M is the longest request the cap holds: the cap is M/block whole blocks plus those held back,
         # and less than one more, so a block costs at most cap / (M/block + held): `length` needs that many blocks.
-        m = r.estimated_max_model_len
+        m = r.estimated_max_model_len or 0  # plausible: above 0
         upper = cap.bytes * _blocks_for(length, block) / (m / block + held)
         lower = cap.bytes * _blocks_for(length, block) / (m / block + held + 1)
         return Quantity(upper, Source.estimate_scaled, lower * (1 - rel), upper * (1 + rel), detail=f"{m:,}")
     if cell.outcome == Outcome.booted:
-        tokens = cell.kv.kv_tokens if _plausible(cell.kv.kv_tokens or 0, MAX_TOKENS) else None
+        tokens: float | None = cell.kv.kv_tokens if _plausible(cell.kv.kv_tokens or 0, MAX_TOKENS) else None
         conc_rel = 0.0
-        if tokens is None and _plausible(cell.kv.max_concurrency or 0, MAX_TOKENS):
-            tokens = cell.kv.max_concurrency * length
-            conc_rel = 0.005 / cell.kv.max_concurrency  # printed %.2fx
+        conc = cell.kv.max_concurrency or 0
+        if tokens is None and _plausible(conc, MAX_TOKENS):
+            tokens = conc * length
+            conc_rel = 0.005 / conc  # printed %.2fx
         if tokens:
             # The pool holds `tokens` (whole blocks, the held-back one included): a token costs at most cap / tokens.
             upper = cap.bytes * _blocks_for(length, block) * block / tokens

@@ -77,7 +77,8 @@ def time_changes(a: CellResult, b: CellResult, tol: TimeTolerance) -> tuple[list
     if a.outcome != b.outcome:
         return [], []
     ta, tb = boot_times(a), boot_times(b)
-    slower, faster = [], []
+    slower: list[TimeChange] = []
+    faster: list[TimeChange] = []
     for what in [w for w in tb if w in ta]:
         if tol.exceeded(ta[what], tb[what]):
             (slower if tb[what] > ta[what] else faster).append(TimeChange(a.cell_id, what, ta[what], tb[what]))

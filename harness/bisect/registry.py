@@ -14,6 +14,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from datetime import UTC
 
 from harness.errors import UsageError
 
@@ -33,7 +34,7 @@ Fetch = Callable[[str, dict[str, str]], tuple[int, dict[str, str], bytes]]
 def http_fetch(url: str, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
     req = urllib.request.Request(url, headers=headers)
     try:
-        with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:  # noqa: S310 - the user's registry
+        with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:  # a URL of the user's registry
             return resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read(MAX_BODY + 1)
     except urllib.error.HTTPError as exc:
         return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read(MAX_BODY + 1)
@@ -68,7 +69,8 @@ def split(spec: str) -> tuple[str, str, str, str]:
 
 class _Client:
     def __init__(self, base: str, fetch: Fetch):
-        self.base, self.fetch, self.token = base, fetch, None
+        self.base, self.fetch = base, fetch
+        self.token: str | None = None
 
     def get(self, path: str, accept: str = "application/json") -> tuple[dict[str, str], bytes]:
         url = path if path.startswith("http") else self.base + path
@@ -162,10 +164,10 @@ def tags_by_creation(spec: str, fetch: Fetch = http_fetch) -> dict[str, str]:
 
 def _instant(text: str) -> str:
     """An RFC 3339 time, comparable as text: UTC, fraction cut (Go writes `2024-05-01T10:00:00.123456789Z`)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     t = re.sub(r"(\.\d{1,6})\d*", r"\1", text.replace("Z", "+00:00"))
     try:
-        return datetime.fromisoformat(t).astimezone(timezone.utc).isoformat()
+        return datetime.fromisoformat(t).astimezone(UTC).isoformat()
     except ValueError:
         raise UsageError(f"registry: creation time {text!r} is no RFC 3339 time") from None

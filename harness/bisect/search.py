@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from harness.bisect.oracle import Mark, Said
@@ -75,7 +76,7 @@ class Found:
         return sum(len(s.said) for s in self.steps)
 
 
-def worst_probes(lo: int, hi: int, skipped: set[int] = frozenset(), repeat: int = 1) -> int:
+def worst_probes(lo: int, hi: int, skipped: AbstractSet[int] = frozenset(), repeat: int = 1) -> int:
     """Probes a search between a known good `lo` and a known bad `hi` takes at most, skips aside."""
     open_ = sum(1 for i in range(lo + 1, hi) if i not in skipped)
     return math.ceil(math.log2(open_ + 1)) * repeat if open_ else 0

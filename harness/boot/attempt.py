@@ -12,13 +12,12 @@ from typing import Protocol
 
 from harness.boot.signals import signals_held
 from harness.clock import SYSTEM, Clock
-from harness.matrix.cells import Cell
 from harness.errors import CellStartError, UsageError
+from harness.gpu.records import GpuInfo
 from harness.logfacts import LogParser
 from harness.logfacts.timeline import Milestone, Timeline
 from harness.masking import Masker, secret_values
-from harness.predict.cell import predict_cell
-from harness.predict.prediction import PredictionRecord
+from harness.matrix.cells import Cell
 from harness.matrix.load import LoadedMatrix
 from harness.gpu.records import GpuInfo
 from harness.results.model import CellResult, Expected, Timings
@@ -35,13 +34,24 @@ from harness.memory.curve import summarize
 from harness.memory.model import MemoryCurve
 from harness.memory.probe import MemoryProbe
 from harness.memory.sampler import MemorySampler, Samples, Unreadable
+from harness.predict.cell import predict_cell
+from harness.predict.prediction import PredictionRecord
+from harness.predict.serve_flags import eager, flag_value
+from harness.results.model import CellResult, Expected, Timings
+from harness.results.store import RunStore, now
+from harness.runtime import scratch
+from harness.runtime.base import CellContext, Runtime, Server
+from harness.runtime.compile_cache import CompileCache, CompileCacheUse
 from harness.verdict.catalogue import REASONS, Reason
 from harness.verdict.causes import CauseKind
+from harness.verdict.policy import Decision, Evidence, decide
+from harness.watch.events import ThreadedEvents
+from harness.watch.logsink import LogSink
+from harness.watch.loop import Observation, Watch, WatchConfig
+from harness.watch.timeline import TimelineRecorder
 
 #: The verdicts that say memory ran out: their detail carries the curve's peak.
 MEMORY_REASONS = (*(r for r, info in REASONS.items() if info.kind == CauseKind.resource), Reason.oom_killed)
-from harness.watch.loop import Observation, Watch, WatchConfig
-from harness.watch.timeline import TimelineRecorder
 
 
 class Observer(Protocol):
@@ -72,7 +82,8 @@ class Attempt:
 
     #: The GPUs reserved for the cell (recorded); None on a CPU slot.
     gpus: list[GpuInfo] | None = None
-    #: Whether the cell is *given* those GPUs (its own set), or passes the matrix's shared `gpus:` request on as written.
+    #: Whether the cell is *given* those GPUs (its own set), or passes the matrix's shared `gpus:` request on as
+    #: written.
     assigned: bool = True
     #: 2 for the retry after a gpu_memory_busy refusal.
     number: int = 1
@@ -113,8 +124,8 @@ class CellRunner:
 
     def run(self, cell: Cell, attempt: Attempt = Attempt()) -> CellResult:
         m = self.loaded.matrix  # the command/entrypoint too: `sh -c "HF_TOKEN=… vllm serve …"` is one
-        masker = Masker(self.base_masker_values | secret_values(cell.env, [*(cell.command or m.command), *(m.entrypoint or []),
-                                                                            *cell.server_args]))
+        quoted = [*(cell.command or m.command), *(m.entrypoint or []), *cell.server_args]
+        masker = Masker(self.base_masker_values | secret_values(cell.env, quoted))
         sink = LogSink(self.store.log_path(cell.id), masker, echo=self.echo, max_bytes=self.config.log_max_bytes,
                        anchor=self.store.run_dir)
         try:
@@ -130,7 +141,8 @@ class CellRunner:
         ctx = CellContext(run_dir=self.store.run_dir, work_dir=work, masker=masker, matrix_dir=self.loaded.base_dir,
                           mark=timeline.mark, compile_cache=cache.path if cache else None,
                           labels={"boot-harness.run": self.store.run.run_id, "boot-harness.cell": cell.id},
-                          gpu_ids=None if gpus is None or not attempt.assigned else [g.id or str(g.index) for g in gpus])
+                          gpu_ids=None if gpus is None or not attempt.assigned
+                          else [g.id or str(g.index) for g in gpus])
         events = ThreadedEvents(self.clock)
         server: Server | None = None
         sampler: MemorySampler | None = None
@@ -218,10 +230,12 @@ class CellRunner:
                             verdict_s=seen.verdict_s, total_s=round(self.clock.now() - t0, 3)) if seen
             else Timings(total_s=round(self.clock.now() - t0, 3)),
             timeline=timeline, compile_cache=cache_use,
-            kv=facts.kv, memory=memory, refusal=facts.refusal.model_copy(update={"message": masker(facts.refusal.message)})
+            kv=facts.kv, memory=memory,
+            refusal=facts.refusal.model_copy(update={"message": masker(facts.refusal.message)})
             if facts.refusal else None,
             cause=facts.cause if facts.cause is not None and facts.cause.id == d.reason else None,
-            prediction=prediction, vllm_version=facts.vllm_version, log_path=str(self.store.log_path(cell.id).relative_to(self.store.run_dir)),
+            prediction=prediction, vllm_version=facts.vllm_version,
+            log_path=str(self.store.log_path(cell.id).relative_to(self.store.run_dir)),
             log_tail=sink.tail, log_cut=sink.record(facts.skimmed_lines), started_at=started_at, finished_at=now(),
             port=server.port if server else None, container=server.container_info() if server else None,
             patches=server.applied_patches() if server else [], gpus=list(attempt.gpus or []),
@@ -237,7 +251,7 @@ def _utilization(argv: list[str], version: str | None) -> float | None:
     return value if isinstance(value, float) and 0 < value <= 1 else None
 
 
-def _with_memory(d: Decision, memory: MemoryCurve | None) -> str | None:
+def _with_memory(d: Decision, memory: MemoryCurve | None) -> str:
     """A boot killed by memory says how close its curve came: the last thing a person asks about an OOM."""
     if d.reason not in MEMORY_REASONS or memory is None or memory.peak_bytes is None:
         return d.detail

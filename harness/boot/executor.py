@@ -32,8 +32,6 @@ import queue
 import threading
 
 from harness.boot.attempt import Attempt, CellRunner, NullObserver, Observer
-from harness.boot.server_registry import LiveServers, TrackingRuntime
-from harness.memory.gpu_probe import GpuProbe
 from harness.boot.notes import gpu_notes, note
 from harness.boot.retry import BusyRetry, RetryPolicy
 from harness.boot.signals import interrupts_raise, signals_held
@@ -45,6 +43,9 @@ from harness.gpu.hostlock import HostGpuLocks
 from harness.gpu.idle import IdleBaseline, IdleWait
 from harness.gpu.inventory import GpuPool, Inventory
 from harness.gpu.records import GpuInfo
+from harness.logfacts.timeline import Milestone
+from harness.matrix.cells import Cell
+from harness.memory.gpu_probe import GpuProbe
 from harness.results.model import CellResult, RunStatus
 from harness.verdict import Reason
 
@@ -210,7 +211,7 @@ class Executor:
             with self._lock:
                 self._errors.append(GpusGone(f"{exc}: no more cells start on it; the run stops here"))
             self.stop.set()
-        except BaseException as exc:  # a bug in a runtime or here: stop everything, the main thread re-raises
+        except BaseException as exc:  # noqa: BLE001 - a bug in a runtime or here: stop everything, the main thread re-raises
             with self._lock:
                 self._errors.append(exc)
             self.stop.set()

@@ -5,12 +5,17 @@ deciding which length to boot next."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from harness.analysis.frontier import Answer, GroupFrontier, find_frontier, known_from_run
 from harness.analysis.kv import block_size
 from harness.matrix.cells import groups_by, vary
 from harness.boot.session import RunOptions, RunSession, frontier_run_id
+from harness.boot.signals import Interrupted
+from harness.errors import UsageError
+from harness.matrix.cells import groups_by, vary
 from harness.predict.plan import Logged, plan_cells
 from harness.predict.predictor import GPU_BLOCK
 from harness.predict.serve_flags import flag_dest, flag_value, option_name, spelling_of
@@ -77,10 +82,13 @@ def run_frontier(loaded, cells: list, *, lo: int | None, hi: int | None, axis: s
     matrix = loaded.matrix
     axis, flag = matrix_length_axis(matrix, axis)
     groups = groups_by(cells, axis)
-    spellings = {members[0].id: _spelling(members[0].server_args, flag) for _, members in groups}
+    spellings: dict[str, str] = {}
     for _, members in groups:
-        if spellings[members[0].id] is None:
-            raise UsageError(f"cell {members[0].id} passes no {flag}: the frontier needs the length on the command line")
+        spelt = _spelling(members[0].server_args, flag)
+        if spelt is None:
+            raise UsageError(f"cell {members[0].id} passes no {flag}: the frontier needs the length on the command "
+                             "line")
+        spellings[members[0].id] = spelt
     session = RunSession.open(loaded, [m[0] for _, m in groups],
                               RunOptions(results_dir=results_dir, selection=selection, timeout_s=timeout_s,
                                          run_id=frontier_run_id(loaded)), runtime=runtime, say=say)
@@ -89,11 +97,11 @@ def run_frontier(loaded, cells: list, *, lo: int | None, hi: int | None, axis: s
     for key, members in groups:
         template = members[0]
         written = spellings[template.id]
-        values = [human_int(c.axes[axis]) for c in members if human_int(c.axes[axis])]
+        values = [v for c in members if (v := human_int(c.axes[axis]))]
         g_hi = hi if hi is not None else max(values, default=0)
         given = flag_value(template.server_args, "block_size")
         explicit_block = block or (given if isinstance(given, int) and given > 0 else None)
-        state = {"block": explicit_block or GPU_BLOCK, "fixed": explicit_block is not None}
+        state: dict[str, Any] = {"block": explicit_block or GPU_BLOCK, "fixed": explicit_block is not None}
         label = ", ".join(f"{k}={v}" for k, v in key.items())
 
         def oracle(length: int, why: str, template=template, state=state, label=label, written=written) -> Answer:
@@ -117,7 +125,8 @@ def run_frontier(loaded, cells: list, *, lo: int | None, hi: int | None, axis: s
             if predict else None
         if start is not None:
             say(f"[{label}] predicted frontier {start:,} (config.json + flags): probing it first")
-        search = find_frontier(oracle, lo, g_hi, lambda state=state: state["block"], known=known, predicted=start)
+        search = find_frontier(oracle, lo, g_hi, partial(state.__getitem__, "block"), known=known,
+                               predicted=start)
         found.append(GroupFrontier(key, template.id, search))
         say(f"[{label}] {search.text} — {search.boots} boot(s)")
     atomic_write_text(session.run_dir / "frontier.json", dump_json(

@@ -53,5 +53,5 @@ class BusyRetry:
         if second is None:
             return None
         note(log, f"attempt 2 of 2; attempt 1 refused {busy} (contaminated), its log: "
-                  f"{Path(first.log_path).with_name(kept.name)}")
+                  f"{Path(first.log_path or log).with_name(kept.name)}")
         return second

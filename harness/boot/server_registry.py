@@ -11,9 +11,9 @@ from __future__ import annotations
 import threading
 
 from harness.matrix.cells import Cell
+from harness.memory.probe import MemoryProbe
 from harness.runtime.base import CellContext, LineSink, Runtime, Server
 from harness.runtime.pull import PullObserver
-from harness.memory.probe import MemoryProbe
 from harness.runtime.records import AppliedPatch, ContainerInfo
 from harness.shell import Step
 

@@ -16,19 +16,19 @@ from pathlib import Path
 from harness.boot.attempt import CellRunner, Observer, watch_config
 from harness.boot.executor import Executor
 from harness.boot.slots import SlotPlan, plan_slots
-from harness.matrix.cells import Cell
 from harness.clock import SYSTEM, Clock
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
 from harness.gpu.inventory import Inventory
+from harness.masking import Masker
+from harness.matrix.cells import Cell
 from harness.matrix.load import LoadedMatrix
 from harness.matrix.scheduler import SchedulerRef
 from harness.results.model import CellResult, RunResult, RunStatus
 from harness.results.store import RunLock, RunStore, new_run_id
 from harness.runtime import make_runtime, scratch
-from harness.runtime.compile_cache import RUN_DIR_NAME, CompileCache, planned_dir
-from harness.masking import Masker
 from harness.runtime.base import CellContext, Runtime
+from harness.runtime.compile_cache import RUN_DIR_NAME, CompileCache, planned_dir
 from harness.runtime.pull import PullObserver
 from harness.shell import Step
 from harness.sweep import Swept, sweep_before_run
@@ -121,7 +121,8 @@ class RunSession:
         done = store.done()
         _vet(store, loaded, [c for c in cells if c.id not in done])
         cache = CompileCache.for_run(loaded.matrix.compile_cache, loaded.base_dir, store.run_dir, plan.parallel)
-        runner = CellRunner(loaded, runtime, store, watch_config(loaded, options.timeout_s), keep_work=options.keep_work,
+        runner = CellRunner(loaded, runtime, store, watch_config(loaded, options.timeout_s),
+                            keep_work=options.keep_work,
                             echo=options.echo, compile_cache=cache, clock=options.clock)
         return cls(loaded, store, cells, [c for c in cells if c.id not in done], runtime, plan, plan.executor(runner),
                    swept, lock, cache, options.keep_work)
@@ -182,7 +183,8 @@ class RunSession:
     def exit_code(self) -> ExitCode:
         """FAILED when a selected cell errored (where its expectation did not say so) or missed its expectation."""
         selected = {c.id for c in self.cells}
-        bad = [c for c in self.store.run.cells if c.cell_id in selected and (c.matched is False or c.errored_unexpected())]
+        bad = [c for c in self.store.run.cells
+               if c.cell_id in selected and (c.matched is False or c.errored_unexpected())]
         return ExitCode.FAILED if bad else ExitCode.OK
 
 
@@ -217,7 +219,8 @@ def planned_commands(loaded: LoadedMatrix, cells: list[Cell], options: RunOption
     out = []
     cache = planned_dir(loaded.matrix.compile_cache, loaded.base_dir, run_dir)
     for c in cells:
-        ctx = CellContext(run_dir=run_dir, work_dir=run_dir / "work" / c.id, masker=Masker(), matrix_dir=loaded.base_dir,
+        ctx = CellContext(run_dir=run_dir, work_dir=run_dir / "work" / c.id, masker=Masker(),
+                          matrix_dir=loaded.base_dir,
                           compile_cache=cache)
         tokens, steps = runtime.planned_command_line(c, ctx)
         out.append((c, tokens, steps))

@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from harness.boot.attempt import CellRunner, Observer
 from harness.boot.executor import Executor
 from harness.gpu.idle import DEFAULT_TIMEOUT_S, IdleBaseline
-from harness.gpu.inventory import CpuInventory, Inventory, open_inventory, parse_parallel, resolve_parallel, shared_indices
+from harness.gpu.inventory import (
+    CpuInventory,
+    Inventory,
+    open_inventory,
+    parse_parallel,
+    resolve_parallel,
+    shared_indices,
+)
 from harness.matrix.model import Matrix
 
 
@@ -29,7 +36,8 @@ class SlotPlan:
         return self.gpus_per_cell > 0 or bool(self.shared_gpus)
 
     def describe(self) -> str:
-        shared = f"; every cell waits for GPUs {', '.join(map(str, self.shared_gpus))} to be idle" if self.shared_gpus else ""
+        gpus = ", ".join(map(str, self.shared_gpus or []))
+        shared = f"; every cell waits for GPUs {gpus} to be idle" if self.shared_gpus else ""
         return f"parallel: {self.parallel} ({self.why}; {self.inventory.kind} inventory{shared})"
 
     def executor(self, runner: CellRunner, observer: Observer | None = None) -> Executor:
@@ -52,5 +60,5 @@ def plan_slots(matrix: Matrix, parallel: str | int = "1", idle_timeout_s: float 
         inventory = open_inventory(matrix.gpus_per_cell, id_kind="uuid" if matrix.runtime == "process" else "index",
                                    env=env, shares_gpus=shares)
     n, why = resolve_parallel(parallel, inventory, matrix.gpus_per_cell, shares_gpus=matrix.gpus is not None)
-    shared = shared_indices(matrix.gpus, inventory) if shares else None
+    shared = shared_indices(matrix.gpus, inventory) if shares and matrix.gpus is not None else None
     return SlotPlan(n, why, inventory, matrix.gpus_per_cell, shared or None, timeout)

@@ -1,5 +1,5 @@
-"""The analysis commands: compare, analyze, frontier, report, check, history. They read recorded runs (harness.analysis is
-pure) and render them (harness.report); `frontier` boots, through harness.boot.frontier."""
+"""The analysis commands: compare, analyze, frontier, report, check, history. They read recorded runs (harness.analysis
+is pure) and render them (harness.report); `frontier` boots, through harness.boot.frontier."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> dict:
                     {0: "compared; no regression", 1: "two runs: a cell regressed (outcome, boot time or memory peak)",
                      **USAGE_EXIT},
                     "One run: pairs of cells equal on every axis but --axis, flipped outcomes first. Two runs: "
-                    "regressions, fixes, cells in one run only, KV numbers that drifted beyond --tolerance, boot times and phases slower beyond --time-tolerance, "
+                    "regressions, fixes, cells in one run only, KV numbers that drifted beyond --tolerance, boot times "
+                    "and phases slower beyond --time-tolerance, "
                     "memory peaks grown beyond --memory-tolerance.")
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="one or two run directories (or results.json)")
     p.add_argument("--axis", help="one run: the axis the pairs differ in (default: image)")
@@ -92,7 +93,8 @@ def register(sub: argparse._SubParsersAction) -> dict:
     p = add_command(sub, "check", "the nightly gate on one run by itself: did every cell meet its expectation?",
                     ["boot-harness check merged/nightly-<run>"],
                     {0: "complete, and every cell met its expectation (or has none)",
-                     1: "not complete, or a cell errored (where its expectation did not say so) or missed (one line each)", **USAGE_EXIT})
+                     1: "not complete, or a cell errored (where its expectation did not say so) or missed (one line "
+                        "each)", **USAGE_EXIT})
     p.add_argument("run", type=Path, metavar="RUN", help="a run directory (or its results.json)")
     p.add_argument("--json", action="store_true", help="the verdict, the counts and each miss as one JSON object on "
                    "stdout")
@@ -224,7 +226,6 @@ def cmd_frontier(args: argparse.Namespace, out: Console) -> int:
     from harness.boot.frontier import run_frontier
     from harness.report.frontier import render_frontiers
     from harness.results.store import load_run
-    from harness.matrix.selection import selected
 
     sel = selected(args.matrix, args.select)
     loaded, cells = sel.loaded, sel.cells
@@ -245,14 +246,15 @@ def cmd_frontier(args: argparse.Namespace, out: Console) -> int:
     else:
         show(out, render_frontiers(found, run_dir))
         say_to(out)(f"boots: {sum(g.search.boots for g in found)}; results: {run_dir / 'results.json'}")
-    return ExitCode.FAILED if any(g.search.status in (SearchStatus.stopped, SearchStatus.limit) for g in found) else ExitCode.OK
+    stopped = any(g.search.status in (SearchStatus.stopped, SearchStatus.limit) for g in found)
+    return ExitCode.FAILED if stopped else ExitCode.OK
 
 
 def cmd_report(args: argparse.Namespace, out: Console) -> int:
-    from harness.results.store import load_run
     from harness.report.build import build_report
     from harness.report.grid import grid_renderable
     from harness.report.html import write_text
+    from harness.results.store import load_run
 
     for flag, path in (("--html", args.html), ("--markdown", args.markdown), ("--plot", args.plot)):
         if path is not None and str(path) != "-" and path.is_dir():

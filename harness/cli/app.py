@@ -10,7 +10,7 @@ import re
 import signal
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from rich.console import Console
 
@@ -40,7 +40,7 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str):
         m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if m:
             choices = re.findall(r"'?([\w-]+)'?", m.group(2))
@@ -79,15 +79,21 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
     return parser, handlers
 
 
+def _commands(parser: argparse.ArgumentParser) -> dict[str, Parser]:
+    """The commands' parsers, by name, where argparse keeps them: the `choices` of its one subparsers action."""
+    group = parser._subparsers
+    return cast(dict[str, Parser], group._group_actions[0].choices) if group is not None else {}
+
+
 def _subparser(parser: argparse.ArgumentParser, name: str) -> Parser:
-    return parser._subparsers._group_actions[0].choices[name]  # type: ignore[union-attr]
+    return _commands(parser)[name]
 
 
 def _unknown_flags_first(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     """A misspelt flag is named as such (with the nearest real one), not reported as the missing flag it meant."""
-    commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    commands = _commands(parser)
     name = next((a for a in argv if not a.startswith("-")), None)
-    if name not in commands:
+    if name is None or name not in commands:
         return
     sub = commands[name]
     known = {o for a in sub._actions for o in a.option_strings}

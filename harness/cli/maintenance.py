@@ -40,8 +40,8 @@ def register(sub: argparse._SubParsersAction) -> dict:
 
 
 def cmd_gc(args: argparse.Namespace, out: Console) -> int:
-    from harness.runtime.engine import DEFAULT_HOSTS
     from harness.runtime.compile_cache import RUN_DIR_NAME
+    from harness.runtime.engine import DEFAULT_HOSTS
     from harness.sweep import sweep
 
     engines = args.engine or list(DEFAULT_HOSTS)
@@ -83,8 +83,8 @@ def cmd_merge(args: argparse.Namespace, out: Console) -> int:
 def cmd_facts(args: argparse.Namespace, out: Console) -> int:
     from rich.text import Text
 
-    from harness.logfacts import parse_file
     from harness.escape import terminal, terminal_line
+    from harness.logfacts import parse_file
     from harness.logfacts.engine_config import read_engine_config
     from harness.logfacts.parser import iter_file_lines
     from harness.predict.facts_json import facts_output

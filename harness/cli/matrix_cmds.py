@@ -19,7 +19,8 @@ def register(sub: argparse._SubParsersAction) -> dict:
              2: "it is not (every mistake listed, one line each)"})
     add_matrix(p)
     p = add_command(sub, "cells", "list the matrix's cell ids, one a line (--json: argv, env, expectation too)",
-                    ["boot-harness cells --matrix matrix.yaml", "boot-harness cells --matrix matrix.yaml --select mtp=mtp4 --json"],
+                    ["boot-harness cells --matrix matrix.yaml",
+                     "boot-harness cells --matrix matrix.yaml --select mtp=mtp4 --json"],
                     {0: "listed (also for a shard that holds no cell)", **USAGE_EXIT},
                     "Variables the environment does not set are shown as <NAME>, with the matrix's setup command.")
     add_matrix(p)

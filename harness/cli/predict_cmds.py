@@ -45,7 +45,8 @@ def register(sub: argparse._SubParsersAction) -> dict:
                     "--same-model when it states too little). Formulas and their vLLM sources: docs/kv-model.md.")
     p.add_argument("model", metavar="MODEL", help="a model directory with config.json, or the config file")
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--available-bytes", metavar="N", type=values.byte_count, help="KV memory per rank in bytes (4294967296, 4G)")
+    size.add_argument("--available-bytes", metavar="N", type=values.byte_count,
+                      help="KV memory per rank in bytes (4294967296, 4G)")
     size.add_argument("--available-gib", metavar="G", type=values.gib, help="KV memory per rank in GiB (as vLLM logs "
                       "'Available KV cache memory')")
     p.add_argument("--vllm-version", default=None, metavar="X.Y.Z", type=values.vllm_version,
@@ -120,10 +121,9 @@ def cmd_plan(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_kv(args: argparse.Namespace, out: Console) -> int:
-    from harness.predict.predictor import draft_model_path, predict
-    from harness.predict.serve_flags import parse_serve_flags
     from harness.predict.model import read_model
-    from harness.predict.predictor import allows_long_max_model_len
+    from harness.predict.predictor import allows_long_max_model_len, draft_model_path, predict
+    from harness.predict.serve_flags import parse_serve_flags
     from harness.predict.versions import DEFAULT_VERSION, parse_version
     from harness.report.kv import render_prediction
 
@@ -184,7 +184,7 @@ def _nvml_name() -> str | None:
         inventory = NvmlInventory.open()
         devices = inventory.devices()
         return inventory.info(devices[0]).name if devices else None
-    except Exception:  # no NVML, no driver, no GPU: the dtype check is then not made (plan says what it knew)
+    except Exception:  # noqa: BLE001 - no NVML, no driver, no GPU: the dtype check is then not made (plan says so)
         return None
 
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
-
-from typing import TYPE_CHECKING
 
 from harness.cli import values
 from harness.cli.common import (USAGE_EXIT, add_command, add_matrix, add_parallel, add_selection, add_shard,
@@ -21,7 +20,8 @@ if TYPE_CHECKING:
 
 def register(sub: argparse._SubParsersAction) -> dict:
     p = add_command(sub, "run", "boot every selected cell for real and record why it booted or refused",
-                    ["boot-harness run --matrix matrix.yaml", "boot-harness run --matrix matrix.yaml --select mtp=mtp4 --dry-run",
+                    ["boot-harness run --matrix matrix.yaml",
+                     "boot-harness run --matrix matrix.yaml --select mtp=mtp4 --dry-run",
                      "boot-harness run --matrix matrix.yaml --shard 1/2 --parallel auto --results-dir boot-results",
                      "boot-harness run --matrix matrix.yaml --resume results/<run-id>"],
                     {0: "every cell met its expectation", 1: "a cell missed its expectation or errored", **USAGE_EXIT,
@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> dict:
                     "Results go to RESULTS_DIR/<run-id>/ (results.json, cells/, logs/), written as each cell ends.")
     add_matrix(p)
     add_selection(p)
-    p.add_argument("--results-dir", type=Path, default=Path("results"), help="where run directories go (default: results)")
+    p.add_argument("--results-dir", type=Path, default=Path("results"),
+                   help="where run directories go (default: results)")
     p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="finish an interrupted run: only cells it lacks")
     p.add_argument("--dry-run", action="store_true",
                    help="print what each cell would run, touch nothing (with --resume: only the cells it would boot)")
@@ -54,7 +55,8 @@ def register(sub: argparse._SubParsersAction) -> dict:
     p.add_argument("--results-dir", type=Path, default=Path("results"),
                    help="where --exec records the run, and where the printed steps keep patched files")
     add_timeout(p.add_argument)
-    p.add_argument("--port", type=values.port, default=8000, help="host port the printed command serves on (default 8000)")
+    p.add_argument("--port", type=values.port, default=8000,
+                   help="host port the printed command serves on (default 8000)")
     return {"run": cmd_run, "repro": cmd_repro}
 
 
@@ -152,7 +154,6 @@ def _report_sweep(session: RunSession, say) -> None:
 
 def _finish(session: RunSession, out: Console) -> int:
     from harness.report.progress import print_summary
-
     from harness.results.model import RunStatus
 
     run = session.finish(RunStatus.complete)

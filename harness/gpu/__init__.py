@@ -3,7 +3,7 @@
 `Inventory` is the Protocol the scheduler works against; `open_inventory` picks the one a run gets.
 """
 
-from harness.gpu.inventory import CpuInventory, Inventory, GpuPool, open_inventory
 from harness.gpu.idle import IdleBaseline, IdleWait
+from harness.gpu.inventory import CpuInventory, GpuPool, Inventory, open_inventory
 
 __all__ = ["CpuInventory", "GpuPool", "IdleBaseline", "IdleWait", "Inventory", "open_inventory"]

@@ -157,7 +157,8 @@ def resolve_parallel(spec: str | int | None, inventory: Inventory, gpus_per_cell
         if wanted is None:
             return fits, f"auto: {n_gpus} GPUs // {gpus_per_cell} per cell"
         if wanted > fits:
-            return fits, f"{wanted} asked, cut to {fits}: {n_gpus} GPUs // {gpus_per_cell} per cell (GPUs are never shared)"
+            return fits, (f"{wanted} asked, cut to {fits}: {n_gpus} GPUs // {gpus_per_cell} per cell (GPUs are never "
+                          "shared)")
         return wanted, f"{wanted} at {gpus_per_cell} GPU(s) per cell of {n_gpus}"
     if shares_gpus:
         if wanted is not None and wanted > 1:
@@ -201,7 +202,7 @@ def shared_indices(gpus: str | int | list[str], inventory: Inventory) -> list[in
         if gpus > len(devices):
             raise UsageError(f"gpus: {gpus} GPUs asked, the {inventory.kind} inventory has {len(devices)}")
         return devices[:gpus]
-    out = []
+    out: list[int] = []
     for want in gpus:
         hits = [i for i in devices if str(i) == want or (inventory.info(i).uuid or "").startswith(want)]
         if len(hits) != 1:

@@ -43,13 +43,14 @@ class NvmlInventory:
     def open(cls, id_kind: str = "index", env: Mapping[str, str] | None = None, nvml: Any = None) -> NvmlInventory:
         if nvml is None:
             try:
-                import pynvml as nvml  # nvidia-ml-py
+                import pynvml  # nvidia-ml-py
             except ImportError:
                 raise NvmlUnavailable("pynvml is not installed (pip install nvidia-ml-py)") from None
+            nvml = pynvml
         try:
             nvml.nvmlInit()
             count = int(nvml.nvmlDeviceGetCount())
-        except Exception as exc:  # pynvml.NVMLError and friends: no driver, no library
+        except Exception as exc:  # noqa: BLE001 - pynvml.NVMLError and friends: no driver, no library
             raise NvmlUnavailable(f"NVML does not answer ({exc})") from None
         if count == 0:
             raise NvmlUnavailable("NVML sees no GPU")
@@ -70,7 +71,7 @@ class NvmlInventory:
         with self._lock:
             try:
                 return self._nvml.nvmlDeviceGetMemoryInfo(self._handles[index])
-            except Exception as exc:  # pynvml.NVMLError_GpuIsLost, _Unknown, ...: the device no longer answers
+            except Exception as exc:  # noqa: BLE001 - NVMLError_GpuIsLost, _Unknown, ...: the device no longer answers
                 raise GpuLost(index, f"GPU {index} ({self._static[index][1]}) is lost: NVML says {exc}") from None
 
     def info(self, index: int) -> GpuInfo:

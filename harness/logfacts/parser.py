@@ -76,7 +76,7 @@ class LogParser:
         #: /health answered 200 (the watch says so): a server that never logs a listening line is ready too.
         self._listening = False
         self._version: str | None = None
-        self._kv: dict[str, float | int] = {}
+        self._kv: dict[str, float | int | str | None] = {}  # KvFacts' fields: numbers, and the device's name
         self._capture: float | None = None  # the first "Graph capturing finished" after the KV cache was sized
         self._early_capture: float | None = None  # the first before it: the V2 runner's profiling pass, or an excerpt's
         self._estimate: float | None = None  # the first "Estimated CUDA graph memory: X GiB total"
@@ -178,7 +178,8 @@ class LogParser:
         """The timeline as the log's own timestamps tell it: the phase is where the log stopped."""
         at = self._phases.log_milestones()
         end = self._phases.log_elapsed()
-        skip = skipped(bool(self._phases.eager), self._kv.get("device"))  # type: ignore[arg-type]
+        device = self._kv.get("device")
+        skip = skipped(bool(self._phases.eager), device if isinstance(device, str) else None)
         return Timeline(milestones=at, durations=self._phases.durations,
                         phase=phase_at(at, end, skip) if end is not None else None)
 
@@ -223,7 +224,7 @@ class LogParser:
             return Signal.READY
         return Signal.NONE
 
-    def _first(self, key: str, value: float | int | None) -> None:
+    def _first(self, key: str, value: float | int | str | None) -> None:
         """Keep the first logged value: tensor-parallel workers repeat the same line."""
         if value is not None and key not in self._kv:
             self._kv[key] = value
@@ -231,13 +232,13 @@ class LogParser:
     def _smallest(self, key: str, value: float | None) -> None:
         """Keep the smallest logged value: the engine sizes the pool by its tightest worker."""
         old = self._kv.get(key)
-        if value is not None and (old is None or value < old):
+        if value is not None and (not isinstance(old, float | int) or value < old):
             self._kv[key] = value
 
     def _largest(self, key: str, value: float | None) -> None:
         """Keep the largest logged value: each worker captures its own graphs, and the one needing most must fit."""
         old = self._kv.get(key)
-        if value is not None and (old is None or value > old):
+        if value is not None and (not isinstance(old, float | int) or value > old):
             self._kv[key] = value
 
     def _version_from(self, msg: str) -> None:

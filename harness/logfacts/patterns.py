@@ -166,9 +166,11 @@ ATTENTION_BLOCK = _c(r"\A(?:\[XPU\])?Setting attention block size to\s*" + INT +
 KV_BLOCK = _c(r"\ASetting kv cache block size to\s*" + INT + r"\s*for\b")
 # "Padding mamba page size by 91.04% to ensure that mamba page size and attention page size are exactly equal."
 MAMBA_PADDING = _c(r"\APadding mamba page size by\s*" + NUM + r"\s*%")
-# kv_cache_utils `_get_kv_cache_groups_uniform_page_size`: "Add 1 padding layers, may waste at most 50.00% KV cache memory"
+# kv_cache_utils `_get_kv_cache_groups_uniform_page_size`:
+# "Add 1 padding layers, may waste at most 50.00% KV cache memory"
 PADDING_LAYERS = _c(r"\AAdd\s*" + INT + r"\s*padding layers?, may waste at most")
-# platforms/cpu.py (AVX-512 BF16 CPUs): "Reset SSM cache type to float32 for accelerated GDN mamba backend 'qwen3_next'."
+# platforms/cpu.py (AVX-512 BF16 CPUs):
+# "Reset SSM cache type to float32 for accelerated GDN mamba backend 'qwen3_next'."
 CPU_SSM_RESET = _c(r"\AReset SSM cache type to (\w{1,20}) for accelerated GDN mamba backend")
 # models/config.py `MambaModelConfig`: "Mamba cache mode is set to 'align' for X by default when prefix caching ..."
 MAMBA_MODE = _c(r"\AMamba cache mode is set to '(\w{1,20})'")
@@ -192,7 +194,8 @@ AUTOFIT_IMPOSSIBLE = _c(EXC + r"Cannot auto-fit max_model_len")
 # "User-specified max_model_len (N) is greater than the derived max_model_len (key=D or model_max_length=M in model's
 # config.json)." A refusal only when raised ("To allow overriding this maximum, set the env var ..."); with
 # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 the same sentence is a WARNING ending "Make sure the value is correct and within the
-# model context size." (≤0.11) or followed by "VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution." (≥0.12).
+# model context size." (≤0.11) or followed by "VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution."
+# (≥0.12).
 MAX_LEN_EXCEEDS = _c(
     EXC + r"User-specified max_model_len\s*\(\s*" + INT + r"\s*\) is greater than the derived max_model_len"
     r"(?:\s*\([^=()]{0,100}=\s*(?:" + INT + r"|[^\s()]{1,40}))?"
@@ -203,7 +206,8 @@ MAX_LEN_WARNING_MARK = "Make sure the value is correct and within the model cont
 # ≥0.33 also: "... on startup is less than the engine's budget after excluding external process's weights (U, R GiB)".
 # NOT the ≥0.10.2 INFO suggestion "Free memory on device (F/T GiB) on startup. Desired GPU memory utilization is ...".
 GPU_MEMORY_BUSY = _c(
-    EXC + r"Free memory on device(?: [^\s(]{1,40})?\s*\(\s*" + NUM + r"\s*/\s*" + NUM + r"\s*GiB\) on startup is less than"
+    EXC + r"Free memory on device(?: [^\s(]{1,40})?\s*\(\s*" + NUM + r"\s*/\s*" + NUM
+    + r"\s*GiB\) on startup is less than"
 )
 # CPU backend's counterparts: "Available memory on node 0 (A/T GiB) on startup is less than desired CPU memory
 # utilization (U, R GiB)." and "Available memory on node 0 (A/T GiB) on kv cache allocation is less than requested

@@ -46,8 +46,9 @@ DYNAMO = _c(TAG + r"Dynamo bytecode transform time:\s*" + NUM + r"\s*s")
 # "Compiling a graph for general shape / shape %s / dynamic shape / compile range %s takes %.2f s"
 COMPILE_GRAPH = _c(TAG + r"Compiling a graph for .{0,200}? takes\s*" + NUM + r"\s*s")
 # monitor.py: "torch.compile takes %.2f s in total" (0.6.6–0.17: a process's running total, printed again, larger,
-# after a draft model compiled), "torch.compile took %.2f s in total" and "torch.compile and initial profiling/warmup run
-# together took %.2f s in total" (0.19+: one model's own time, tagged "[backbone] " / "[eagle_head] " from 0.32)
+# after a draft model compiled), "torch.compile took %.2f s in total" and
+# "torch.compile and initial profiling/warmup run together took %.2f s in total" (0.19+: one model's own time, tagged
+# "[backbone] " / "[eagle_head] " from 0.32)
 COMPILE_TOTAL = _c(TAG + r"torch\.compile (?:and initial profiling/warmup run together )?(takes|took)\s*" + NUM
                    + r"\s*s in total")
 # The engine's own total, when no monitor line came: "init engine (...) took %.2f s (compilation: %.2f s)" (0.22+)
@@ -83,7 +84,8 @@ ENFORCE_EAGER = _c(r"\AEnforce eager set|\benforce_eager=True\b")
 
 #: Substrings one of which every phase line holds: the cheap pre-check before any regex here runs.
 KEYWORDS: tuple[str, ...] = (
-    "took", "takes", "Starting to load model", "Loading model from scratch", "Dynamo bytecode", "Directly load", "Initializing a", "Waiting for init message", "load failure",
+    "took", "takes", "Starting to load model", "Loading model from scratch", "Dynamo bytecode", "Directly load",
+    "Initializing a", "Waiting for init message", "load failure",
     "Directly lookup", "saved AOT", "Warming up", "Starting torch.compile",
     "KV cache size", "Maximum concurrency", "blocks:", "Enforce eager",
 )

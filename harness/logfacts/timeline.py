@@ -129,16 +129,16 @@ class Durations(BaseModel):
     model_load_gib: float | None = Field(None, description="\"Model loading took X GiB\" (V0: \"Loading model weights "
                                                            "took X GB\")")
     dynamo_transform_s: float | None = Field(None, description="\"Dynamo bytecode transform time: X s\"")
-    compile_s: float | None = Field(None, description="\"torch.compile takes X s in total\" (≤0.17: a process's running "
-                                                      "total, its last line), the sum of each model's \"torch.compile "
-                                                      "took X s in total\" (0.19+), else the init line's "
-                                                      "\"(compilation: X s)\", else the sum of \"Compiling a graph ... "
-                                                      "takes X s\"")
+    compile_s: float | None = Field(None, description="\"torch.compile takes X s in total\" (≤0.17: a process's "
+                                                      "running total, its last line), the sum of each model's "
+                                                      "\"torch.compile took X s in total\" (0.19+), else the init "
+                                                      "line's \"(compilation: X s)\", else the sum of \"Compiling a "
+                                                      "graph ... takes X s\"")
     compile_cache_hit: bool | None = Field(None, description="true when the compiled graph came from the cache, false "
                                                              "when it was compiled, null when nothing was compiled")
     compile_cache_failure: str | None = Field(None, description="why vLLM could not load the cached compilation "
-                                                                "(\"Compiling model again due to a load failure from …, "
-                                                                "reason: …\")")
+                                                                "(\"Compiling model again due to a load failure from "
+                                                                "…, reason: …\")")
     graph_capture_s: float | None = Field(None, description="\"Graph capturing finished in X secs\"")
     graph_capture_gib: float | None = Field(None, description="\"..., took X GiB\" of the captures after the KV cache "
                                                               "was sized (0.30+ also captures while profiling: the "

@@ -8,7 +8,6 @@ import os
 import pwd
 from pathlib import Path
 
-
 #: Folders of the system itself: never a cache (nor anything under /proc, /sys, /dev).
 _SYSTEM = ("/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/media", "/mnt", "/opt", "/proc",
            "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/tmp")
@@ -31,7 +30,8 @@ def _protected(matrix_dir: Path) -> list[tuple[str, Path]]:
         if repo is not None:
             found.append((label, repo))
     try:
-        found += [(f"the home folder of {u.pw_name}", Path(u.pw_dir)) for u in pwd.getpwall() if u.pw_dir.startswith("/")]
+        found += [(f"the home folder of {u.pw_name}", Path(u.pw_dir))
+                  for u in pwd.getpwall() if u.pw_dir.startswith("/")]
     except OSError:
         pass
     return [(label, Path(os.path.realpath(p))) for label, p in found]

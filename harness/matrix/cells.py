@@ -2,7 +2,8 @@
 
 Ids are built from axis value names, never positions, so adding a value to one axis leaves every other cell's id (and
 its results, and the nightly comparison) untouched; a value that is a secret is named for its place on its axis
-(harness.matrix.secret_names), never for itself. Ids avoid `=`, `,` and spaces so they work in `pytest -k` and `--select`.
+(harness.matrix.secret_names), never for itself. Ids avoid `=`, `,` and spaces so they work in `pytest -k` and
+`--select`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import fnmatch
 import itertools
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 from harness.errors import ConfigError, SelectionError, UsageError
 from harness.matrix.model import CONTAINER_ONLY_MESSAGE, ExpectRule, Matrix, Mount, PatchSpec, Selector
@@ -215,7 +218,7 @@ def expand(matrix: Matrix, file: str = "<matrix>") -> tuple[list[Cell], list[Con
     expected_by = SelectorIndex([rule.where for rule in matrix.expect], matrix.axis_values())
     model_args = ["--model", matrix.model] if matrix.model else []
     for combo in itertools.product(*(matrix.axes[n].value_names() for n in names)):
-        assignment = dict(zip(names, combo))
+        assignment = dict(zip(names, combo, strict=False))
         if excluded.matching(assignment):
             continue
         args, env = list(matrix.args), dict(matrix.env)
@@ -249,7 +252,8 @@ def expand(matrix: Matrix, file: str = "<matrix>") -> tuple[list[Cell], list[Con
     named = as_flags(rule_any, len(matrix.expect))
     for i, hits in enumerate(rule_hits):
         if hits == 0 and cells:
-            why = "every cell it names is excluded" if not named[i] else "every cell it names is taken by an earlier rule"
+            why = ("every cell it names is excluded" if not named[i]
+                   else "every cell it names is taken by an earlier rule")
             problems.append(ConfigError(file, f"expect[{i}]", f"rule can never match: {why}"))
     return cells, problems
 
@@ -263,7 +267,7 @@ def explain_missing_id(matrix: Matrix, cell_id: str, cells: list[Cell]) -> str:
     """Why no cell has this id: it is excluded (and by which rule), or it is not an id, with the nearest ones."""
     names = list(matrix.axes)
     for combo in itertools.product(*(matrix.axes[n].value_names() for n in names)):
-        assignment = dict(zip(names, combo))
+        assignment = dict(zip(names, combo, strict=False))
         if cell_id_of(matrix, assignment) == cell_id:
             rule = next(i for i, sel in enumerate(matrix.exclude) if selector_matches(sel, assignment))
             return f"cell {cell_id!r} is excluded by exclude[{rule}] ({matrix.exclude[rule]})"
@@ -277,7 +281,7 @@ def select_cells(cells: list[Cell], exprs: list[str] | None, matrix: Matrix, sou
     if not exprs:
         return cells
     values = matrix.axis_values()
-    chosen: dict[str, Cell] = {}
+    chosen: dict[str, S] = {}
     for expr in exprs:
         if not expr.strip():
             raise SelectionError(source, "", "an empty expression selects nothing (leave the option out for every "

@@ -21,7 +21,8 @@ def expand_string(text: str, environ: Mapping[str, str], path: str) -> str:
             return "${"
         name, default = match.group(1), match.group(2)
         if name is None:
-            raise UnsetVariable(path, f"malformed variable reference {match.group(0)!r} (write ${{NAME}} or ${{NAME:-default}})")
+            raise UnsetVariable(path, f"malformed variable reference {match.group(0)!r} "
+                                      "(write ${NAME} or ${NAME:-default})")
         value = environ.get(name)
         if value is None or (value == "" and default is not None):
             if default is None:

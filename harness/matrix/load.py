@@ -1,4 +1,5 @@
-"""Reading a matrix file: YAML → env expansion → pydantic → cross-checks, every mistake one `FILE:key.path: what` line."""
+"""Reading a matrix file: YAML → env expansion → pydantic → cross-checks, every mistake one `FILE:key.path: what`
+line."""
 
 from __future__ import annotations
 
@@ -222,7 +223,7 @@ def _known_keys() -> list[str]:
 
 def read_yaml(text: str) -> Any:
     """YAML as matrix files mean it (1.2 booleans and integers, no duplicate keys); raises yaml.YAMLError."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: safe
 
 
 #: More values than this once YAML aliases are expanded is an alias bomb, not a matrix.

@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PrivateAttr, Tag,
-                      ValidationInfo, field_validator, model_validator)
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from harness.verdict.catalogue import OutcomeName, ReasonName, check_reason
 
@@ -87,7 +97,7 @@ def _number(value: Any) -> Any:
 Seconds = Annotated[float, BeforeValidator(_number)]
 Count = Annotated[int, BeforeValidator(_number)]
 #: Seconds, or null (the constraints of the field's Field() then still reach the number).
-MaybeSeconds = Annotated[Union[float, None], BeforeValidator(_number)]
+MaybeSeconds = Annotated[float | None, BeforeValidator(_number)]
 #: The shortest sampling interval: below it the sampler's own reads (a process tree, a cgroup, NVML) are most of a
 #: core — `1e-9` spins — and the curve gains nothing a boot's phases show.
 MIN_INTERVAL_S = 0.05
@@ -233,11 +243,11 @@ def _axis_kind(raw: Any) -> str:
 
 
 Axis = Annotated[
-    Union[Annotated[FlagAxis, Tag("flag")], Annotated[NamedAxis, Tag("named")]],
+    Annotated[FlagAxis, Tag("flag")] | Annotated[NamedAxis, Tag("named")],
     Discriminator(_axis_kind),
 ]
 
-Selector = dict[str, Union[str, list[str]]]
+Selector = dict[str, str | list[str]]
 
 
 class ExpectRule(_Strict):
@@ -280,7 +290,7 @@ def _normalize_selector(value: Any) -> Any:
     return out
 
 
-GpuRequest = Union[Literal["all"], int, list[str]]
+GpuRequest = Literal["all"] | int | list[str]
 
 #: Keys only a container runtime reads (`memory` has its own message); a process runtime refuses them when written.
 #: Not `gpus`/`gpus_per_cell`: a process matrix's cells wait for (or are handed) those GPUs too.
@@ -303,7 +313,8 @@ class Matrix(_Strict):
     probe: YamlBool = Field(True, description="after /health 200, one max_tokens=1 completion must succeed")
     linger_s: Seconds = Field(10.0, ge=0, allow_inf_nan=False,
                             description="after a refusal line, how long to wait for the exit code")
-    compile_cache: str = Field("run", pattern=r"^(run|none|.*/.*)$", description="the torch.compile cache the cells share: `run` (one directory per "
+    compile_cache: str = Field("run", pattern=r"^(run|none|.*/.*)$",
+                               description="the torch.compile cache the cells share: `run` (one directory per "
                                                   "run: the first cell of a configuration compiles, the rest load), "
                                                   "`none` (every cell cold), or a directory kept across runs (a path "
                                                   "with a `/`, relative to the matrix file)")
@@ -359,7 +370,8 @@ class Matrix(_Strict):
         if isinstance(v, dict):
             for name in v:
                 if not _AXIS_NAME.match(str(name)):
-                    raise ValueError(f"axis name {name!r}: use letters, digits, '_' and '-' (it goes into ids and --select)")
+                    raise ValueError(f"axis name {name!r}: use letters, digits, '_' and '-' "
+                                     "(it goes into ids and --select)")
         return v
 
     @field_validator("compile_cache", mode="before")

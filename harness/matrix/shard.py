@@ -16,14 +16,21 @@ import hashlib
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from harness.errors import UsageError
 from harness.matrix.scheduler import SchedulerRef, detect
 
 _SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 
-T = TypeVar("T")
+
+class _HasId(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+#: a cell (anything with an `.id`) or a cell id
+T = TypeVar("T", bound="str | _HasId")
 
 
 #: `--shard auto`: the index and count come from the scheduler's variables.
@@ -76,5 +83,5 @@ def shard_cells(cells: Sequence[T], i: int, n: int) -> list[T]:
     return [c for c in cells if shard_of(_id(c), n) == i]
 
 
-def _id(cell: object) -> str:
-    return cell if isinstance(cell, str) else cell.id  # type: ignore[attr-defined]
+def _id(cell: str | _HasId) -> str:
+    return cell if isinstance(cell, str) else cell.id

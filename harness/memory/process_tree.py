@@ -44,7 +44,8 @@ def descendants(roots: Iterable[int]) -> set[int]:
 
 class CachedPids:
     """A server's PIDs, walked again every `every` asks (or when told a process it holds is gone): a vLLM server's
-    tree of many threads costs ~20 µs a thread to walk, and its processes change a few times per boot, not per sample."""
+    tree of many threads costs ~20 µs a thread to walk, and its processes change a few times per boot, not per
+    sample."""
 
     def __init__(self, pids: Callable[[], set[int]], every: int = 5):
         self._walk, self.every = pids, every

@@ -96,7 +96,8 @@ def checks(low: KvPrediction, high: KvPrediction, kv: KvFacts, refusal: Refusal 
     if refusal is not None and refusal.kind == Reason.kv_insufficient:
         if refusal.needed_gib is not None:
             out.append(_check("need_gib", low.need_bytes, low.need_bytes, refusal.needed_gib, _gib2))
-        if refusal.available_gib is not None and low.available_bytes is not None:
+        if (refusal.available_gib is not None and low.available_bytes is not None
+                and high.available_bytes is not None):
             out.append(_check("available_gib", low.available_bytes - low.bytes_per_block,
                               high.available_bytes - high.bytes_per_block, refusal.available_gib, _gib2))
         if refusal.estimated_max_model_len is not None and low.fits is not None:
@@ -166,7 +167,8 @@ def hint(record: PredictionRecord) -> str | None:
                 "scaling, the tokenizer's model_max_length) or VLLM_ALLOW_LONG_MAX_MODEL_LEN in the server's env")
     if "need_gib" in bad or "kv_tokens" in bad or "estimated_max_model_len" in bad or "max_concurrency" in bad:
         c = bad.get("need_gib") or bad.get("kv_tokens") or bad.get("estimated_max_model_len") or bad["max_concurrency"]
-        under = c.fact == "need_gib" and isinstance(c.predicted, (int, float)) and c.predicted < (c.logged or 0)
+        logged = c.logged if isinstance(c.logged, (int, float)) else 0
+        under = c.fact == "need_gib" and isinstance(c.predicted, (int, float)) and c.predicted < logged
         over_capacity = c.fact != "need_gib" and (c.rel_error or 0) > 0
         if under or over_capacity:
             return ("the server needs more KV than predicted: a per-token term under-modelled if the gap grows with "

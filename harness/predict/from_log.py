@@ -116,11 +116,11 @@ def serve_argv(cfg: EngineConfig, facts: LogFacts, version: str) -> tuple[list[s
     elif caching in (False, "False"):
         argv.append("--no-enable-prefix-caching")
     for dest in _ARG_FLAGS:
-        value = a.get(dest)
-        if dest == "max_num_batched_tokens" and value is None and cfg.max_num_batched_tokens:
-            value = cfg.max_num_batched_tokens
-        if value is not None and value != "":
-            argv += [_flag(dest), str(value)]
+        given = a.get(dest)
+        if dest == "max_num_batched_tokens" and given is None and cfg.max_num_batched_tokens:
+            given = cfg.max_num_batched_tokens
+        if given is not None and given != "":
+            argv += [_flag(dest), str(given)]
     for dest in _ARG_SWITCHES:
         if a.get(dest) is True:
             argv.append(_flag(dest))
@@ -352,6 +352,7 @@ def check_log(model: str, log: str, given: list[str], *, version: str | None = N
                    allow_long_max_model_len=long_ok)
     model_note = identify(model, shape, bare, logged_model_, log, same_model)
     null_block = bare.bytes_per_block if rules_for(version).null_block_in_check else 0
+    pool: tuple[int, int, str] | None
     if available is not None:
         pool = (available[0], available[0], available[1])
     else:
@@ -370,16 +371,16 @@ def check_log(model: str, log: str, given: list[str], *, version: str | None = N
         low = low.model_copy(update={"notes": [*low.notes, *notes]})
     record = PredictionRecord(prediction=low, checks=found, agrees=all(c.agrees for c in found) if found else None)
     record = record.model_copy(update={"hint": hint(record)})
-    logged = logged_figures(facts)
-    if not logged:
+    figures = logged_figures(facts)
+    if not figures:
         raise UsageError(f"{log}: no KV figure in the log to hold a prediction against (no \"KV cache size\", "
                          "\"Maximum concurrency\", KV or max-length refusal, block size or mamba padding line)")
     checked = {c.fact for c in found}
     why = "the log gives no KV memory size (pass --available-gib)" if pool is None else "not predicted for this log"
-    unchecked = {k: why for k in logged if k not in checked and k != "need_bytes"}  # need_bytes is need_gib
+    unchecked = {k: why for k in figures if k not in checked and k != "need_bytes"}  # need_bytes is need_gib
     return LogCheck(log=str(log), version=version, version_source=version_source, platform=platform,
                     platform_source=platform_source, from_log=from_log, given=list(given), record=record,
-                    logged=logged, unchecked=unchecked, model=logged_model_, model_note=model_note)
+                    logged=figures, unchecked=unchecked, model=logged_model_, model_note=model_note)
 
 
 def render_log_check(lc: LogCheck) -> str:

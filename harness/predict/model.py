@@ -131,7 +131,8 @@ def apply_hf_overrides(raw: dict[str, Any], overrides: dict[str, Any], nested: b
 def _quant_config(raw: dict[str, Any]) -> dict[str, Any] | None:
     """The checkpoint's quantization config where vLLM looks for it (`quantization_config`, the text config's,
     compressed-tensors' `compression_config`); ModelOpt's legacy hf_quant_config.json is merged in by `read_model`."""
-    for cfg in (raw, raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}):
+    text = raw.get("text_config")
+    for cfg in (raw, text if isinstance(text, dict) else {}):
         q = cfg.get("quantization_config")
         if isinstance(q, dict):
             return q
@@ -142,7 +143,8 @@ def _quant_config(raw: dict[str, Any]) -> dict[str, Any] | None:
 def _modelopt_kv(q: dict[str, Any]) -> str | None:
     """`get_kv_cache_quant_algo_string`: the KV algorithm a ModelOpt config names; "auto" for a form vLLM does not
     map (it then warns and keeps the model dtype)."""
-    inner = q.get("quantization") if isinstance(q.get("quantization"), dict) else q
+    nested = q.get("quantization")
+    inner: dict[str, Any] = nested if isinstance(nested, dict) else q
     algo = (inner.get("kv_cache_scheme") or q.get("kv_cache_scheme") or inner.get("kv_cache_quant_algo")
             or q.get("kv_cache_quant_algo"))
     if isinstance(algo, dict):

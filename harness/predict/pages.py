@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.predict.kinds import LayerKind
 from harness.errors import UsageError
 from harness.predict.dtypes import DTYPE_BYTES, config_compute_dtype
+from harness.predict.kinds import LayerKind
 from harness.predict.model import Layer, ModelShape
 
 #: --kv-cache-dtype values that store one byte per element (the fp8 family and int8 without per-head scales)

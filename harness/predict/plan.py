@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from pydantic import Field
 
 from harness.jsonout import JsonOutput
 from harness.matrix.cells import Cell
 from harness.matrix.model import Matrix
-from harness.logfacts import KvFacts, Refusal
 from harness.predict.cell import platform_of, predict_cell
 from harness.predict.prediction import KvPrediction, PredictionRecord
 from harness.errors import UsageError
@@ -147,12 +147,12 @@ def plan_cells(cells: list[Cell], read: Callable[[Cell, str], bytes | None], pri
         kv = before.kv if before else KvFacts()
         version = vllm_version or (before.vllm_version if before else None)
         chosen = platform or (None if before and before.kv.device else default_platform)
-        record = predict_cell(cell.server_args, lambda path, cell=cell: read(cell, path), kv,
+        record = predict_cell(cell.server_args, partial(read, cell), kv,
                               before.refusal if before else None, None, None, version, chosen, env=cell.env,
                               machine=machine)
         planned = _planned(cell, record, before, chosen or platform_of(kv))
         if planned.outcome is None and record.prediction is None:
-            planned = _refused_anyway(planned, lambda path, cell=cell: read(cell, path), version, machine)
+            planned = _refused_anyway(planned, partial(read, cell), version, machine)
         out.append(planned)
     return out
 

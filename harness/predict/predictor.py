@@ -14,11 +14,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
-from harness.predict.kinds import LayerKind
 from harness.errors import UsageError
 from harness.predict.groups import Grouping, group_layers
 from harness.predict.hybrid import config_ssm_dtype, plan_states
+from harness.predict.kinds import LayerKind
 from harness.predict.model import Layer, ModelShape, apply_hf_overrides, shape_from_config
 from harness.predict.pages import Page, kv_element_bytes, model_dtype, page_for
 from harness.predict.platforms import is_cpu, resolve
@@ -39,7 +40,7 @@ _NO_LAYERS = {"ngram", "ngram_gpu", "suffix", "medusa", "mlp_speculator"}
 
 
 def is_mtp(method: str | None) -> bool:
-    return bool(method) and (method == "mtp" or method.endswith("_mtp"))
+    return method is not None and (method == "mtp" or method.endswith("_mtp"))
 
 
 def draft_model_path(flags: ServeFlags) -> str | None:
@@ -156,7 +157,8 @@ def model_limit(shape: ModelShape, crules: ConfigRules) -> ModelLimit | None:
     if not derived:
         return None
     raw = shape.raw or {}
-    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    nested = raw.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else raw
     mml_key = text.get("model_max_length")
     source = (f"model_max_length={derived}" if isinstance(mml_key, int) and mml_key == derived
               else f"max_position_embeddings={derived}" if derived == shape.max_position_embeddings
@@ -327,7 +329,8 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
     state_pages: list[Page] = []
     states = None
     if state_layers:
-        attn = next((layer for layer in shape.layers if layer.kind in (LayerKind.full, LayerKind.mla, LayerKind.sliding)), None)
+        attention = (LayerKind.full, LayerKind.mla, LayerKind.sliding)
+        attn = next((layer for layer in shape.layers if layer.kind in attention), None)
         # the alignment sizes the attention page with the cache dtype it sees: from 0.20 it runs after the model is
         # built, when a compressed-tensors scheme has already made it fp8; before, at config time
         late = hybrid_rules_for(version).align_with_block_size
@@ -363,8 +366,8 @@ def predict(shape: ModelShape, flags: ServeFlags, *, version: str = DEFAULT_VERS
         vllm_version=version, model=shape.path, max_model_len=mml, tensor_parallel_size=tp, dtype=dtype,
         kv_cache_dtype=kv_dtype, block_size=block,
         bytes_per_token=sum(p.token_bytes for p in pages),
-        state_bytes_per_seq=bpb * sum(g.page.state_blocks for g in grouping.groups if g.page.layer.kind == LayerKind.state
-                                      and not g.page.state_per_block),
+        state_bytes_per_seq=bpb * sum(g.page.state_blocks for g in grouping.groups
+                                      if g.page.layer.kind == LayerKind.state and not g.page.state_per_block),
         bytes_per_block=bpb,
         state_content_bytes=states.content_bytes if states else None,
         state_page_padding_pct=states.padding_pct if states else None,

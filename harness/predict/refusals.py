@@ -27,7 +27,6 @@ from harness.gpu.capability import capability_of
 from harness.predict.serve_flags import ServeFlags
 from harness.predict.versions import release_of
 
-
 #: The causes `plan` and `kv` predict from the configuration (max_len_exceeds_model: predictor.py's length check).
 PREDICTED = ("max_len_exceeds_model", "config_invalid_batched_tokens", "tp_not_divisible", "not_enough_gpus",
              "dtype_unsupported_gpu")
@@ -102,12 +101,13 @@ def config_refusals(raw: dict[str, Any] | None, flags: ServeFlags, *, pipeline: 
         out.append(ConfigRefusal("not_enough_gpus", {"world_size": world, "gpus": machine.gpus},
                                  f"world size {world} (tensor × pipeline × data parallel) is above the "
                                  f"{machine.gpus} GPU(s) the cell gets: the executor refuses to start"))
-    cap = capability_of(machine.gpu_name) if machine is not None and machine.gpu_name else None
-    if cap is not None and flags.dtype.lower() in ("bfloat16", "bf16") and cap < (8, 0):
+    gpu = machine.gpu_name if machine is not None else None
+    cap = capability_of(gpu) if gpu else None
+    if gpu and cap is not None and flags.dtype.lower() in ("bfloat16", "bf16") and cap < (8, 0):
         out.append(ConfigRefusal("dtype_unsupported_gpu",
-                                 {"dtype_asked": "bfloat16", "min_capability": "8.0", "gpu": machine.gpu_name[:80],
+                                 {"dtype_asked": "bfloat16", "min_capability": "8.0", "gpu": gpu[:80],
                                   "capability": f"{cap[0]}.{cap[1]}"},
-                                 f"--dtype bfloat16 needs compute capability 8.0; {machine.gpu_name[:80]} has "
+                                 f"--dtype bfloat16 needs compute capability 8.0; {gpu[:80]} has "
                                  f"{cap[0]}.{cap[1]}: the GPU worker refuses it"))
     return out
 

@@ -83,11 +83,13 @@ _GRAMMARS = (
     Grammar((0, 20, 0), "any", "json+human", whole_key=False, tera=True),
 )
 
-#: How a value is read. int: int(); float: float(); human: human_readable_int; len: that or `auto`/-1 (0.14 on); json: json.loads;
+#: How a value is read. int: int(); float: float(); human: human_readable_int; len: that or `auto`/-1 (0.14 on);
+#: json: json.loads;
 #: literal: ast.literal_eval (0.8.2's string); dict|str: JSON when it looks like an object, else the string
 #: (union_dict_and_str); str; on/off: a switch that sets True/False. `?`: optional_type / nullable_str, "" and "None"
 #: read as None.
-Kind = Literal["int", "float", "human", "len", "json", "literal", "dict|str", "str", "on", "off", "?int", "?human", "?json",
+Kind = Literal["int", "float", "human", "len", "json", "literal", "dict|str", "str", "on", "off", "?int",
+               "?human", "?json",
                "?literal", "?str"]
 
 #: option → its history: (since, dest, kind, the shortest prefix argparse takes for it); dest None: gone from then on.
@@ -183,7 +185,8 @@ _SINGLE: tuple[tuple[Version, frozenset[str]], ...] = tuple((v, frozenset(s.spli
 
 def _grow(*steps: tuple[Version, tuple[Any, ...] | None]) -> tuple[tuple[Version, tuple[Any, ...] | None], ...]:
     """Choices that only grow: each step adds to the last; None: any value from then on."""
-    out, acc = [], ()
+    out: list[tuple[Version, tuple[Any, ...] | None]] = []
+    acc: tuple[Any, ...] | None = ()
     for since, added in steps:
         acc = None if added is None else (acc or ()) + added
         out.append((since, acc))
@@ -320,7 +323,8 @@ class _Release:
         if arg in single:
             found = [(arg, None)]
         elif "=" in arg and arg.split("=", 1)[0] in single:
-            found = [tuple(arg.split("=", 1))]  # type: ignore[list-item]
+            flag, given = arg.split("=", 1)
+            found = [(flag, given)]
         else:
             if arg[:2] in single:
                 found.append((arg[:2], arg[2:]))
@@ -357,11 +361,12 @@ def _human_int(raw: str, tera: bool) -> int:
 
 
 def _convert(option: _Option, raw: str, spelling: str, release: _Release) -> Any:
-    kind, flag = option.kind, option.name
+    kind: str = option.kind  # a Kind, "?" and all; what follows "?" is read as a Kind of its own
+    flag = option.name
     if kind.startswith("?"):
         if raw in ("", "None"):
             return None
-        kind = kind[1:]  # type: ignore[assignment]
+        kind = kind[1:]
     try:
         if kind == "int":
             value: Any = int(raw)
@@ -430,9 +435,9 @@ def _rewrite(argv: list[str], grammar: Grammar) -> list[str]:
     out = []
     for arg in argv:
         if arg.startswith("--"):
-            key, eq, value = arg.partition("=")
+            key, eq, given = arg.partition("=")
             head, dot, tail = (key[2:], "", "") if grammar.whole_key else key[2:].partition(".")
-            out.append("--" + head.replace("_", "-") + dot + tail + eq + value)
+            out.append("--" + head.replace("_", "-") + dot + tail + eq + given)
         else:
             out.append(arg)
     if grammar.dotted == "none":
@@ -502,10 +507,10 @@ def _read(argv: list[str], release: _Release, recorded: bool) -> dict[str, Any]:
             if not recorded:
                 raise
             resolved = None
-        if resolved is None or resolved[1] is None:
+        spelling, option, explicit = resolved or ("", None, None)
+        if option is None:
             i += 1
             continue
-        spelling, option, explicit = resolved
         try:
             if option.kind in ("on", "off"):
                 if explicit is not None:
@@ -598,9 +603,9 @@ def _flags(values: dict[str, Any], release: _Release) -> ServeFlags:
         if old_model == "[ngram]":
             spec = {"method": "ngram", "num_speculative_tokens": old_tokens}
         spec = {k: v for k, v in spec.items() if v is not None}
-    shortcuts = [(f, k, values.pop(d, None)) for f, k, d in (("--spec-method", "method", "spec_method"),
-                                                             ("--spec-model", "model", "spec_model"),
-                                                             ("--spec-tokens", "num_speculative_tokens", "spec_tokens"))]
+    named = (("--spec-method", "method", "spec_method"), ("--spec-model", "model", "spec_model"),
+             ("--spec-tokens", "num_speculative_tokens", "spec_tokens"))
+    shortcuts = [(f, k, values.pop(d, None)) for f, k, d in named]
     for flag, key, value in shortcuts:  # EngineArgs.create_speculative_config (0.22 on)
         if value is None:
             continue

@@ -77,7 +77,8 @@ class StateSpec:
         """`MambaSpec.page_size_bytes` before padding: every tensor of one request's state."""
         unknown = sorted({d for d in dtypes.values() if d not in DTYPE_BYTES})
         if unknown:  # a config's mamba_ssm_dtype / mamba_ssm_cache_dtype vLLM would not take either
-            raise UsageError(f"state dtype {', '.join(map(repr, unknown))}: not one of {', '.join(sorted(DTYPE_BYTES))}")
+            raise UsageError(f"state dtype {', '.join(map(repr, unknown))}: "
+                             f"not one of {', '.join(sorted(DTYPE_BYTES))}")
         return sum(prod(shape) * DTYPE_BYTES[dtypes[role]] for shape, role in self.tensors(tp, num_spec))
 
 
@@ -158,8 +159,9 @@ def state_layer_kinds(cfg: dict[str, Any], n_layers: int) -> list[LayerKind] | N
             return [kinds.get(str(t), LayerKind.none) for t in types]
     if model_type == "kimi_linear":
         kda = set((cfg.get("linear_attn_config") or {}).get("kda_layers") or ())
-        return [LayerKind.state if i + 1 in kda else LayerKind.full for i in range(n_layers)]  # kda_layers counts from 1
+        # kda_layers counts from 1
+        return [LayerKind.state if i + 1 in kda else LayerKind.full for i in range(n_layers)]
     if model_type == "qwen3_next" and not isinstance(cfg.get("layer_types"), list):
         interval = _i(cfg, "full_attention_interval")
-        return ["full" if (i + 1) % interval == 0 else "state" for i in range(n_layers)]
+        return [LayerKind.full if (i + 1) % interval == 0 else LayerKind.state for i in range(n_layers)]
     return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from harness.analysis.fit import Analysis, Line, Severity
 from harness.units import fmt_bytes
 
+
 def _line_text(line: Line | None, why: str) -> str:
     return line.describe() if line else f"— {why}"
 

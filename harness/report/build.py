@@ -12,6 +12,7 @@ from harness.errors import UsageError
 from harness.report.grid import Grid, build_grids, grid_text
 from harness.results.model import RunResult
 
+
 @dataclass
 class Report:
     run: RunResult

@@ -15,13 +15,13 @@ from harness.analysis.kv import (
     cell_kv,
     length_axis,
 )
-from harness.units import fmt_bytes
 from harness.errors import UsageError
-from harness.results.model import CellResult, RunResult
-from harness.results.store import load_run
 from harness.report import memory
 from harness.report.style import SYMBOL, outcome_text
 from harness.report.timeline import time_summary
+from harness.results.model import CellResult, RunResult
+from harness.results.store import load_run
+from harness.units import fmt_bytes
 from harness.verdict import Outcome, Reason
 
 DEFAULT_SPLIT = "image"
@@ -52,8 +52,8 @@ NUMBERS_LEGEND = ("cap: the KV pool the engine may use; need: what one request o
                   "precise); "
                   "tok: the KV cache's size in tokens; 1.50x: vLLM's maximum concurrency, how many requests of "
                   "max_model_len the KV cache holds at once; est. max: vLLM's estimated maximum model length "
-                  "for the memory it had; ⚠: the numbers contradict the outcome; ⏱: seconds from the cell's start to the "
-                  "verdict and the phase that took longest (a timeout: the phase it stalled in)")
+                  "for the memory it had; ⚠: the numbers contradict the outcome; ⏱: seconds from the cell's start to "
+                  "the verdict and the phase that took longest (a timeout: the phase it stalled in)")
 
 
 def numbers_legend(run: RunResult) -> str:
@@ -65,7 +65,7 @@ def key_numbers(k: CellKv) -> list[str]:
     """The KV numbers that explain the outcome, shortest first."""
     c = k.cell
     out = []
-    if inconsistent(k):
+    if inconsistent(k) and k.need is not None and k.cap is not None:  # inconsistent: both are there
         out.append(f"⚠ need {k.need.shown()} > cap {k.cap.shown()}, yet booted")
     elif k.cell.outcome == Outcome.refused and k.need is not None:
         out.append(f"need {k.need.shown()}" + (f" > cap {k.cap.shown()}" if k.cap else ""))
@@ -100,7 +100,7 @@ class Grid:
         return f"{self.split_axis} = {self.split_value}" if self.split_axis else f"run {self.run_id}"
 
     def col_label(self, col: tuple[str, ...], sep: str = ", ") -> str:
-        return sep.join(f"{a}={v}" for a, v in zip(self.col_axes, col)) or "—"
+        return sep.join(f"{a}={v}" for a, v in zip(self.col_axes, col, strict=False)) or "—"
 
     def at(self, row: str, col: tuple[str, ...]) -> CellKv | None:
         return self.cells.get((row, col))
@@ -123,7 +123,8 @@ def build_grids(run: RunResult, split: str | None = None, length_override: str |
     col_axes = [a for a in axes if a not in (split, row_axis)]
     rows = axis_values(run, row_axis) if row_axis else [""]
     grids = []
-    for value in (axis_values(run, split) if split else [None]):
+    values: list[str | None] = [*axis_values(run, split)] if split else [None]
+    for value in values:
         cells = [c for c in run.cells if split is None or c.axes.get(split) == value]
         cols: list[tuple[str, ...]] = []
         for c in cells:
@@ -131,7 +132,7 @@ def build_grids(run: RunResult, split: str | None = None, length_override: str |
             if col not in cols:
                 cols.append(col)
         rank = {a: {v: i for i, v in enumerate(axis_values(run, a))} for a in col_axes}
-        cols.sort(key=lambda col: tuple(rank[a].get(v, 0) for a, v in zip(col_axes, col)))
+        cols.sort(key=lambda col: tuple(rank[a].get(v, 0) for a, v in zip(col_axes, col, strict=False)))
         g = Grid(run.run_id, split, value, row_axis, [r for r in rows if any(
             c.axes.get(row_axis) == r for c in cells)] if row_axis else rows, col_axes, cols)
         for c in cells:
@@ -149,10 +150,9 @@ def grid_renderable(run: RunResult, split: str | None = None, length_override: s
     from rich.console import Group
     from rich.text import Text
 
+    from harness.analysis.fit import no_cells
     from harness.escape import terminal, terminal_line
     from harness.report.text import PlainTable, literal
-
-    from harness.analysis.fit import no_cells
 
     if (empty := no_cells(run)) is not None:
         return literal(empty)

@@ -39,7 +39,7 @@ def _symbol(e: Entry | None) -> str:
 
 
 def _expectation(e: Entry) -> str:
-    return {True: "matched", False: "mismatched"}.get(e.matched, "unexpected")
+    return "unexpected" if e.matched is None else "matched" if e.matched else "mismatched"
 
 
 def _strip(h: History, c: CellHistory) -> Text:
@@ -47,7 +47,7 @@ def _strip(h: History, c: CellHistory) -> Text:
     complete dim. Nights in a row with one style are one span (a year is 365 symbols a row; rich's cost is per span)."""
     t = Text()
     run, style = "", None
-    for n, e in zip(h.runs, c.entries):
+    for n, e in zip(h.runs, c.entries, strict=False):
         now = "" if e is None else STYLE.get(e.outcome, "")
         if e is not None and e.matched is False:
             now += " bold underline"
@@ -141,8 +141,8 @@ def render_markdown(h: History) -> str:
 _W, _H, _PAD, _LABEL = 170, 40, 4, 34
 """The sparkline's box (px): the curve's width is `_W - _LABEL`, its scale's labels to the left of it."""
 
-OUTCOME_DOT = {Outcome.booted: "#2e7d32", Outcome.refused: "#b28704", Outcome.crashed: "#c62828",
-               Outcome.timeout: "#6a1b9a", Outcome.error: "#7f0000"}
+OUTCOME_DOT: dict[str, str] = {Outcome.booted: "#2e7d32", Outcome.refused: "#b28704", Outcome.crashed: "#c62828",
+                               Outcome.timeout: "#6a1b9a", Outcome.error: "#7f0000"}
 
 CSS = """
 table.history{border-collapse:collapse;margin:8px 0 16px;font-size:.9em}
@@ -175,7 +175,7 @@ SCALE = "from 0 s to the row's own highest night (its figure at the left): a 5 %
 def spark_points(h: History, c: CellHistory) -> list[tuple[int, float, str]]:
     """(run index, total boot seconds, outcome) of every complete night the cell has a boot time on, whatever its
     verdict: a cell that flipped is drawn whole, each night in its outcome's colour."""
-    return [(i, e.times[TOTAL], e.outcome) for i, (n, e) in enumerate(zip(h.runs, c.entries))
+    return [(i, e.times[TOTAL], e.outcome) for i, (n, e) in enumerate(zip(h.runs, c.entries, strict=False))
             if e is not None and n.counts and TOTAL in e.times]
 
 
@@ -188,7 +188,9 @@ def _spark(h: History, c: CellHistory, at: dict[str, int] | None = None) -> str:
     hi = max(v for _, v, _ in points) or 1.0
     left, right = _LABEL, _W - _PAD
     xs = {i: left + (right - left) * (i / max(1, len(h.runs) - 1)) for i, _, _ in points}
-    y = lambda v: _H - _PAD - (_H - 2 * _PAD) * (v / hi)  # noqa: E731
+    def y(v: float) -> float:
+        return _H - _PAD - (_H - 2 * _PAD) * (v / hi)
+
     line = " ".join(f"{xs[i]:.1f},{y(v):.1f}" for i, v, _ in points)
     # each night a dot in its outcome's colour; past DOTS nights (a year is 365) only the first and each night whose
     # outcome differs from the night before: where the line changes meaning
@@ -217,7 +219,7 @@ def _spark(h: History, c: CellHistory, at: dict[str, int] | None = None) -> str:
 
 def _night_tds(n: Night) -> Callable[[Entry | None], str]:
     """`_night_td` for the nights of one run: a run's cells share a few verdicts, each cell written once per kind."""
-    made: dict[tuple, str] = {}
+    made: dict[tuple | None, str] = {}
 
     def td(e: Entry | None) -> str:
         key = None if e is None else (e.outcome, e.reason, e.matched, e.expected)
@@ -251,7 +253,7 @@ def render_html(h: History) -> str:
         since = "" if c.since is None else escape(h.runs[c.since].run_id)
         rows.append(f'<tr class="cell-history" id="history-{escape(c.cell_id)}" data-cell-id="{escape(c.cell_id)}" '
                     f'data-since="{since}"><th><code>{escape(c.cell_id)}</code></th>'
-                    + "".join([td(e) for td, e in zip(tds, c.entries)])
+                    + "".join([td(e) for td, e in zip(tds, c.entries, strict=False)])
                     + f"<td>{escape(latest.verdict if latest else '—')}"
                     f"<div class=\"since\">since <code>{since or '—'}</code></div></td>"
                     f'<td class="changes">{escape(_changes(c))}</td><td class="boot">{_spark(h, c, at)}'

@@ -14,14 +14,14 @@ import base64
 from html import escape
 from pathlib import Path
 
-from harness.escape import terminal_line
 from harness.analysis.fit import Analysis, no_cells
-from harness.units import fmt_bytes
-from harness.report.grid import Grid, expectation_mark, inconsistent, key_numbers, numbers_legend, outcome_counts
+from harness.escape import terminal_line
 from harness.report import memory, timeline
 from harness.report.glyphs import text_only
+from harness.report.grid import Grid, expectation_mark, inconsistent, key_numbers, numbers_legend, outcome_counts
 from harness.report.style import SYMBOL
 from harness.results.model import RunResult
+from harness.units import fmt_bytes
 from harness.verdict import Outcome, Reason
 
 #: (background, text) colours, by outcome.

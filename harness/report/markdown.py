@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from harness.analysis.fit import Analysis, Severity, no_cells
 from harness.escape import md_code, md_text
-from harness.units import fmt_bytes
-from harness.report.grid import Grid, expectation_mark, key_numbers, numbers_legend, outcome_counts
 from harness.report import memory, timeline
+from harness.report.grid import Grid, expectation_mark, key_numbers, numbers_legend, outcome_counts
 from harness.results.model import RunResult
+from harness.units import fmt_bytes
 from harness.verdict import Outcome, Reason
 
-BADGE: dict[Outcome, str] = {Outcome.booted: "🟢", Outcome.refused: "🟡", Outcome.crashed: "🔴",
-                             Outcome.timeout: "🟣", Outcome.error: "⛔"}
+BADGE: dict[str, str] = {Outcome.booted: "🟢", Outcome.refused: "🟡", Outcome.crashed: "🔴",
+                         Outcome.timeout: "🟣", Outcome.error: "⛔"}
 
 
 _esc = md_text

@@ -71,13 +71,12 @@ def grid_line(c: CellResult) -> str | None:
 def table_rows(run: RunResult) -> tuple[list[str], list[list[str]]]:
     """Header and one row per cell that has a curve: peak, when, in which phase, headroom, limit, source; a `curve
     stopped` column only when a curve stopped early."""
-    cells = [c for c in run.cells if c.memory is not None]
-    stopped = any(c.memory.stopped for c in cells)
+    curves = [(c, c.memory) for c in run.cells if c.memory is not None]
+    stopped = any(m.stopped for _, m in curves)
     header = ["cell", "verdict", "peak", "at", "in phase", "headroom", "limit", "source",
               *(["curve stopped"] if stopped else [])]
     rows = []
-    for c in cells:
-        m = c.memory
+    for c, m in curves:
         limit = fmt_bytes(m.limit_bytes) + (f" ({m.limit_kind})" if m.limit_kind and m.limit_bytes is not None else "")
         rows.append([c.cell_id, c.verdict(), fmt_bytes(m.peak_bytes), fmt_seconds(m.peak_at_s), m.peak_phase or "—",
                      fmt_bytes(m.headroom_bytes), limit, str(m.source), *([m.stopped or ""] if stopped else [])])
@@ -301,8 +300,8 @@ def svg(c: CellResult) -> str:
                      f'fill="{PEAK_COLOUR}" data-bytes="{m.peak_bytes}" data-at-s="{m.peak_at_s:g}">'
                      f"<title>{escape(m.describe())}</title></circle>")
     if m.stopped:
-        t, b = m.samples[-1]
-        parts.append(f'<text class="stopped" x="{_f(sc.x(t) - 4)}" y="{_f(sc.y(b) + 14)}" text-anchor="end" '
+        t_end, b_end = m.samples[-1]
+        parts.append(f'<text class="stopped" x="{_f(sc.x(t_end) - 4)}" y="{_f(sc.y(b_end) + 14)}" text-anchor="end" '
                      f'fill="{PEAK_COLOUR}">✖ curve stops<title>{escape(m.stopped)}</title></text>')
     parts.append("</svg>")
     return "".join(parts)
@@ -348,7 +347,8 @@ def _cell_html(c: CellResult) -> str:
     stopped = f'<p class="finding inconsistent">the curve stops early: {escape(m.stopped)}</p>' if m.stopped else ""
     side = _logged_html(m) + _devices_html(m)
     return (f'<div class="memory-cell" id="memory-cell-{cid}" data-cell-id="{cid}">{head}'
-            f'<p class="meta">{escape(meta)}</p>{stopped}<div class="memory-body">{svg(c)}<div class="memory-side">{side}</div></div></div>')
+            f'<p class="meta">{escape(meta)}</p>{stopped}<div class="memory-body">{svg(c)}'
+            f'<div class="memory-side">{side}</div></div></div>')
 
 
 CSS = """

@@ -70,9 +70,10 @@ def _draw(ax: Any, g: GroupAnalysis, length_axis: str) -> None:
         other = [(c.length, getattr(c, what).bytes / scale) for c in g.cells
                  if c.length is not None and getattr(c, what) is not None and c.outcome != Outcome.booted]
         if booted:
-            ax.scatter(*zip(*booted), color=colour, marker=marker, s=42, zorder=4, label=f"{what}, booted cells")
+            ax.scatter(*zip(*booted, strict=False), color=colour, marker=marker, s=42, zorder=4,
+                       label=f"{what}, booted cells")
         if other:
-            ax.scatter(*zip(*other), facecolors="white", edgecolors=colour, marker=marker, s=42, zorder=4,
+            ax.scatter(*zip(*other, strict=False), facecolors="white", edgecolors=colour, marker=marker, s=42, zorder=4,
                        linewidths=1.6, label=f"{what}, refused cells")
         line = g.need_line if what == "need" else g.cap_line
         if line is not None:
@@ -126,7 +127,7 @@ def plot_png(analysis: Analysis, dpi: int = 100) -> bytes | None:
     if not groups:
         return None
     fig, axes = _figure(len(groups), dpi)
-    for ax, g in zip(axes.flat, groups):
+    for ax, g in zip(axes.flat, groups, strict=False):
         _draw(ax, g, analysis.length_axis)
     return _png(fig)
 

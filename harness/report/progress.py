@@ -13,16 +13,15 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.analysis.kv import cell_kv, length_axis
-from harness.matrix.cells import Cell
+from harness.escape import terminal, terminal_line
 from harness.logfacts.timeline import Milestone, Milestones, phase_at, skipped
+from harness.matrix.cells import Cell
 from harness.predict.serve_flags import eager
 from harness.report.style import outcome_text
-from harness.escape import terminal, terminal_line
 from harness.report.text import PlainTable, plain_console, say_line, show
 from harness.results.model import CellResult, RunResult
 from harness.units import fmt_seconds, fmt_tokens
 from harness.verdict import Outcome
-
 
 #: What a wrapped event or summary line never breaks: a figure and its unit, a KV number and its name.
 KEEP = (re.compile(r"KV (?:needed|pool|tokens) (?:—|\S+(?: [KMGT]?i?B)?)|-?\d[\d.,]* (?:s|[KMGT]?i?B)\b"),)
@@ -159,7 +158,8 @@ def summary(run: RunResult, console: Console) -> RenderableType | str:
                          justify="right" if col.startswith("KV") or col.startswith("verdict a") else "left")
     for r in run.cells:
         need, cap, tokens = _numbers(r, axis)
-        mark = {True: ("✓ ", "green"), False: ("✗ ", "red"), None: ""}[r.matched]
+        marks: dict[bool | None, str | tuple[str, str]] = {True: ("✓ ", "green"), False: ("✗ ", "red"), None: ""}
+        mark = marks[r.matched]
         table.add_row(r.cell_id, outcome_text(r.outcome, _verdict(r)), Text.assemble(mark, terminal(_expected(r))),
                       need, cap, tokens, fmt_seconds(r.timings.verdict_s), _longest(r),
                       *((terminal_line(r.cause_hint() or "—"),) if with_hint else ()))

@@ -10,11 +10,11 @@ if TYPE_CHECKING:
     from rich.text import Text
 
 
-#: rich styles, by outcome (the grid shows them bold).
-STYLE: dict[Outcome, str] = {Outcome.booted: "green", Outcome.refused: "yellow", Outcome.crashed: "red",
-                             Outcome.timeout: "magenta", Outcome.error: "bold red"}
-SYMBOL: dict[Outcome, str] = {Outcome.booted: "●", Outcome.refused: "◐", Outcome.crashed: "✖",
-                              Outcome.timeout: "◷", Outcome.error: "⚠"}
+#: rich styles, by outcome or its name (an Outcome is a str; the grid shows them bold).
+STYLE: dict[str, str] = {Outcome.booted: "green", Outcome.refused: "yellow", Outcome.crashed: "red",
+                         Outcome.timeout: "magenta", Outcome.error: "bold red"}
+SYMBOL: dict[str, str] = {Outcome.booted: "●", Outcome.refused: "◐", Outcome.crashed: "✖",
+                          Outcome.timeout: "◷", Outcome.error: "⚠"}
 
 
 def outcome_text(outcome: Outcome | str, label: str | None = None, *, bold: bool = False) -> Text:

@@ -56,7 +56,7 @@ FOLD_FLOOR, WORD_CAP = 10, 24
 def out_width(console: Console) -> int:
     """The width `console`'s output is laid out at: the one it was given (a width argument, or COLUMNS when it was
     made), else the terminal's, else PIPE_WIDTH (rich's own fallback, 80, is for no terminal at all)."""
-    given = console._width  # noqa: SLF001 - rich keeps the width argument, or COLUMNS read at construction, here
+    given = console._width  # rich keeps the width argument, or COLUMNS read at construction, here
     if given is None:
         columns = os.environ.get("COLUMNS", "")
         given = int(columns) if columns.isdigit() else None
@@ -152,8 +152,8 @@ class PlainTable(Table):
         self._split = split
         super().__init__(*headers, title=title, caption=caption, **kwargs)
 
-    def add_column(self, header="", footer="", *, id: bool = False, whole: bool = False,  # noqa: A002
-                   drop: int | None = None, **kwargs) -> None:  # type: ignore[override]
+    def add_column(self, header="", footer="", *, id: bool = False, whole: bool = False,
+                   drop: int | None = None, **kwargs) -> None:
         """`id`: the column holds ids (never cut, folded nor left out); `whole`: values left out whole rather than
         folded; `drop`: may be left out when the table is too wide, highest first. Any other column folds."""
         if id or whole:  # never wrapped; as wide as its widest value (min_width), so `crop` never cuts one
@@ -167,12 +167,12 @@ class PlainTable(Table):
         if id or whole:
             self.columns[-1].min_width = self._fits[-1].longest
 
-    def add_row(self, *renderables, **kwargs) -> None:  # type: ignore[override]
+    def add_row(self, *renderables, **kwargs) -> None:
         cells = [literal(r) for r in renderables]
-        for fit, cell in zip(self._fits, cells):
+        for fit, cell in zip(self._fits, cells, strict=False):
             fit.see(cell)
         super().add_row(*cells, **kwargs)
-        for fit, column in zip(self._fits, self.columns):
+        for fit, column in zip(self._fits, self.columns, strict=False):
             if fit.id or fit.whole:
                 column.min_width = fit.longest
 
@@ -223,10 +223,11 @@ class PlainTable(Table):
             keep.remove(i)
             left_out.append(i)
         # nothing more to leave out: wider than asked rather than an id cut or a column squashed to nothing
-        yield from Table.__rich_console__(self._with(keep), console, options.update_width(max(width, self._least(keep))))
+        yield from Table.__rich_console__(self._with(keep), console,
+                                          options.update_width(max(width, self._least(keep))))
         if left_out:
-            names = ", ".join(self.columns[i].header.plain if isinstance(self.columns[i].header, Text)
-                              else str(self.columns[i].header) for i in sorted(left_out))
+            headers = [self.columns[i].header for i in sorted(left_out)]
+            names = ", ".join(h.plain if isinstance(h, Text) else str(h) for h in headers)
             yield Text(f"left out at {width} columns: {names} (a wider COLUMNS shows them)", style="dim")
 
 
@@ -279,8 +280,8 @@ def _finds(text: str, part: str) -> list[int]:
 
 def wrap(line, width: int, indent: int = 2, keep: tuple[str | re.Pattern, ...] = ()) -> Text:
     """One line of output as lines of at most `width`: broken at spaces only (an id, a path, a flag never), nor
-    inside any of `keep` (a flag and its value to paste; a pattern: `KV needed 1.00 GiB`), the lines after the first indented by
-    `indent`. A `whole` Text (a command to paste) as it is."""
+    inside any of `keep` (a flag and its value to paste; a pattern: `KV needed 1.00 GiB`), the lines after the first
+    indented by `indent`. A `whole` Text (a command to paste) as it is."""
     text = literal(line)
     if not isinstance(text, Text) or text.no_wrap or "\n" in text.plain or cell_len(text.plain) <= width:
         return text

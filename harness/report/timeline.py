@@ -158,7 +158,8 @@ def html(run: RunResult) -> str:
             for name, sec, col in segs if sec > 0)
         cid = escape(b.cell.cell_id, quote=True)
         note = time_summary(b.cell) or ""
-        rows.append(f'<div class="row" id="timeline-{cid}" data-cell-id="{cid}"><div class="label">{escape(b.cell.cell_id)}'
+        rows.append(f'<div class="row" id="timeline-{cid}" data-cell-id="{cid}">'
+                    f'<div class="label">{escape(b.cell.cell_id)}'
                     f'</div><div class="track">{seg_html}</div>'
                     f'<div class="total">{escape(note)}</div></div>')
     present = _names_in(run_bars)

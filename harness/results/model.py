@@ -12,20 +12,21 @@ from harness.logfacts import KvFacts, Refusal
 from harness.logfacts.timeline import Timeline
 from harness.matrix.scheduler import SchedulerRef
 from harness.memory.model import MemoryCurve
-from harness.gpu.records import GpuInfo
-from harness.runtime.records import AppliedPatch, CompileCacheUse, ContainerInfo
+from harness.names import Named
 from harness.predict.prediction import PredictionRecord
+from harness.runtime.records import AppliedPatch, CompileCacheUse, ContainerInfo
 from harness.units import fmt_seconds
 from harness.watch.records import LogCut
 from harness.verdict.catalogue import REASONS, OutcomeMember, ReasonMember
 from harness.verdict.outcome import OUTCOME_MEANINGS, Outcome
 from harness.verdict.causes import Finding
+from harness.watch.records import LogCut
 
 #: The catalogue, as the schema's descriptions say it.
 _OUTCOMES_DOC = "; ".join(f"{o.value}: {m}" for o, m in OUTCOME_MEANINGS.items())
 _REASONS_DOC = "; ".join(f"{r.value} ({i.outcome.value}): {i.meaning}" for r, i in REASONS.items())
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 
 
 class RunStatus(StrEnum):
@@ -34,7 +35,10 @@ class RunStatus(StrEnum):
     interrupted = "interrupted"
 
 
-RunStatusName = Literal[tuple(RunStatus)]  # type: ignore[valid-type]
+if TYPE_CHECKING:  # what the field holds: mypy cannot read a Literal built at run time
+    RunStatusName: TypeAlias = RunStatus
+else:
+    RunStatusName = Literal[tuple(RunStatus)]
 
 
 class _Record(BaseModel):

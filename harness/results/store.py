@@ -13,7 +13,7 @@ import socket
 import stat
 import threading
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,7 +29,6 @@ from harness.results.model import CellResult, HostInfo, MatrixRef, RunResult, Ru
 from harness.verdict import Outcome
 from harness.version import __version__
 
-
 _R = TypeVar("_R", bound=BaseModel)
 #: The folders a run writes in (harness.runtime: `work`, `active`, `compile-cache`, `patches`): each one a folder of
 #: the run or absent, never a link out of it.
@@ -37,7 +36,7 @@ RUN_FOLDERS = ("cells", "logs", "work", "active", "compile-cache", "patches")
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def atomic_write_text(path: Path, text: str, anchor: Path | None = None) -> None:
@@ -172,7 +171,7 @@ class RunStore:
 
     def finish(self, status: RunStatus) -> RunResult:
         with self._lock:
-            self.run.status = status  # type: ignore[assignment]
+            self.run.status = status
             self.run.finished_at = now()
             self._write_run()
             return self.run
@@ -375,7 +374,7 @@ class RunLock:
         with RunLock._guard:
             key, self._key = self._key, None
             entry = RunLock._held.get(key) if key is not None else None
-            if entry is None:
+            if key is None or entry is None:
                 return
             entry[2] -= 1
             if entry[2] == 0:

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from harness.matrix.cells import Cell
 from harness.logfacts.timeline import Milestone
+from harness.masking import Masker
+from harness.matrix.cells import Cell
+from harness.memory.probe import MemoryProbe
 from harness.runtime.pull import PullObserver
 from harness.runtime.records import AppliedPatch, ContainerInfo
-from harness.masking import Masker
-from harness.memory.probe import MemoryProbe
 from harness.shell import Step
 
 #: Called by the runtime's reader thread with each physical log line (no trailing newline), then once with None at EOF.

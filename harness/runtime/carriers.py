@@ -87,12 +87,15 @@ def _environ(pid: int, proc: str) -> bytes | None:
 def carries(pid: int, server_id: str, proc: str = PROC) -> bool:
     """Whether `pid`'s environment holds exactly `SERVER_ID_VAR=server_id` (False where it cannot be read)."""
     data = _environ(pid, proc)
-    return bool(data) and b"\0" + f"{SERVER_ID_VAR}={server_id}".encode() + b"\0" in b"\0" + data
+    if not data:
+        return False
+    return b"\0" + f"{SERVER_ID_VAR}={server_id}".encode() + b"\0" in b"\0" + data
 
 
 def _protected(proc: str) -> set[int]:
     """This process and its ancestors: never signalled, even by a gc run from inside a server's environment."""
-    mine, pid = set(), os.getpid()
+    mine: set[int] = set()
+    pid = os.getpid()
     while pid > 0 and pid not in mine and len(mine) < 4096:
         mine.add(pid)
         try:

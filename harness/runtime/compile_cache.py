@@ -16,7 +16,8 @@ cell cold, in its own scratch), or a path (the user's, kept across runs).
 
 A container's server may run as another user than the harness, so the folders the harness creates for the cache are
 opened to all (0777); a folder it did not create keeps its mode, and a path that is `/`, a home, the current folder,
-the matrix's folder or its repository (or a folder holding one of them, or a symlink to it) is refused (harness/matrix/cache_path.py `refusal`).
+the matrix's folder or its repository (or a folder holding one of them, or a symlink to it) is refused
+(harness/matrix/cache_path.py `refusal`).
 """
 
 from __future__ import annotations

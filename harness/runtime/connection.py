@@ -7,11 +7,14 @@ a restart is not a verdict on a cell; one that stays away stops the run (EngineG
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.clock import SYSTEM, Clock
 from harness.errors import EngineGone
 from harness.runtime import engine as eng
+
+if TYPE_CHECKING:
+    import docker
 
 #: How long a cell waits for an engine that went away (a restart, an upgrade) to answer again, and how often it asks.
 ENGINE_RETURN_S, ENGINE_PING_S = 60.0, 0.5
@@ -21,11 +24,11 @@ class EngineConnection:
     def __init__(self, name: str, timeout_s: float = eng.DEFAULT_CALL_TIMEOUT_S, clock: Clock = SYSTEM):
         #: The engine the matrix names (`runtime:`); `engine` is the one that answers.
         self.name, self.timeout_s, self.clock = name, timeout_s, clock
-        self._client = None
+        self._client: docker.DockerClient | None = None
         self.info: eng.EngineInfo | None = None
 
     @property
-    def client(self):
+    def client(self) -> docker.DockerClient:
         if self._client is None:
             self._client = eng.connect(self.name, self.timeout_s)
             self.info = eng.engine_info(self._client, self.name)

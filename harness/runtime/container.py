@@ -29,8 +29,16 @@ from harness.runtime import engine as eng
 from harness.runtime.base import CellContext, LineSink, read_host_file
 from harness.runtime.connection import EngineConnection
 from harness.runtime.container_server import ContainerServer
-from harness.runtime.container_spec import (ContainerSpec, build_spec, cache_volume, container_env, host_path,
-                                            mount_source, to_cli_tokens, to_engine_kwargs)
+from harness.runtime.container_spec import (
+    ContainerSpec,
+    build_spec,
+    cache_volume,
+    container_env,
+    host_path,
+    mount_source,
+    to_cli_tokens,
+    to_engine_kwargs,
+)
 from harness.runtime.leftovers import Leftovers
 from harness.runtime.patching import Patches, PreparedPatch
 from harness.runtime.pull import Images, PullObserver
@@ -88,15 +96,14 @@ class ContainerRuntime:
             assert self.conn.info is not None
             eng.check_gpu_support(self.conn.info)  # the engine's version alone: before any pull
         for cell in cells:
-            if not cell.image:
-                raise RuntimeUnavailable(f"image: cell {cell.id} has no image (set `image:` or give an axis value one)")
-            self.images.resolve(cell.image)
+            image = image_of(cell)
+            self.images.resolve(image)
             for mount in cell.mounts:
                 src = self.mount_source(mount)
                 if not src.exists():
                     raise RuntimeUnavailable(f"mounts: source {src} (for {mount.target}) does not exist")
             for spec in cell.patches:
-                self.patches.prepare(cell.image, spec)
+                self.patches.prepare(image, spec)
         if gpu_checks and self.wants_gpus():
             self._probe_gpus(sorted({c.image for c in cells if c.image}))
 
@@ -162,16 +169,18 @@ class ContainerRuntime:
             self.leftovers.engine_ready()
             try:
                 return self._start(cell, ctx, on_line, name)
-            except Exception as exc:  # noqa: BLE001 - told apart by what it says about the engine
+            except Exception as exc:  # told apart by what it says about the engine
                 away = self.conn.trouble("start", exc)
                 if away is None:
                     raise
                 self.leftovers.discard(name)
                 if not left:
                     raise CellStartError(f"the {self.engine} engine could not start the container: {away}") from None
+        raise AssertionError("unreachable: the last try returns or raises")
 
     def _start(self, cell: Cell, ctx: CellContext, on_line: LineSink, name: str) -> ContainerServer:
-        image_id, repo_digest = self.images.resolve(cell.image)
+        image = image_of(cell)
+        image_id, repo_digest = self.images.resolve(image)
         ctx.mark(Milestone.pulled)
         try:
             kept = self.patches.keep(cell, ctx.run_dir)
@@ -183,11 +192,11 @@ class ContainerRuntime:
         try:
             tc = self._testcontainer(spec)
             tc.start()
-        except Exception as exc:  # noqa: BLE001 - docker-py's errors, image or device trouble
+        except Exception as exc:  # docker-py's errors, image or device trouble
             if tc is not None:
                 try:
                     tc.stop(force=True)
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001 - a half-made container: the start's own error is the one to tell
                     pass
             if self.conn.trouble("start", exc):
                 raise  # the engine's trouble, not the cell's: `start` waits for it and tries again
@@ -197,7 +206,7 @@ class ContainerRuntime:
                          name=f"log-{cell.id}").start()
         entry = list(spec.entrypoint) or self.images.entrypoint(image_id)
         return ContainerServer(self.conn, self.leftovers, tc, self.matrix.container_port, [*entry, *spec.args],
-                               cell.image, image_id, repo_digest, [p.applied(path, ctx.run_dir) for p, path in kept],
+                               image, image_id, repo_digest, [p.applied(path, ctx.run_dir) for p, path in kept],
                                self.clock)
 
     def _testcontainer(self, spec: ContainerSpec):
@@ -216,7 +225,7 @@ class ContainerRuntime:
 
     def command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> list[str]:
         """`docker run` (or `podman run`) doing what `start` does, with the patched files prepared under ctx.run_dir."""
-        image_id, repo_digest = self.images.resolve(cell.image)
+        image_id, repo_digest = self.images.resolve(image_of(cell))
         kept = _mounted(self.patches.keep(cell, ctx.run_dir))
         return to_cli_tokens(self._repro_spec(cell, ctx, host_port, repo_digest or image_id, kept))
 
@@ -225,14 +234,13 @@ class ContainerRuntime:
         anything: no engine is asked, nothing is pulled, copied or written (`run --dry-run`, and `repro`, which
         prints the steps' commands). The image is named as the matrix names it, the engine's CLI as the matrix's
         runtime; the patched files by the paths they would get under ctx.run_dir."""
-        if not cell.image:
-            raise RuntimeUnavailable(f"image: cell {cell.id} has no image (set `image:` or give an axis value one)")
+        image = image_of(cell)
         kept, steps = self.patches.planned(cell, Path(host_path(ctx.run_dir)), self.engine)
-        pull_step = self.images.planned(cell.image, before_run=bool(cell.patches))
+        pull_step = self.images.planned(image, before_run=bool(cell.patches))
         if self.wants_gpus():  # `repro` has no command for it: the engine's CLI takes GPUs its own way
             steps.append(Step(f"would probe the {self.engine} engine's GPU request in a short container first"))
         mounted = [(target, str(path)) for target, path in kept]
-        return (to_cli_tokens(self._repro_spec(cell, ctx, host_port, cell.image, mounted)),
+        return (to_cli_tokens(self._repro_spec(cell, ctx, host_port, image, mounted)),
                 [step for step in (pull_step, *steps) if step])
 
     def _repro_spec(self, cell: Cell, ctx: CellContext, host_port: int, image: str,

@@ -65,7 +65,7 @@ class ContainerServer:
         try:
             self.container.reload()
             return True
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - any failed call: the engine's trouble, noted
             self._noted("inspect", exc)
             return False
 
@@ -116,7 +116,7 @@ class ContainerServer:
             try:
                 self.container.reload()
                 self._state = dict(self.container.attrs.get("State", {}))
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - removed already, or the engine away: no last state to keep
                 self._state = {}
             try:
                 self.tc.stop(force=True, delete_volume=True)

@@ -15,7 +15,8 @@ from typing import Any
 
 from harness.matrix.cells import Cell
 from harness.matrix.model import Matrix, Mount
-from harness.runtime import compile_cache, engine as eng
+from harness.runtime import compile_cache
+from harness.runtime import engine as eng
 from harness.runtime.ports import HOST
 from harness.runtime.server_env import build_env
 from harness.shell import SecretRenderer
@@ -115,7 +116,8 @@ def build_spec(matrix: Matrix, cell: Cell, *, engine: str, image: str, name: str
         engine=engine, image=image, name=name, entrypoint=tuple(matrix.entrypoint or ()),
         args=tuple(cell.server_args), env=tuple(container_env(cell, cache_dir).items()), volumes=tuple(volumes),
         container_port=matrix.container_port, host_port=host_port, ipc=matrix.ipc or None,
-        shm_size=matrix.shm_size or None, memory=matrix.memory or None, gpus=gpus, gpu_ids=None if gpu_ids is None else tuple(gpu_ids),
+        shm_size=matrix.shm_size or None, memory=matrix.memory or None, gpus=gpus,
+        gpu_ids=None if gpu_ids is None else tuple(gpu_ids),
         labels=tuple((labels or {}).items()), remove=remove)
 
 
@@ -174,8 +176,8 @@ def to_cli_tokens(spec: ContainerSpec, engine: str | None = None,
     if spec.memory:
         tokens += ["--memory", spec.memory]
     tokens += ["-p", f"{spec.host_ip}:{'' if spec.host_port is None else spec.host_port}:{spec.container_port}"]
-    for v in spec.volumes:
-        tokens += ["-v", f"{v.source}:{v.target}:{v.mode}"]
+    for vol in spec.volumes:
+        tokens += ["-v", f"{vol.source}:{vol.target}:{vol.mode}"]
     environ = os.environ if environ is None else environ
     render = SecretRenderer(dict(spec.env), [*spec.entrypoint, *spec.args], environ)
     for k, v in spec.env:

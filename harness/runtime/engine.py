@@ -12,6 +12,7 @@ import os
 import re
 import socket
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,9 @@ from harness.errors import PatchError, RuntimeUnavailable
 
 import docker
 from docker.types import DeviceRequest
+
+from harness.errors import RuntimeUnavailable
+from harness.runtime.patching import PatchError
 
 #: What testcontainers must be told here; it reads its configuration when it is first imported.
 TESTCONTAINERS_ENV = {"TESTCONTAINERS_RYUK_DISABLED": "true", "TESTCONTAINERS_CONNECTION_MODE": "docker_host"}
@@ -86,8 +90,9 @@ def connect(engine: str, timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> docker.Do
         client = docker.from_env(**client_kwargs(engine, timeout_s))
         client.ping()
         return client
-    except Exception as exc:  # docker-py raises several unrelated types for "nothing there"
-        raise RuntimeUnavailable(f"runtime: the {engine} engine does not answer at {host} ({type(exc).__name__})") from None
+    except Exception as exc:  # noqa: BLE001 - docker-py raises several unrelated types for "nothing there"
+        raise RuntimeUnavailable(f"runtime: the {engine} engine does not answer at {host} "
+                                 f"({type(exc).__name__})") from None
 
 
 @dataclass(frozen=True)
@@ -127,7 +132,7 @@ def engine_info(client: docker.DockerClient, engine: str) -> EngineInfo:
                       cdi_spec_dirs=tuple(info.get("CDISpecDirs") or ()))
 
 
-def gpu_device_ids(gpus: str | int | list[str] | None, assigned: list[str] | None = None) -> list[str] | None:
+def gpu_device_ids(gpus: str | int | Sequence[str] | None, assigned: Sequence[str] | None = None) -> list[str] | None:
     """The GPUs a cell gets: an assignment from the scheduler wins; `all` is None (every GPU)."""
     if assigned is not None:
         return list(assigned)
@@ -138,7 +143,8 @@ def gpu_device_ids(gpus: str | int | list[str] | None, assigned: list[str] | Non
     return [str(g) for g in gpus]
 
 
-def device_requests(engine: str, gpus: str | int | list[str] | None, assigned: list[str] | None = None) -> list[DeviceRequest]:
+def device_requests(engine: str, gpus: str | int | Sequence[str] | None,
+                    assigned: Sequence[str] | None = None) -> list[DeviceRequest]:
     """docker: a DeviceRequest for its nvidia device driver (registered when dockerd finds
     nvidia-container-runtime-hook on its PATH); podman: CDI ids (`nvidia.com/gpu=…`), since its compat API ignores the
     former. `engine` is the detected engine (EngineInfo.name), not the matrix's `runtime:`."""
@@ -153,7 +159,8 @@ def device_requests(engine: str, gpus: str | int | list[str] | None, assigned: l
     return [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
 
 
-def gpu_cli_args(engine: str, gpus: str | int | list[str] | None, assigned: list[str] | None = None) -> list[str]:
+def gpu_cli_args(engine: str, gpus: str | int | Sequence[str] | None,
+                 assigned: Sequence[str] | None = None) -> list[str]:
     """The same request as `docker run`/`podman run` flags, for the repro command."""
     if gpus is None and assigned is None:
         return []
@@ -232,7 +239,7 @@ def probe_gpus(client: docker.DockerClient, image: str, requests: list[DeviceReq
     finally:
         try:
             c.remove(force=True)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - the probe's answer stands; a leftover is swept as ours later
             pass
     lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
     visible = next((ln.split("=", 1)[1] for ln in lines if ln.startswith("NVIDIA_VISIBLE_DEVICES=")), None)
@@ -246,6 +253,7 @@ def image_digest(client: docker.DockerClient, ref: str) -> tuple[str, str | None
     """(image id, repo digest or None). A locally built image has no repo digest; its id pins it just as well."""
     image = client.images.get(ref)
     digests = image.attrs.get("RepoDigests") or []
+    assert image.id is not None  # an image the engine listed has its id
     return image.id, (digests[0] if digests else None)
 
 
@@ -265,4 +273,6 @@ def copy_out(client: docker.DockerClient, image: str, path: str) -> bytes:
         member = tar.next()
         if member is None or not member.isfile():
             raise PatchError(f"{path}: not a regular file in image {image}")
-        return tar.extractfile(member).read()
+        file = tar.extractfile(member)
+        assert file is not None  # a regular file's member has one
+        return file.read()

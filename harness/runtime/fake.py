@@ -22,16 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from harness.runtime.pull import PullObserver
-from harness.matrix.cells import Cell
 from harness.clock import SYSTEM, Clock
 from harness.errors import CellStartError, ProbeFailed
 from harness.logfacts.timeline import Milestone
+from harness.matrix.cells import Cell
 from harness.memory.model import LimitKind, MemorySource
 from harness.memory.probe import Limit, MemoryProbe, Reading
 from harness.runtime.records import AppliedPatch, ContainerInfo
 from harness.runtime.base import CellContext, LineSink, read_host_file
 from harness.runtime.ports import HOST
+from harness.runtime.pull import PullObserver
+from harness.runtime.records import AppliedPatch, ContainerInfo
 from harness.shell import secret_safe_command
 
 _HEADER = "(EngineCore pid=1) {level} 12-01 10:00:{sec:02d} [fake.py:1] "
@@ -44,7 +45,8 @@ def _line(sec: int, text: str, process: str = "(EngineCore pid=1)") -> str:
 #: (milestone the line ends, the line) for Script.full_boot: vLLM 0.32's wording, one rank, a compiled model.
 BOOT_LINES: tuple[tuple[str, str], ...] = (
     ("first_line", _line(0, "non-default args: {'model': 'fake'}", "(APIServer pid=1)")),
-    ("engine_started", _line(1, "Initializing a V1 LLM engine (v0.32.0) with config: model='fake', enforce_eager=False")),
+    ("engine_started",
+     _line(1, "Initializing a V1 LLM engine (v0.32.0) with config: model='fake', enforce_eager=False")),
     ("loading_started", _line(2, "Starting to load model fake...", "(Worker pid=2)")),
     ("weights_loaded", _line(2, "Model loading took 14.99 GiB memory and 5.100000 seconds", "(Worker pid=2)")),
     ("compiled", _line(3, "torch.compile takes 21.50 s in total", "(Worker pid=2)")),

@@ -29,7 +29,7 @@ class Leftovers:
         for cid in todo:
             try:
                 self.conn.client.containers.get(cid).remove(force=True)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - gone already, or the engine's trouble (told apart below)
                 if self.conn.trouble("remove", exc):
                     continue  # away again: the next call tries
             with self._lock:

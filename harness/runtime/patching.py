@@ -68,7 +68,7 @@ def patched_paths(text: str, strip: int = 1) -> list[str]:
     patch ignores it). Only the headers are read: applying is GNU patch's job."""
     lines = text.splitlines()
     paths = []
-    for first, second in zip(lines, lines[1:]):
+    for first, second in zip(lines, lines[1:], strict=False):
         if first.startswith("--- ") and second.startswith("+++ "):
             new = _strip(second[4:], strip)
             paths.append(new if new != "/dev/null" else _strip(first[4:], strip))
@@ -194,6 +194,13 @@ def kept_path(run_dir: Path, cell: Cell, index: int, target: str) -> Path:
     return run_dir / "patches" / cell.id / f"{index}-{name}" / name
 
 
+def image_of(cell: Cell) -> str:
+    """The image a container cell runs; a cell without one cannot run in a container (said before anything starts)."""
+    if not cell.image:
+        raise RuntimeUnavailable(f"image: cell {cell.id} has no image (set `image:` or give an axis value one)")
+    return cell.image
+
+
 class Patches:
     """The matrix's patches on one runtime's images; `notes` gets a line for each hunk GNU patch fuzzed or offset."""
 
@@ -227,7 +234,7 @@ class Patches:
         """Copies of the cell's patched files in the run directory: what was mounted is kept with the results."""
         kept = []
         for i, spec in enumerate(cell.patches):
-            prepared = self.prepare(cell.image, spec)
+            prepared = self.prepare(image_of(cell), spec)
             patched = kept_path(run_dir, cell, i, spec.target)
             d = patched.parent
             for f in prepared.patched_file.parent.iterdir():  # in the run folder never through a link, each file
@@ -249,7 +256,8 @@ class Patches:
                     f"apply {self.source(spec)} with GNU patch {' '.join(PATCH_ARGS)}, check sha256 "
                     f"{spec.patched_sha256[:12]}…, keep it as {path}")
             try:
-                commands = shell_steps(engine, cell.image, spec, self.source(spec), path, f"bh-repro-{cell.id}-copy{i}")
+                commands = shell_steps(engine, image_of(cell), spec, self.source(spec), path,
+                                       f"bh-repro-{cell.id}-copy{i}")
             except PatchError as exc:
                 raise UsageError(f"{self.matrix_path}: patches: {exc}") from None
             steps.append(Step(said, commands))

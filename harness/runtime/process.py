@@ -23,8 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from harness.runtime.pull import PullObserver
-from harness.matrix.cells import Cell
+from harness import nofollow
 from harness.clock import SYSTEM, Clock
 from harness.errors import BadRecord, CellStartError, FileRefused, RuntimeUnavailable
 from harness import nofollow
@@ -36,11 +35,16 @@ from harness.runtime.carriers import proc_start_time
 from harness.runtime import scratch
 from harness.memory.probe import MemoryProbe
 from harness.memory.process_tree import ProcessesProbe, descendants
+from harness.names import Named
+from harness.runtime import carriers, scratch
 from harness.runtime.base import CellContext, LineSink, read_host_file
+from harness.runtime.carriers import proc_start_time
 from harness.runtime.ports import HOST, free_port, listener_pids, pid_in_group, port_answers
-from harness.runtime.server_env import SERVER_ID_VAR, build_env
+from harness.runtime.pull import PullObserver
 from harness.runtime.reader import pump_lines
-from harness.shell import secret_safe_command
+from harness.runtime.records import AppliedPatch, ContainerInfo
+from harness.runtime.server_env import SERVER_ID_VAR, build_env
+from harness.shell import Step, secret_safe_command
 
 _PR_SET_PDEATHSIG = 1
 #: How often a stop looks again whether the group is gone.

@@ -214,4 +214,5 @@ class PullDisplay:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
-        self.console.print(f"pull {ref}: {status or 'done'}", highlight=False, markup=False, emoji=False, soft_wrap=True)
+        self.console.print(f"pull {ref}: {status or 'done'}", highlight=False, markup=False, emoji=False,
+                           soft_wrap=True)

@@ -38,7 +38,8 @@ class AppliedPatch(_Record):
 class CompileCacheUse(_Record):
     """What one cell did with the run's compile cache (harness.runtime.compile_cache)."""
 
-    mode: Literal["run", "path"] = Field(description="`run` (the run's own directory) or `path` (the matrix's, kept across runs)")
+    mode: Literal["run", "path"] = Field(description="`run` (the run's own directory) or `path` (the matrix's, kept "
+                                                     "across runs)")
     dir: str = Field(description="the shared directory on the host")
     private_copy: bool = Field(description="the cell used a private copy (cells ran at once), merged back after it")
     files_before: int = Field(description="files the cache held when the cell started")

@@ -41,7 +41,8 @@ def read_mark(path: Path) -> str | None:
 
 
 def through_symlink(path: Path, base: Path) -> bool:
-    """Whether `path`, or a folder between `base` and it, is a symlink (what is under `base` is reached only directly)."""
+    """Whether `path`, or a folder between `base` and it, is a symlink (what is under `base` is reached only
+    directly)."""
     path, base = Path(path), Path(base)
     for p in (path, *path.parents):
         if p == base:
@@ -141,7 +142,8 @@ def sweep(results_dir: Path, alive) -> list[Path]:
     """Remove the scratch of cells whose harness died; returns what was removed. A work dir reached through a
     symlink (the run dir, `work`, or the cell's folder itself a link) is not the harness's to remove."""
     removed = []
-    owned = [*Path(results_dir).glob(f"*/work/*/{OWNER_FILE}"), *Path(results_dir).glob(f"*/compile-cache/{OWNER_FILE}")]
+    owned = [*Path(results_dir).glob(f"*/work/*/{OWNER_FILE}"),
+             *Path(results_dir).glob(f"*/compile-cache/{OWNER_FILE}")]
     for work in sorted(owned):
         cell = work.parent
         if through_symlink(cell, results_dir):

@@ -50,8 +50,8 @@ def build_env(cell_env: Mapping[str, str], *, cache_root: str | None, work_dir: 
               base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The server's environment, each layer over the one before: what it inherits (`base`: a local process gets the
     harness's), the plain-log defaults, the cell's scratch (`work_dir`, made now; only a server that really starts has
-    one), the shared compile cache at `cache_root` (over the scratch's caches), the matrix's and cell's `env` (the user's
-    word over defaults), the GPUs the scheduler gave the cell, and the server id gc proves a process group by."""
+    one), the shared compile cache at `cache_root` (over the scratch's caches), the matrix's and cell's `env` (the
+    user's word over defaults), the GPUs the scheduler gave the cell, and the server id gc proves a process group by."""
     return {**(base or {}), **SERVER_ENV, **(cell_dirs(work_dir) if work_dir is not None else {}),
             **(cache_env(cache_root) if cache_root is not None else {}), **cell_env, **gpu_env(gpu_ids),
             **({SERVER_ID_VAR: server_id} if server_id is not None else {})}

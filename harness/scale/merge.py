@@ -29,9 +29,9 @@ from pathlib import Path
 
 from harness.errors import UsageError
 from harness.files import copy_regular, kind_of
+from harness.matrix.shard import parse_shard, shard_of
 from harness.results.model import CellResult, RunResult, RunStatus
 from harness.results.store import atomic_write_text, load_run, summarize
-from harness.matrix.shard import parse_shard, shard_of
 from harness.walk import walk
 
 MERGE_FILE = "merge.json"
@@ -92,7 +92,7 @@ def check_compatible(runs: list[tuple[Path, RunResult]]) -> tuple[bool, list[str
         if len(shards) != len(runs):
             plain = next(d for d, r in runs if not r.shard)
             raise UsageError(f"{plain} is not a shard, {shards[0][0]} is shard {shards[0][1]}: not shards of one run")
-        parsed = {}
+        parsed: dict[int, dict[int, Path]] = {}
         for d, s in shards:
             i, n = parse_shard(s)
             parsed.setdefault(n, {})
@@ -109,7 +109,7 @@ def check_compatible(runs: list[tuple[Path, RunResult]]) -> tuple[bool, list[str
             raise UsageError(f"{da} is a {a.label} shard, {db} a {b.label} one: shards of one run come from one "
                              "scheduler")
         for d, r in runs:
-            i, _ = parse_shard(r.shard)
+            i, _ = parse_shard(r.shard or "")
             stray = next((c.cell_id for c in r.cells if shard_of(c.cell_id, n) != i), None)
             if stray is not None:
                 raise UsageError(f"{d} is shard {r.shard} but holds cell {stray}, which is shard "
@@ -153,7 +153,8 @@ def _matrix_order(runs: list[tuple[Path, RunResult]], matrix_path: Path | None) 
     loaded = load_matrix(path)
     if loaded.sha256 != sha:
         if matrix_path is not None:
-            raise UsageError(f"{matrix_path}: not the matrix these runs ran (sha256 {loaded.sha256[:12]}… vs {sha[:12]}…)")
+            raise UsageError(f"{matrix_path}: not the matrix these runs ran "
+                             f"(sha256 {loaded.sha256[:12]}… vs {sha[:12]}…)")
         return None, f"matrix file {path} changed since the runs: cells ordered by id"
     return [c.id for c in loaded.cells], ""
 

@@ -125,7 +125,8 @@ class Reason(StrEnum):
 
 #: What the harness saw itself (not a line of the log).
 OBSERVED: dict[Reason, ReasonInfo] = {
-    Reason.ready: ReasonInfo(Outcome.booted, "/health answered 200 (and, with `probe`, a 1-token completion was served)"),
+    Reason.ready: ReasonInfo(Outcome.booted,
+                             "/health answered 200 (and, with `probe`, a 1-token completion was served)"),
     Reason.exited: ReasonInfo(Outcome.crashed, "the server exited with a non-zero code (before it was ready, or "
                                                "around its first request) and its log names no exception"),
     Reason.exited_before_ready: ReasonInfo(Outcome.crashed, "the server exited with code 0 before it was ready"),
@@ -160,6 +161,8 @@ def canonical_reason(value: Any) -> Any:
     return ALIASES.get(value, value) if isinstance(value, str) else value
 
 
+#: The reasons a log line can give by itself: every cause of the catalogue.
+REFUSAL_KINDS: tuple[Reason, ...] = tuple(Reason(c.id) for c in CAUSES)
 #: For the records' pydantic models: the enum members as a Literal, so a record holds the enums while its JSON and
 #: its JSON Schema hold the plain names (inline, as when the records held strings). The old names validate too (the
 #: schema lists them, so an old record still validates against it) and are read as the causes they became.
@@ -169,19 +172,13 @@ else:
     OutcomeMember = Literal[tuple(Outcome)]
 _ReasonLiteral = Literal[(*Reason, *ALIASES)]  # type: ignore[valid-type]
 ReasonMember = Annotated[_ReasonLiteral, BeforeValidator(canonical_reason)]
-#: For what users write (the matrix): the plain names, old ones included, so a validation error lists them as written.
-OutcomeName = Literal[tuple(o.value for o in Outcome)]  # type: ignore[valid-type]
-ReasonName = Literal[(*(r.value for r in Reason), *ALIASES)]  # type: ignore[valid-type]
-#: The reasons a log line can give by itself: every cause of the catalogue.
-REFUSAL_KINDS: tuple[Reason, ...] = tuple(Reason(c.id) for c in CAUSES)
-_RefusalLiteral = Literal[(*REFUSAL_KINDS, *ALIASES)]  # type: ignore[valid-type]
 RefusalKind = Annotated[_RefusalLiteral, BeforeValidator(canonical_reason)]
 
 
 def check_reason(reason: str, outcome: str | None = None) -> str:
     """`reason` as the catalogue names it now (an old name is its cause), if the catalogue has it (and it is one of
     `outcome`'s); else a ValueError that lists the choices."""
-    choices = reasons_of(outcome) if outcome in Outcome.__members__ else list(Reason)
+    choices = reasons_of(outcome) if outcome is not None and outcome in Outcome.__members__ else list(Reason)
     if reason not in Reason.__members__:
         near = difflib.get_close_matches(reason, [*(r.value for r in Reason), *ALIASES], n=1)
         hint = f"did you mean {ALIASES.get(near[0], near[0])!r}? " if near else ""

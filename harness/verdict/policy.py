@@ -136,11 +136,12 @@ def engine_lost(ev: Evidence) -> Decision | None:
 
 def memory_held(ev: Evidence) -> Decision | None:
     f = ev.sighting
-    busy = f is not None and f.kind == SightingKind.refusal and f.refusal is not None and f.refusal.kind == Reason.gpu_mem_util_exceeds_free
-    if busy and ev.retried_busy and ev.gpus_not_idle:
+    busy = (f is not None and f.kind == SightingKind.refusal and f.refusal is not None
+            and f.refusal.kind == Reason.gpu_mem_util_exceeds_free)
+    if busy and f is not None and ev.retried_busy and ev.gpus_not_idle:
         return Decision(Outcome.error, Reason.gpu_memory_held,
-                        f"refused gpu_mem_util_exceeds_free on both attempts, the second with {ev.gpus_not_idle}: memory held "
-                        f"by something else, not this configuration's verdict ({f.detail})")
+                        f"refused gpu_mem_util_exceeds_free on both attempts, the second with {ev.gpus_not_idle}: "
+                        f"memory held by something else, not this configuration's verdict ({f.detail})")
     return None
 
 
@@ -184,7 +185,8 @@ def timed_out(ev: Evidence) -> Decision | None:
 
 
 #: In order: the first rule that applies decides.
-RULES: tuple[Rule, ...] = (gpu_lost, start_failed, stale_listener, oom_killed, engine_lost, memory_held, caused, crashed, booted,
+RULES: tuple[Rule, ...] = (gpu_lost, start_failed, stale_listener, oom_killed, engine_lost, memory_held, caused,
+                           crashed, booted,
                           timed_out)
 
 

@@ -6,8 +6,8 @@
 - /health 200 decides once the listener is proven ours and, with `probe`, one completion has been served;
 - the deadline decides.
 
-The watch says what it saw (harness.verdict.policy.Sighting); what that makes the cell — refused, crashed, ... — is the verdict
-policy's to decide (harness.verdict.policy), with what the runtime and the executor know besides.
+The watch says what it saw (harness.verdict.policy.Sighting); what that makes the cell — refused, crashed, ... — is the
+verdict policy's to decide (harness.verdict.policy), with what the runtime and the executor know besides.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field, replace
 from harness.clock import SYSTEM, Clock
 from harness.logfacts import LogFacts, LogParser, Signal
 from harness.logfacts.timeline import Milestone, PhaseAt
-from harness.units import fmt_seconds
 from harness.predict.serve_flags import eager
 from harness.runtime.base import Server
+from harness.units import fmt_seconds
 from harness.verdict.catalogue import Reason
 from harness.verdict.policy import CAUSED, Sighting, SightingKind
 from harness.watch.events import Event, EventKind, EventQueue
@@ -52,7 +52,8 @@ class WatchConfig:
 
 @dataclass
 class Observation:
-    """What one watch saw: the decisive sighting, when each thing happened (seconds from the start) and the log's facts."""
+    """What one watch saw: the decisive sighting, when each thing happened (seconds from the start) and the log's
+    facts."""
 
     sighting: Sighting
     exit_code: int | None = None
@@ -118,7 +119,8 @@ class Watch:
         code = self.server.wait(None)
         self.events.put(Event(EventKind.exit, self.clock.now(), code=code))
 
-    def _found(self, kind: SightingKind, detail: str, event_t: float | None, ready_t: float | None = None) -> Observation:
+    def _found(self, kind: SightingKind, detail: str, event_t: float | None,
+               ready_t: float | None = None) -> Observation:
         facts = self.parser.facts
         refusal = facts.refusal if kind == SightingKind.refusal else None
         cause = facts.cause if kind in CAUSED else None
@@ -153,8 +155,10 @@ class Watch:
     def _refusal_found(self, t: float) -> Observation:
         refusal = self.parser.facts.refusal
         assert refusal is not None
-        generic = refusal.kind == Reason.engine_core_failed_root_cause_not_shown  # the line says only "failed": the root cause is the detail
-        return self._found(SightingKind.refusal, (self.parser.facts.error_line or refusal.message) if generic else refusal.message,
+        # the line says only "failed": the root cause is the detail
+        generic = refusal.kind == Reason.engine_core_failed_root_cause_not_shown
+        return self._found(SightingKind.refusal,
+                           (self.parser.facts.error_line or refusal.message) if generic else refusal.message,
                            t)
 
     def _drain_after_exit(self, t_exit: float) -> Observation:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import fake_vllm  # noqa: E402
+import fake_vllm  # beside this file (sys.path above)
 
 SHAPES = ("daemon", "group", "session")
 

@@ -184,7 +184,8 @@ def main() -> None:
     ignore_term = scenario == "ignore_term" or flag("FAKE_VLLM_IGNORE_TERM")
     if ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    log(f"INFO 11-29 10:00:00 [api_server.py:1] vLLM API server version {os.environ.get('FAKE_VLLM_VERSION', '0.0.0-fake')}")
+    log(f"INFO 11-29 10:00:00 [api_server.py:1] vLLM API server version "
+        f"{os.environ.get('FAKE_VLLM_VERSION', '0.0.0-fake')}")
     mark("started")
     log(f"INFO 11-29 10:00:00 [api_server.py:2] args: {' '.join(sys.argv[1:])}")
     if flag("FAKE_VLLM_ECHO_ENV"):
@@ -233,8 +234,10 @@ def main() -> None:
         log("INFO 11-29 10:00:01 [gpu_model_runner.py:1] Starting to load model fake...")
         time.sleep(float(weights_s))
         log(f"INFO 11-29 10:00:01 [default_loader.py:1] Loading weights took {float(weights_s):.2f} seconds")
-    log(f"INFO 11-29 10:00:01 [gpu_worker.py:1] Available KV cache memory: {os.environ.get('FAKE_VLLM_KV_GIB', '0.5')} GiB")
-    log(f"INFO 11-29 10:00:01 [kv_cache_utils.py:1] GPU KV cache size: {int(os.environ.get('FAKE_VLLM_KV_TOKENS', '10720')):,} tokens")
+    log(f"INFO 11-29 10:00:01 [gpu_worker.py:1] Available KV cache memory: "
+        f"{os.environ.get('FAKE_VLLM_KV_GIB', '0.5')} GiB")
+    log(f"INFO 11-29 10:00:01 [kv_cache_utils.py:1] GPU KV cache size: "
+        f"{int(os.environ.get('FAKE_VLLM_KV_TOKENS', '10720')):,} tokens")
     Handler.probe_ok = scenario != "probe_fail"
     Handler.probe_delay = float(os.environ.get("FAKE_VLLM_PROBE_DELAY", "0") or 0)
     Handler.log_requests = flag("FAKE_VLLM_LOG_REQUESTS")

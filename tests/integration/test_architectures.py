@@ -73,7 +73,8 @@ def test_the_hybrids_state_is_the_fixed_term_vllm_charged(arch_run):
     cells = arch_run[2]
     gdn = cells["arch_qwen3next"]
     facts = {c["fact"]: c for c in gdn["prediction"]["checks"]}
-    assert facts["mamba_padding_pct"]["agrees"] and gdn["kv"]["mamba_padding_pct"] == facts["mamba_padding_pct"]["logged"]
+    padding = facts["mamba_padding_pct"]
+    assert padding["agrees"] and gdn["kv"]["mamba_padding_pct"] == padding["logged"]
     mamba2 = cells["arch_nemotronh"]
     p = mamba2["prediction"]["prediction"]
     # 2 mamba2 layers in 2 groups, 3 align-mode blocks each (mamba2 keeps a checkpoint block), 32 KiB pages

@@ -1,9 +1,9 @@
 """One container spec, rendered twice (harness.runtime.container_spec): the container `ContainerRuntime.start` asks
 the engine's API for and the one the printed `repro` command makes through the engine's CLI are the same container,
 as the engine itself reports them (inspect): image, entrypoint, command, env, binds, ports, IPC, shm, GPU request,
-labels, memory limit. On docker and on podman, with a GPU request (docker: the stub hook of scripts/setup-gpu-stubs.sh; podman
-only from 5.4, whose API honours it), a patch from the matrix, a secret in the env and in the server's args, a bind
-mount and the compile-cache mount.
+labels, memory limit. On docker and on podman, with a GPU request (docker: the stub hook of scripts/setup-gpu-stubs.sh;
+podman only from 5.4, whose API honours it), a patch from the matrix, a secret in the env and in the server's args, a
+bind mount and the compile-cache mount.
 
 Nothing boots: the entrypoint sleeps, and each container is stopped (removed) right after it is inspected."""
 
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import docker
 import pytest
+
 from harness.masking import Masker
 from harness.matrix.load import load_matrix
 from harness.runtime import engine as eng
@@ -161,7 +162,7 @@ def test_docker_starts_the_container_its_repro_prints(docker_image, tmp_path, te
     assert request["Count"] == -1 and request["Capabilities"] == [["gpu"]], request
 
 
-def test_podman_starts_the_container_its_repro_prints(podman, tmp_path, testcontainers_env, monkeypatch):  # noqa: F811
+def test_podman_starts_the_container_its_repro_prints(podman, tmp_path, testcontainers_env, monkeypatch):  # noqa: F811 - the fixture imported above
     monkeypatch.setenv("CONTAINER_HOST", podman["CONTAINER_HOST"])
     client = docker.DockerClient(base_url=podman["CONTAINER_HOST"])
     # podman 4.3 reports a private IPC namespace as "shareable" too: IpcMode is told apart on docker.

@@ -1,7 +1,7 @@
 """How cells run at once: each on its own GPUs (a fake inventory here), after those GPUs are back at idle, with a
-`gpu_mem_util_exceeds_free` refusal retried once instead of reported, and Ctrl-C/SIGTERM leaving no server behind. The servers
-are real processes (tests/fakes/fake_vllm.py behind a small wrapper that records what each one was given); every wait
-of the harness's own (the idle wait) is on a FakeClock, and the test's own waits poll, so nothing here sleeps."""
+`gpu_mem_util_exceeds_free` refusal retried once instead of reported, and Ctrl-C/SIGTERM leaving no server behind. The
+servers are real processes (tests/fakes/fake_vllm.py behind a small wrapper that records what each one was given); every
+wait of the harness's own (the idle wait) is on a FakeClock, and the test's own waits poll, so nothing here sleeps."""
 
 from __future__ import annotations
 
@@ -16,14 +16,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.matrix.cells import value_token
-from harness.clock import FakeClock
-from harness.gpu.fake import FakeInventory
-from harness.gpu.idle import IdleBaseline
-from harness.gpu.inventory import CpuInventory
-from harness.matrix.load import load_matrix
-from harness.results.model import RunResult
-from harness.results.store import RunStore
 from harness.boot.attempt import CellRunner, watch_config
 from harness.boot.executor import Executor
 from harness.boot.server_registry import LiveServers
@@ -148,7 +140,8 @@ def test_a_busy_refusal_is_contaminated_and_retried_once_after_the_wait(tmp_path
     cells, runner, store = setup(tmp_path, {"a": {"REC_BUSY": "first"}})
     clock = FakeClock()
     inv = FakeInventory(1, clock=clock)
-    (r,) = Executor(runner, inv, parallel=1, gpus_per_cell=1, idle=IdleBaseline(inv, poll_s=0.02, clock=clock)).run(cells)
+    (r,) = Executor(runner, inv, parallel=1, gpus_per_cell=1,
+                    idle=IdleBaseline(inv, poll_s=0.02, clock=clock)).run(cells)
     assert (r.outcome, r.attempts) == ("booted", 2), r.detail
     assert r.contaminated
     first = (store.run_dir / "logs" / f"{r.cell_id}.attempt1.log").read_text()
@@ -161,7 +154,8 @@ def test_a_second_busy_refusal_on_an_idle_gpu_is_the_configurations_verdict(tmp_
     cells, runner, _ = setup(tmp_path, {"a": {"REC_BUSY": "always"}})
     clock = FakeClock()
     inv = FakeInventory(1, clock=clock)
-    (r,) = Executor(runner, inv, parallel=1, gpus_per_cell=1, idle=IdleBaseline(inv, poll_s=0.02, clock=clock)).run(cells)
+    (r,) = Executor(runner, inv, parallel=1, gpus_per_cell=1,
+                    idle=IdleBaseline(inv, poll_s=0.02, clock=clock)).run(cells)
     assert (r.outcome, r.reason, r.attempts, r.matched) == ("refused", "gpu_mem_util_exceeds_free", 2, False)
 
 

@@ -25,7 +25,8 @@ GIB, MIB = 1 << 30, 1 << 20
 
 #: A parent that starts a child holding 256 MiB, resident (written), then both wait to be killed.
 _TREE = ("import subprocess, sys, time\n"
-         "child = subprocess.Popen([sys.executable, '-c', \"b = bytearray(256 << 20)\\nfor i in range(0, len(b), 4096): "
+         "child = subprocess.Popen([sys.executable, '-c', \"b = bytearray(256 << 20)\\nfor i in range(0, "
+         "len(b), 4096): "
          "b[i] = 1\\nprint('ready', flush=True)\\nimport time; time.sleep(600)\"], stdout=sys.stdout)\n"
          "time.sleep(600)\n")
 

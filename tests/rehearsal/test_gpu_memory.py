@@ -20,7 +20,8 @@ def test_a_memory_busy_refusal_is_booted_again_after_the_wait_and_recorded_as_he
     m = write_matrix(tmp_path / "busy.yaml", {
         "name": "busy", "runtime": "process", "command": [f"{vllm_cpu['VLLM_CPU_VENV']}/bin/vllm-server"],
         "model": f"{vllm_cpu['TINY_MODELS']}/tiny-llama", "gpus": "all", "timeout_s": 240, "linger_s": 20,
-        "args": ["--enforce-eager", "--dtype", "float32", "--max-model-len", "2048", "--gpu-memory-utilization", "0.99"],
+        "args": ["--enforce-eager", "--dtype", "float32", "--max-model-len", "2048",
+                 "--gpu-memory-utilization", "0.99"],
         "axes": {"kv": {"auto": {}}}, "expect": [{"outcome": "booted"}]})
     proc = harness_cli("run", "--matrix", str(m), "--results-dir", str(tmp_path / "r"), "--gpu-idle-timeout-s", "2",
                        env={**vllm_cpu, **LIGHT_BOOT, **STANDIN_NVML, "STANDIN_NVML_HOLD_S": "30"}, timeout=600)

@@ -18,8 +18,9 @@ WORKFLOW = ROOT / ".github" / "workflows" / "nightly-gpu.yml"
 
 def test_a_gpu_lost_fails_the_shard_with_the_harness_last_line_in_its_summary(tmp_path):
     lost = tmp_path / "lost"
-    matrix = builders.fake_matrix(tmp_path / "m.yaml", {"a_boot": {"FAKE_VLLM_SCENARIO": "boot", "FAKE_VLLM_DELAY": "3"},
-                                                        "b_boot": {"FAKE_VLLM_SCENARIO": "boot"}},
+    matrix = builders.fake_matrix(tmp_path / "m.yaml",
+                                  {"a_boot": {"FAKE_VLLM_SCENARIO": "boot", "FAKE_VLLM_DELAY": "3"},
+                                   "b_boot": {"FAKE_VLLM_SCENARIO": "boot"}},
                                   axis="case", gpus_per_cell=1, expect=[{"outcome": "booted"}])
     github = {"run_id": 7, "run_attempt": 1, "repository": "example/boot-harness", "ref": "refs/heads/main",
               "token": "ghs_not_a_real_token", "event_name": "schedule"}

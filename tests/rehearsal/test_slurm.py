@@ -33,7 +33,8 @@ CELLS = {"mml131072-mtp_off-floor_none-image_unpatched": ("booted", "ready"),
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    require("Slurm (slurmctld, slurmd, sbatch, munged)", all(shutil.which(t) for t in ("sbatch", "slurmctld", "munged")),
+    require("Slurm (slurmctld, slurmd, sbatch, munged)",
+            all(shutil.which(t) for t in ("sbatch", "slurmctld", "munged")),
             "run scripts/setup-slurm.sh (scripts/test.sh does)")
     state = tmp_path_factory.mktemp("slurm")
     up = subprocess.run(["bash", str(CLUSTER), "start", str(state), "2"], capture_output=True, text=True, timeout=120)

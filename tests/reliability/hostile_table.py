@@ -77,8 +77,9 @@ CLASSES = [
 #: The cases held by the harness of main before the fixes (0d5ff7a), of those tried there (2026-12-04): `--before
 #: 0d5ff7a` for files, secrets and values. Not tried there: the three report writes to /dev/full and /dev/null, which
 #: the old harness, as root, would really have replaced. test_hostile_matrix.py imports two new constants (the limits
-#: it generates inputs from): run with them added to the old harness/matrix/cells.py, nothing else. test_hostile_owned.py
-#: forges records with the new ActiveRecord: run with the old sweep.py, scratch.py and compile_cache.py restored.
+#: it generates inputs from): run with them added to the old harness/matrix/cells.py, nothing else.
+#: test_hostile_owned.py forges records with the new ActiveRecord: run with the old sweep.py, scratch.py and
+#: compile_cache.py restored.
 BEFORE_REF = "0d5ff7a"
 #: Round two (issue 39) was tried against its own base, 33569ba: each file's new cases on the harness files of that
 #: commit (a new module a test imports copied in, nothing else).

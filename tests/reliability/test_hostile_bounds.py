@@ -140,7 +140,8 @@ STEPS_PER_ITEM = 80
 def test_6666_exclude_rules_over_10000_cells_cost_linear_work():
     """100 × 100 values, 6,666 exclude rules and 100 expect rules: the lines expand() runs in the matrix modules
     stay within a few dozen per combination and per rule (what pydantic runs to build a cell is not counted)."""
-    from harness.matrix import cells as cells_module, rule_index
+    from harness.matrix import cells as cells_module
+    from harness.matrix import rule_index
     from harness.matrix.cells import expand
 
     xs, ys = [f"x{i}" for i in range(100)], [f"y{i}" for i in range(100)]
@@ -185,7 +186,7 @@ def test_the_rule_index_agrees_with_the_plain_check():
     rules = [{"a": "1"}, {"a": ["2", "3"], "b": "y"}, {"c": "q", "b": ["x"]}, {"a": "3", "b": "x", "c": "p"}]
     index = SelectorIndex(rules, axes)
     for combo in itertools.product(*axes.values()):
-        cell = dict(zip(axes, combo))
+        cell = dict(zip(axes, combo, strict=False))
         want = [i for i, r in enumerate(rules) if selector_matches(r, cell)]
         got = index.matching(cell)
         assert [i for i in range(len(rules)) if got >> i & 1] == want, cell
@@ -232,7 +233,7 @@ def test_the_host_lock_of_a_gpu_named_twice_is_taken_once(tmp_path, monkeypatch)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     stop = threading.Event()
     clock = _StopOnWait(stop)
-    locks = HostGpuLocks(_Nvml(), clock)  # type: ignore[arg-type]
+    locks = HostGpuLocks(_Nvml(), clock)  # type: ignore[arg-type]  # a stand-in NVML
     held = locks.acquire([0, 1, 0], stop)
     try:
         assert held is not None and clock.waits == 0, "the cell waited on its own lock"
@@ -246,7 +247,7 @@ def test_an_index_and_its_uuid_are_one_gpu_twice():
     from harness.gpu.inventory import shared_indices
 
     with pytest.raises(UsageError, match="already names"):
-        shared_indices(["0", f"GPU-bounds-{os.getpid()}-0"], _Nvml())  # type: ignore[arg-type]
+        shared_indices(["0", f"GPU-bounds-{os.getpid()}-0"], _Nvml())  # type: ignore[arg-type]  # a stand-in NVML
 
 
 # ---------------------------------------------------------------------------------------------------- versions

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from harness.matrix.load import load_matrix
 from harness.results.model import MatrixRef
 from tests.helpers.reliability import cli, fake_matrix

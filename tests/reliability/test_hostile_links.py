@@ -6,8 +6,9 @@ a FIFO as a cell's log, a real `work/<cell>/` or `compile-cache/` holding someon
 resume is refused in one line naming the planted path (exit 2, no traceback), that nothing booted, and that the victim
 survives byte for byte with the link still a link. The same plants met mid-run (after that check: another process,
 between two cells) are handed to each writer itself — the log sink, a note, the scratch claim and removal, the compile
-cache, an active record, a cell record, the retry's kept log — which refuses or leaves them. Then the locks: a run held by a harness under another TMPDIR is
-refused naming its pid, and a GPU host lock planted as a link is refused with its target untouched.
+cache, an active record, a cell record, the retry's kept log — which refuses or leaves them. Then the locks: a run held
+by a harness under another TMPDIR is refused naming its pid, and a GPU host lock planted as a link is refused with its
+target untouched.
 
 Cheap: one template run folder (no cell booted yet) is made once and copied per case; `run --resume` runs in this
 process on the FakeRuntime; the one child process is the other TMPDIR's lock holder.

@@ -280,7 +280,7 @@ def test_a_teardown_kills_a_sigterm_deaf_daemon_when_the_grace_runs_out(tmp_path
         record = tmp_path / "case.json"
         record.write_text("{}")
         clock = FakeClock()
-        server = ProcessServer(leader, ["x"], 0, record, clock, server_id=ID)  # type: ignore[arg-type]
+        server = ProcessServer(leader, ["x"], 0, record, clock, server_id=ID)  # type: ignore[arg-type]  # a stand-in leader
         assert server.stop(grace_s=3.0) == -signal.SIGTERM
         assert gone(daemon), "the TERM-deaf daemon outlived the teardown"
         assert server.left == [] and not record.exists()

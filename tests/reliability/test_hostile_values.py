@@ -23,8 +23,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.predict.serve_flags import parse_serve_flags
-from harness.predict.predictor import predict
 from harness.predict.model import read_model
 from tests.helpers.reliability import cli, fake_matrix, only_run, read_json
 

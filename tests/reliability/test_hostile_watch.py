@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -152,7 +152,7 @@ def nights(tmp_path_factory) -> dict[str, Path]:
                                             expected=("booted", None))])
     return {"good": write_run(good.model_copy(update={"started_at": _T0}), root),
             "9999": write_run(bad.model_copy(update={"started_at": datetime(9999, 12, 31, 23, 0,
-                                                                            tzinfo=timezone.utc)}), root)}
+                                                                            tzinfo=UTC)}), root)}
 
 
 def test_history_skips_a_run_from_the_future_with_a_warning(nights, capsys, monkeypatch):
@@ -181,7 +181,7 @@ def test_compare_notes_a_start_in_the_future(nights, capsys, monkeypatch):
                                         (FUTURE_SKEW + timedelta(seconds=1), False), (timedelta(days=3), False)],
                          ids=["now", "at-the-skew", "past-the-skew", "3-days"])
 def test_a_start_within_the_clocks_skew_counts(ahead, kept, tmp_path):
-    now = datetime(2030, 1, 1, tzinfo=timezone.utc)
+    now = datetime(2030, 1, 1, tzinfo=UTC)
     old = make_run("old", [make_cell("c_a", {"c": "a"}, "booted")]).model_copy(
         update={"started_at": now - timedelta(days=1)})
     new = make_run("new", [make_cell("c_a", {"c": "a"}, "booted")]).model_copy(update={"started_at": now + ahead})

@@ -115,15 +115,18 @@ def _wait_phase(k: Kill, h: Harness, results: Path, mark_root: Path) -> None:
     for victim in k.victims:
         if k.phase == "spawned":
             if k.runtime == "process":
-                wait_for("the victim's process record", lambda: running() and list(
+                wait_for("the victim's process record", lambda victim=victim: running() and list(
                     results.glob(f"*/active/case_{victim}.json")), PHASE_WITHIN_S, every=0.005)
             else:
-                wait_for("the victim's container", lambda: running() and any(
+                wait_for("the victim's container", lambda victim=victim: running() and any(
                     n.endswith(f"case_{victim}") for n in containers(value=str(h.pid))), PHASE_WITHIN_S, every=0.05)
         elif k.phase == "starting":
-            wait_for("the victim's engine child", lambda: running() and marks(mark_root / victim, "child"), PHASE_WITHIN_S)
+            wait_for("the victim's engine child",
+                     lambda victim=victim: running() and marks(mark_root / victim, "child"),
+                     PHASE_WITHIN_S)
         else:
-            wait_for("the victim's probe", lambda: running() and marks(mark_root / victim, "probe"), PHASE_WITHIN_S)
+            wait_for("the victim's probe", lambda victim=victim: running() and marks(mark_root / victim, "probe"),
+                     PHASE_WITHIN_S)
 
 
 def _scratch(run_dir: Path) -> list[str]:
@@ -157,7 +160,8 @@ def run_kill(k: Kill, base: Path) -> dict:
     try:
         _wait_phase(k, h, results, base / "marks")
         if k.sig == "SIGKILL" and k.phase != "spawned":
-            time.sleep(0.5)  # the log reaches its file at the loop's next quiet slice (0.1 s): then a SIGKILL loses none
+            # the log reaches its file at the loop's next quiet slice (0.1 s): then a SIGKILL loses none
+            time.sleep(0.5)
         left.note_pids(results)
         t0 = h.signal(SIGNALS[k.sig])
         if k.sig != "SIGKILL":

@@ -11,8 +11,8 @@ touches another run's live servers.
 - A stale `active/` record whose process group id now belongs to someone else's processes (pids are reused: pid_max is
   32768 on many hosts) must not get them killed.
 
-Already covered cell by cell in tests/integration/test_process_runtime.py: a foreign server already answering on the chosen
-port (`start_failed`) and one that takes the port after the start (`stale_server`).
+Already covered cell by cell in tests/integration/test_process_runtime.py: a foreign server already answering on the
+chosen port (`start_failed`) and one that takes the port after the start (`stale_server`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.runtime.ports import free_port
 from tests.cli import start_boot_harness
 from tests.helpers.reliability import (DOCKER_LOCK, Harness, cli, containers, fake_matrix, kill_pids, live, marks,
                                        read_json, remove_containers, run_dirs, server_pids, wait_for)

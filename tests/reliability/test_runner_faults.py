@@ -25,6 +25,7 @@ from tests.helpers.env import STANDIN_NVML, require
 from tests.helpers.reliability import cli, figure, only_run, read_json, wait_for
 from tests.reliability.private_dockerd import PrivateDockerd, base_image, remove_private_dockerd, start_private_dockerd
 
+
 @pytest.fixture(scope="module")
 def own_dockerd(tmp_path_factory) -> Iterator[PrivateDockerd]:
     """A second dockerd to restart and freeze (tests/reliability/private_dockerd.py): the machine's engine is serving
@@ -268,7 +269,7 @@ def podman_containers_of_ours() -> list[str]:
 
 
 @pytest.mark.podman
-def test_a_podman_service_restart_mid_run_is_an_error_not_a_verdict_and_the_run_goes_on(podman, tmp_path):
+def test_a_podman_service_restart_mid_run_is_an_error_not_a_verdict_and_the_run_goes_on(podman, tmp_path):  # noqa: F811 - the fixture
     """The podman service killed while a cell boots, its container stopped as a dockerd restart stops every container
     (SIGTERM, exit 143), the service started again (scripts/setup-podman.sh, as an upgrade's restart would): the same
     as dockerd's restart above."""
@@ -340,7 +341,7 @@ def test_gpu_cells_of_two_runs_take_turns_on_a_shared_gpu_instead_of_booting_int
             assert c["outcome"] == "booted", c["detail"]
             spans.append((c["started_at"], c["finished_at"], d, c["cell_id"]))
     spans.sort()
-    overlaps = [(a, b) for a, b in zip(spans, spans[1:]) if b[0] < a[1]]
+    overlaps = [(a, b) for a, b in zip(spans, spans[1:], strict=False) if b[0] < a[1]]
     figure("two runs, one GPU: cells booted at once on it", len(overlaps))
     assert overlaps == [], overlaps
     logs = "".join(f.read_text() for f in tmp_path.glob("*/*/logs/*.log"))
@@ -348,7 +349,7 @@ def test_gpu_cells_of_two_runs_take_turns_on_a_shared_gpu_instead_of_booting_int
 
 
 @pytest.mark.podman
-def test_ctrl_c_still_stops_a_run_whose_engine_hangs(podman, tmp_path):
+def test_ctrl_c_still_stops_a_run_whose_engine_hangs(podman, tmp_path):  # noqa: F811 - the fixture imported above
     """The engine's API frozen under a booting cell, then Ctrl-C: the harness still stops within a few call timeouts
     (every engine call of its teardown is bounded), marks the run interrupted and exits 130; what it could not remove
     while the engine hung, the next run's sweep (here `gc`) removes once it answers."""

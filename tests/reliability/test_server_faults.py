@@ -1,11 +1,11 @@
 """Servers that misbehave, through `boot-harness run`: each fault gets its outcome and reason (the matrix expects
 them, so the run exits 0 only if every one is right), is decided within its deadline, and leaves nothing running.
 
-What tests/integration/test_process_runtime.py already shows cell by cell (crash shapes, refusal then hang, SIGTERM-deaf at the
-deadline, garbage, a foreign server on the port) is run here again only as part of one nightly-like run per runtime,
-where the point is the run: deadlines, teardown, exit code and no leftovers. New shapes: a server that dies after its
-first /health 200, a refusal written in pieces whose last line has no newline, a deaf engine child at the deadline, and
-log floods with the harness's RSS measured.
+What tests/integration/test_process_runtime.py already shows cell by cell (crash shapes, refusal then hang, SIGTERM-deaf
+at the deadline, garbage, a foreign server on the port) is run here again only as part of one nightly-like run per
+runtime, where the point is the run: deadlines, teardown, exit code and no leftovers. New shapes: a server that dies
+after its first /health 200, a refusal written in pieces whose last line has no newline, a deaf engine child at the
+deadline, and log floods with the harness's RSS measured.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def test_a_second_ctrl_c_during_a_parallel_teardown_still_marks_the_run_interrup
     pids: set[int] = set()
     try:
         for v in ("v1", "v2"):
-            wait_for("the engine children", lambda: marks(tmp_path / "marks" / v, "child"), 30)
+            wait_for("the engine children", lambda v=v: marks(tmp_path / "marks" / v, "child"), 30)
         h.signal(signal.SIGINT)
         time.sleep(0.5)
         h.signal(signal.SIGINT)

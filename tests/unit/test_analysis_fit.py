@@ -105,7 +105,7 @@ def test_least_squares_reports_its_residuals_when_there_are_more_points_than_unk
     ((0.0, 100.0), (1.0, 200.0), "never"),
 ])
 def test_the_crossover_says_which_side_fits(cap, need, kind):
-    line = lambda s, i: least_squares([Point(0, i, "a", ""), Point(100, i + 100 * s, "b", "")])  # noqa: E731
+    line = lambda s, i: least_squares([Point(0, i, "a", ""), Point(100, i + 100 * s, "b", "")])  # noqa: E731 - a one-line helper
     assert crossover(line(*cap), line(*need)).kind == kind
 
 

@@ -16,7 +16,6 @@ from harness.analysis.frontier import (
     linear_sweep,
 )
 from harness.boot.frontier import matrix_length_axis, run_frontier
-from harness.results.store import load_run
 from harness.matrix.cells import select_cells, vary
 from harness.matrix.load import load_matrix
 from tests.builders import FAKES, write_matrix

@@ -58,7 +58,7 @@ def test_the_names_are_written_once_in_the_type_checking_block():
 def test_dir_lists_every_public_name_and_an_unknown_one_is_an_attribute_error():
     assert set(PUBLIC) <= set(dir(harness))
     with pytest.raises(AttributeError, match="no attribute 'run_cells'"):
-        harness.run_cells  # noqa: B018
+        harness.run_cells  # noqa: B018 - the access is what raises
 
 
 def test_no_public_name_is_a_subpackage_s_name():
@@ -140,9 +140,9 @@ def test_the_nightly_script_boots_compares_and_exits_as_the_cli_would(workdir, m
 
 def test_the_prediction_block_prints_what_the_kv_command_predicts(workdir, capsys):
     assert run_block(block(BLOCKS["predict"]), ["predict.py"])[0] is None
-    from harness.predict.serve_flags import parse_serve_flags
-    from harness.predict.predictor import predict
     from harness.predict.model import read_model
+    from harness.predict.predictor import predict
+    from harness.predict.serve_flags import parse_serve_flags
 
     p = predict(read_model(ROOT / "examples/models/glm-5.3-flash"),
                 parse_serve_flags(["--max-model-len", "131072"]), available_bytes=40 * 1024**3)

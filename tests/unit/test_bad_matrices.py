@@ -129,7 +129,7 @@ def validate_all(paths: list[Path], tmp: Path) -> dict[str, Result]:
     shown = [str(p.relative_to(REPO)) for p in paths]
     if not hasattr(os, "fork"):
         with ThreadPoolExecutor(max_workers=max(4, (os.cpu_count() or 2) * 2)) as pool:
-            return dict(zip(shown, pool.map(validate, paths)))
+            return dict(zip(shown, pool.map(validate, paths), strict=False))
     subprocess.run([sys.executable, "-c", _FORKING_DRIVER, str(tmp), *shown], cwd=REPO, env=clean_env(),
                    check=True, timeout=120)
     return {
@@ -213,13 +213,14 @@ def test_forked_runs_match_cold_runs(results):
     paths = [BAD / f for f in COLD] + [GOOD / "seed.yaml"]
     with ThreadPoolExecutor(max_workers=len(paths)) as pool:
         cold = list(pool.map(validate, paths))
-    for path, r in zip(paths, cold):
+    for path, r in zip(paths, cold, strict=False):
         assert r == results[str(path.relative_to(REPO))], path.name
 
 
 def test_the_console_script_behaves_like_the_module():
     script = shutil.which("boot-harness") or str(Path(sys.executable).with_name("boot-harness"))
-    require("the boot-harness console script", Path(script).exists(), "scripts/setup-dev.sh installs it (pip install -e .)")
+    require("the boot-harness console script", Path(script).exists(),
+            "scripts/setup-dev.sh installs it (pip install -e .)")
     r = validate(BAD / "unknown_top_key.yaml", [script])
     assert (r.returncode, r.stderr) == (
         2, "tests/data/bad_matrices/unknown_top_key.yaml:timeout: unknown key (did you mean 'timeout_s'?)\n")

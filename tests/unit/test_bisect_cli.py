@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.analysis.timing import parse_time_tolerance
+from harness.bisect.candidates import BuildKind, ordered
 from harness.bisect.oracle import On, Oracle
 from harness.bisect.runner import BisectRunner, Plan, read_plan
 from harness.bisect.candidates import BuildKind, ordered

@@ -17,8 +17,7 @@ from harness.gpu.inventory import CpuInventory
 from harness.report.progress import event_line, summary
 from harness.results.model import RunStatus
 from harness.results.store import RunStore
-from harness.runtime.fake import Script
-from harness.runtime.fake import FakeRuntime
+from harness.runtime.fake import FakeRuntime, Script
 from tests.builders import fake_cells
 
 HEAD = "(EngineCore pid=1) ERROR 12-01 10:00:03 [core.py:1] "

@@ -13,7 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.analysis import changepoints
-from harness.analysis.changepoints import FIRST_PASS_PVALUE, MIN_POINTS, MIN_SEGMENT, ChangePoint, TooFew, find_change_points
+from harness.analysis.changepoints import (
+    FIRST_PASS_PVALUE,
+    MIN_POINTS,
+    MIN_SEGMENT,
+    ChangePoint,
+    TooFew,
+    find_change_points,
+)
 from harness.errors import UsageError
 
 
@@ -147,7 +154,7 @@ def test_the_answer_is_the_same_every_time():
 def test_every_point_reported_passes_what_the_method_promises(series, min_relative, min_absolute):
     points = find_change_points(series, min_relative=min_relative, min_absolute=min_absolute)
     bounds = [0, *indices(points), len(series)]
-    assert all(b - a >= MIN_SEGMENT for a, b in zip(bounds, bounds[1:])), bounds
+    assert all(b - a >= MIN_SEGMENT for a, b in zip(bounds, bounds[1:], strict=False)), bounds
     for p in points:
         assert abs(p.after - p.before) >= max(min_absolute, min_relative * p.before)
 
@@ -198,7 +205,7 @@ def reference_window_points(window: list[float]) -> list[int]:
     points: list[int] = []
     while True:
         bounds = [0, *points, len(window)]
-        segments = [(a, b) for a, b in zip(bounds, bounds[1:]) if b - a > 1]
+        segments = [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b - a > 1]
         if not segments:
             return points
         found = {seg: best(*seg) for seg in segments}

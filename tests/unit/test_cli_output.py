@@ -208,7 +208,8 @@ def test_every_command_says_what_it_is_for_how_it_is_used_and_its_exit_codes():
 @pytest.mark.slow  # ~45 s: every documented command, each a fresh interpreter
 def test_the_commands_the_docs_show_run_as_written():
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "check-docs.py")], capture_output=True, text=True,
-                          timeout=1200, env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+                          timeout=1200,
+                          env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert proc.stdout.count("\nok ") + proc.stdout.startswith("ok ") >= 15
 

@@ -13,12 +13,12 @@ import os
 
 import pytest
 
+from harness.masking import Masker
 from harness.matrix.load import load_matrix
 from harness.runtime import scratch
 from harness.runtime.base import CellContext
 from harness.runtime.compile_cache import CONTAINER_DIR, CompileCache, merge, planned_dir
 from harness.runtime.server_env import cache_env as server_env
-from harness.masking import Masker
 from tests.builders import write_matrix
 
 
@@ -35,7 +35,8 @@ def test_merge_moves_in_only_what_is_missing_never_over_a_file_that_is_there(tmp
                 "vllm/torch_compile_cache/h2/rank_0_0/backbone/artifact": "bytes",
                 "vllm/torch_compile_cache/h2/rank_0_0/backbone/vllm_compile_cache.py": "{'h2': 1}"})
     assert merge(mine, shared) == 2
-    assert (shared / "vllm/torch_compile_cache/h1/rank_0_0/backbone/vllm_compile_cache.py").read_text() == "{'first': 1}"
+    cached = shared / "vllm/torch_compile_cache/h1/rank_0_0/backbone/vllm_compile_cache.py"
+    assert cached.read_text() == "{'first': 1}"
     assert (shared / "vllm/torch_compile_cache/h2/rank_0_0/backbone/artifact").read_text() == "bytes"
     assert not [p for p in shared.rglob("*") if p.name.endswith(".tmp")]
     assert merge(mine, shared) == 0, "a second merge of the same files adds nothing"
@@ -50,7 +51,8 @@ def test_an_index_appears_only_after_the_artifacts_it_names(tmp_path, monkeypatc
     tree(mine, {"h/vllm_compile_cache.py": "{}", "h/a1": "x", "h/cache_key_factors.json": "{}", "h/z9": "y"})
     order = []
     real_replace = os.replace
-    monkeypatch.setattr(cc.os, "replace", lambda src, dst: (order.append(os.path.basename(dst)), real_replace(src, dst)))
+    monkeypatch.setattr(cc.os, "replace",
+                        lambda src, dst: (order.append(os.path.basename(dst)), real_replace(src, dst)))
     merge(mine, shared)
     assert set(order[:2]) == {"a1", "z9"} and set(order[2:]) == {"vllm_compile_cache.py", "cache_key_factors.json"}
 

@@ -43,7 +43,8 @@ def test_no_outcome_or_reason_is_compared_as_a_string():
 
 
 def test_the_grep_finds_what_it_is_for():
-    for bad in ('if r.outcome == "booted":', 'x = r.reason != "kv_insufficient"', 'if c.outcome in ("refused", "crashed")',
+    for bad in ('if r.outcome == "booted":', 'x = r.reason != "kv_insufficient"',
+                'if c.outcome in ("refused", "crashed")',
                 'colour = {"booted": "green", "refused": "red"}', 'if "booted" == cell.outcome:',
                 'ok = refusal.kind == "gpu_memory_busy"'):
         assert COMPARED.search(bad), bad

@@ -6,8 +6,17 @@ from __future__ import annotations
 import pytest
 
 from harness.errors import RuntimeUnavailable
-from harness.runtime.engine import (EngineInfo, GpuProbe, check_gpu_support, device_requests, engine_host, engine_info,
-                                    gpu_cli_args, trouble, version_tuple)
+from harness.runtime.engine import (
+    EngineInfo,
+    GpuProbe,
+    check_gpu_support,
+    device_requests,
+    engine_host,
+    engine_info,
+    gpu_cli_args,
+    trouble,
+    version_tuple,
+)
 
 
 def as_dicts(reqs):

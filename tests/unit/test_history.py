@@ -186,7 +186,8 @@ def test_json_has_runs_and_per_cell_outcomes_since_changes_time_changes(tmp_path
     assert [r["id"] for r in doc["runs"]] == [f"night{i:02d}" for i in range(8)]
     assert all(r["started_at"] for r in doc["runs"])
     a, b = doc["cells"]
-    assert a["outcomes"] == ["booted"] * 6 + ["refused"] * 2 and a["since"] == "night06" and "vllm_version" in a["changes"]
+    assert a["outcomes"] == ["booted"] * 6 + ["refused"] * 2
+    assert a["since"] == "night06" and "vllm_version" in a["changes"]
     assert b["outcomes"][:3] == [None, None, None] and b["time_changes"] == []
 
 
@@ -540,7 +541,7 @@ def test_each_phase_s_series_is_the_runs_that_timed_it_whatever_they_timed():
         return Entry("booted", "ready", {}, True, None, {}, {}, times)
 
     runs = [Night(f"n{i:02d}", _T0 + timedelta(days=i), "complete", Path("."), "m", {}) for i in range(14)]
-    slow = lambda i: 40.0 + 80 * (i >= 7) + (i % 3) * 0.2  # noqa: E731
+    slow = lambda i: 40.0 + 80 * (i >= 7) + (i % 3) * 0.2  # noqa: E731 - a one-line helper
     layouts = {
         "same": [entry({TOTAL: slow(i), "weight loading": slow(i) - 5}) for i in range(14)],
         "mixed": [entry({TOTAL: slow(i), **({"weight loading": slow(i) - 5} if i % 2 else {}),
@@ -596,9 +597,10 @@ def test_reading_at_an_open_folder_refuses_what_read_bytes_refuses(tmp_path):
         for name, limit in [("ok.json", 64), ("dir.json", 64), ("fifo.json", 64), ("link.json", 64),
                             ("big.json", 10), ("missing.json", 64)]:
             outcomes = []
-            for how in [lambda: read_bytes(tmp_path / name, limit, follow=False),
-                        lambda: read_bytes_at(fd, name, limit, where=str(tmp_path / name)),
-                        lambda: read_bytes_at(fd, entries[name], limit, where=str(tmp_path / name))]:
+            for how in [lambda name=name, limit=limit: read_bytes(tmp_path / name, limit, follow=False),
+                        lambda name=name, limit=limit: read_bytes_at(fd, name, limit, where=str(tmp_path / name)),
+                        lambda name=name, limit=limit: read_bytes_at(fd, entries[name], limit,
+                                                                     where=str(tmp_path / name))]:
                 if name == "missing.json" and len(outcomes) == 2:
                     break
                 try:

@@ -214,7 +214,7 @@ def test_the_live_table_the_summary_and_the_grid_show_markup_ids_as_written_at_a
     buf = io.StringIO()
     console = Console(file=buf, width=400, force_terminal=True, color_system="standard")
     progress = LiveProgress(cells, console)
-    for cell, result in zip(cells, run.cells):
+    for cell, result in zip(cells, run.cells, strict=False):
         progress.cell_started(cell)
         progress.cell_finished(cell, result)
     console.print(progress)

@@ -41,7 +41,8 @@ def refusal_of(*lines: str) -> Refusal | None:
 def test_feed_lines_as_they_arrive_and_act_on_the_signal():
     parser = LogParser()
     assert parser.feed("INFO 05-01 10:00:00 [api_server.py:1043] vLLM API server version 0.8.5\n") is Signal.NONE
-    assert parser.feed("INFO 05-01 10:00:53 [api_server.py:1090] Starting vLLM API server on http://0.0.0.0:8000\n") is (
+    assert parser.feed("INFO 05-01 10:00:53 [api_server.py:1090] Starting vLLM API server on "
+                       "http://0.0.0.0:8000\n") is (
         Signal.READY
     )
     facts = parser.facts
@@ -99,18 +100,21 @@ API = "(APIServer pid=50) "
         # weights
         ("0.8.5", "INFO 05-01 10:00:12 [gpu_model_runner.py:1329] Model loading took 14.9889 GiB and 4.128477 seconds",
          "model_load_gib", 14.9889),
-        ("0.12", P012 + INFO_COLOR + "Model loading took 60.1523 GiB memory and 25.422 seconds", "model_load_gib", 60.1523),
+        ("0.12", P012 + INFO_COLOR + "Model loading took 60.1523 GiB memory and 25.422 seconds",
+         "model_load_gib", 60.1523),
         ("0.33", P019 + "INFO 11-01 10:00:20 [gpu_model_runner.py:5089] Model loading took 14.99 GiB memory and "
          "6.2 seconds", "model_load_gib", 14.99),
         # KV memory
         ("0.10.1", P010 + "INFO 08-20 10:00:20 [gpu_worker.py:276] Available KV cache memory: 52.36 GiB",
          "available_gib", 52.36),
-        ("0.19", P019 + "INFO 03-10 11:00:31 [gpu_worker.py:437] Available KV cache memory: 3.5 GiB", "available_gib", 3.5),
+        ("0.19", P019 + "INFO 03-10 11:00:31 [gpu_worker.py:437] Available KV cache memory: 3.5 GiB",
+         "available_gib", 3.5),
         ("0.8.5 V0", "INFO 05-01 10:00:29 [worker.py:287] model weights take 14.99GiB; non_torch_memory takes 0.12GiB; "
          "PyTorch activation peak memory takes 1.19GiB; the rest of the memory reserved for KV Cache is 54.97GiB.",
          "available_gib", 54.97),
         # explicit KV size
-        ("0.10.2", P011 + "INFO 09-15 09:00:24 [gpu_worker.py:251] Initial free memory 71.41796875 GiB, reserved 4.00GiB "
+        ("0.10.2", P011 + "INFO 09-15 09:00:24 [gpu_worker.py:251] Initial free memory 71.41796875 GiB, "
+                          "reserved 4.00GiB "
          "memory for KV Cache as specified by kv_cache_memory_bytes config and skipped memory profiling. This does "
          "does not respect the gpu_memory_utilization config.", "reserved_gib", 4.0),
         ("0.15", P012 + "INFO 02-01 09:00:24 [gpu_worker.py:313] Initial free memory 71.42 GiB, reserved 12.5 GiB "
@@ -172,7 +176,8 @@ def test_each_versions_fact_lines(version, line, field, value):
          "model /models/glm", "0.30.1.dev7+gclav"),
         # the 0.15+ ASCII logo, coloured, one physical line of a multi-line record (ends in \r)
         (f"{ESC}[0;36m(APIServer pid=4100){ESC}[0;0m {ESC}[32mINFO{ESC}[0m {ESC}[90m11-29 15:00:29{ESC}[0m "
-         f"{ESC}[90m[startup.py:38]{ESC}[0m  {ESC}[93m▄▄{ESC}[0m {ESC}[94m▄█{ESC}[0m {ESC}[1m█     █     █ ▀▄▀ █{ESC}[0m"
+         f"{ESC}[90m[startup.py:38]{ESC}[0m  {ESC}[93m▄▄{ESC}[0m {ESC}[94m▄█{ESC}[0m {ESC}[1m█     █     "
+         f"█ ▀▄▀ █{ESC}[0m"
          f"  version {ESC}[1m0.33.0{ESC}[0m\r", "0.33.0"),
     ],
 )
@@ -186,7 +191,8 @@ def test_a_version_mentioned_elsewhere_is_not_the_servers():
 
 def test_the_measured_graph_memory_beats_the_estimate_in_either_order():
     estimate = P019 + "INFO 03-10 11:00:30 [gpu_model_runner.py:5956] Estimated CUDA graph memory: 0.61 GiB total"
-    measured = P019 + "INFO 03-10 11:00:50 [gpu_model_runner.py:6457] Graph capturing finished in 18 secs, took 0.58 GiB"
+    measured = P019 + ("INFO 03-10 11:00:50 [gpu_model_runner.py:6457] Graph capturing finished in 18 secs, "
+                       "took 0.58 GiB")
     assert kv_of(estimate, measured).cuda_graph_gib == 0.58
     assert kv_of(measured, estimate).cuda_graph_gib == 0.58
 
@@ -247,7 +253,8 @@ KV_012 = (
 
 
 def test_kv_insufficient_carries_every_number_it_states():
-    refusal = refusal_of(P012 + f"{ESC}[31mERROR{ESC}[0m {ESC}[90m12-03 08:00:41{ESC}[0m {ESC}[90m[core.py:842]{ESC}[0m "
+    refusal = refusal_of(P012 + f"{ESC}[31mERROR{ESC}[0m {ESC}[90m12-03 08:00:41{ESC}[0m "
+                                f"{ESC}[90m[core.py:842]{ESC}[0m "
                          + KV_012 + "\r")
     assert refusal == Refusal(
         kind="kv_cache_too_small",
@@ -305,14 +312,18 @@ def test_the_cpu_backend_prints_the_refusal_twice_and_the_first_is_kept():
          "or using --quantization.", "cuda_oom_weights"),
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
          "79.19 GiB of which 1.50 GiB is free.", "cuda_oom_unknown"),
-        ("(Worker_TP0 pid=11) torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB.", "cuda_oom_unknown"),
-        ("[rank0]: torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)", "cuda_oom_unknown"),
+        ("(Worker_TP0 pid=11) torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB.",
+         "cuda_oom_unknown"),
+        ("[rank0]: torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)",
+         "cuda_oom_unknown"),
         ("RuntimeError: CUDA error: out of memory", "cuda_oom_unknown"),
         ("RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy requests. Please try "
-         "lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.", "cuda_oom_sampler_warmup"),
+         "lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.",
+         "cuda_oom_sampler_warmup"),
         ("(APIServer pid=80) RuntimeError: Engine core initialization failed. See root cause above. Failed core "
          "proc(s): {'EngineCore': 1}", "engine_core_failed_root_cause_not_shown"),
-        ("RuntimeError: Engine core initialization failed. See root cause above.", "engine_core_failed_root_cause_not_shown"),  # 0.8.5
+        ("RuntimeError: Engine core initialization failed. See root cause above.",
+         "engine_core_failed_root_cause_not_shown"),  # 0.8.5
     ],
 )
 def test_each_refusal_kind(line, kind):
@@ -436,7 +447,8 @@ def test_the_allow_long_max_model_len_warning_is_not_a_refusal(line):
 
 # --- which refusal a boot is remembered by ---------------------------------------------------------------------------
 
-GENERIC = "(APIServer pid=80) RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+GENERIC = ("(APIServer pid=80) RuntimeError: Engine core initialization failed. See root cause above. "
+           "Failed core proc(s): {}")
 
 
 def test_the_specific_root_cause_beats_the_generic_failure_in_either_order():
@@ -446,7 +458,8 @@ def test_the_specific_root_cause_beats_the_generic_failure_in_either_order():
 
 def test_the_first_specific_refusal_wins():
     weights = ("ERROR 01-15 12:01:40 [gpu_model_runner.py:5413] Failed to load model - not enough GPU memory. Try "
-               "lowering --gpu-memory-utilization ... (original error: CUDA out of memory. Tried to allocate 896.00 MiB."
+               "lowering --gpu-memory-utilization ... (original error: CUDA out of memory. Tried to "
+               "allocate 896.00 MiB."
                " GPU 0 has a total capacity of 79.19 GiB of which 412.06 MiB is free.)")
     torch_oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB."
     refusal = refusal_of(weights, torch_oom, GENERIC)
@@ -467,7 +480,8 @@ def test_the_refusal_message_is_the_bare_line_trimmed_to_2000_chars():
     "line",
     [
         # advice and arg dumps
-        "WARNING 05-01 10:00:00 [arg_utils.py:1558] This may cause out of memory errors; consider lowering max_model_len",
+        "WARNING 05-01 10:00:00 [arg_utils.py:1558] This may cause out of memory errors; consider "
+        "lowering max_model_len",
         "INFO 05-01 10:00:00 [api_server.py:1044] args: Namespace(max_model_len=131072, gpu_memory_utilization=0.9, "
         "kv_cache_memory_bytes=None)",
         "INFO 05-01 10:00:00 [utils.py:233] non-default args: {'max_model_len': 4096, 'enforce_eager': True}",
@@ -521,9 +535,10 @@ def test_feed_never_raises_on_partial_or_hostile_lines(line):
 
 def test_feed_tolerates_bytes_and_non_strings():
     parser = LogParser()
-    assert parser.feed(b"INFO 05-01 10:00:30 [kv_cache_utils.py:634] GPU KV cache size: 1,024 tokens\xff") is Signal.NONE
-    assert parser.feed(None) is Signal.NONE  # type: ignore[arg-type]
-    assert parser.feed(12345) is Signal.NONE  # type: ignore[arg-type]
+    not_utf8 = b"INFO 05-01 10:00:30 [kv_cache_utils.py:634] GPU KV cache size: 1,024 tokens\xff"
+    assert parser.feed(not_utf8) is Signal.NONE
+    assert parser.feed(None) is Signal.NONE  # type: ignore[arg-type]  # not a line: the test
+    assert parser.feed(12345) is Signal.NONE  # type: ignore[arg-type]  # not a line: the test
     assert parser.facts.kv.kv_tokens == 1024
     assert parser.facts.lines == 3
 

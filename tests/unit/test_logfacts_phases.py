@@ -44,8 +44,8 @@ RELEASES = {
         "INFO:     Application startup complete.",
     ], {"model_load_gib": 14.9888, "graph_capture_s": 15.0},
         ["first_line", "engine_started", "weights_loaded", "kv_sized", "graphs_captured", "listening"]),
-    # 0.6.6: worker/worker.py "Memory profiling takes %.2f seconds\n…"; compilation/backends.py; monitor.py "torch.compile
-    # takes %.2f s in total"; "Graph capturing finished in %.0f secs, took %.2f GiB"
+    # 0.6.6: worker/worker.py "Memory profiling takes %.2f seconds\n…"; compilation/backends.py; monitor.py
+    # "torch.compile takes %.2f s in total"; "Graph capturing finished in %.0f secs, took %.2f GiB"
     "0.6.6": ([
         v0(1, "Initializing an LLM engine (v0.6.6) with config: model='m'", "llm_engine.py:234"),
         v0(9, "Loading model weights took 14.9888 GB"),
@@ -68,13 +68,15 @@ RELEASES = {
         v0(8, "# cuda blocks: 27448, # CPU blocks: 2048", "executor_base.py:111"),
     ], {"model_load_gib": 14.9888, "compile_s": 3.1, "compile_cache_hit": True},
         ["first_line", "engine_started", "weights_loaded", "compiled", "kv_sized"]),
-    # 0.8.5 (V1): default_loader.py "Loading weights took %.2f seconds", gpu_model_runner.py "Model loading took %.4f GiB
-    # and %.6f seconds", core.py "init engine (profile, create kv cache, warmup model) took %.2f seconds"
+    # 0.8.5 (V1): default_loader.py "Loading weights took %.2f seconds", gpu_model_runner.py
+    # "Model loading took %.4f GiB and %.6f seconds", core.py
+    # "init engine (profile, create kv cache, warmup model) took %.2f seconds"
     "0.8.5": ([
         v1(0, "Initializing a V1 LLM engine (v0.8.5) with config: model='m', enforce_eager=False", where="core.py:58"),
         v1(8, "Loading weights took 4.02 seconds", where="loader.py:459"),
         v1(8, "Model loading took 14.9889 GiB and 4.128477 seconds"),
-        v1(12, "Directly load the compiled graph(s) for shape None from the cache, took 2.174 s", where="backends.py:119"),
+        v1(12, "Directly load the compiled graph(s) for shape None from the cache, took 2.174 s",
+           where="backends.py:119"),
         v1(14, "torch.compile takes 5.37 s in total", where="monitor.py:33"),
         v1(16, "Available KV cache memory: 52.21 GiB", where="gpu_worker.py:191"),
         v1(16, "GPU KV cache size: 456,256 tokens", where="kv_cache_utils.py:634"),
@@ -139,8 +141,9 @@ RELEASES = {
         "graph_capture_s": 16.0, "graph_capture_gib": 0.31, "engine_init_s": 41.2},
         ["first_line", "engine_started", "weights_loaded", "compiled", "kv_sized", "graphs_captured", "engine_ready",
          "listening"]),
-    # 0.34: monitor.py "%storch.compile took %.2f s in total" with a tag; "Encoder graph capturing finished in %.0f secs,
-    # took %.2f GiB (%d graphs)" (a second capture in the same worker: it adds up)
+    # 0.34: monitor.py "%storch.compile took %.2f s in total" with a tag;
+    # "Encoder graph capturing finished in %.0f secs, took %.2f GiB (%d graphs)" (a second capture in the same worker:
+    # it adds up)
     "0.34.0": ([
         v1(0, "Initializing a V1 LLM engine (v0.34.0) with config: model='m'", "(EngineCore pid=7)", "core.py:101"),
         v1(9, "Model loading took 14.99 GiB memory and 5.1 seconds", "(Worker pid=9)"),

@@ -15,7 +15,8 @@ REAL_LINES = [
     "memory for KV Cache as specified by kv_cache_memory_bytes config and skipped memory profiling.",
     "(EngineCore pid=1234) INFO 11-20 14:10:20 [kv_cache_utils.py:2327] CPU KV cache size: 1,048,576 tokens, Maximum "
     "concurrency for 2,048 tokens per request: 512.00x",
-    "(EngineCore pid=1234) INFO 11-20 14:00:20 [cpu_worker.py:260] Explicitly set (1.0/15.09) GiB for KV cache on node 0.",
+    "(EngineCore pid=1234) INFO 11-20 14:00:20 [cpu_worker.py:260] Explicitly set (1.0/15.09) GiB for KV "
+    "cache on node 0.",
     "(EngineCore pid=55) INFO 06-01 07:00:31 [kv_cache_utils.py:1895] Auto-fit max_model_len: reduced from 131072 to "
     "28672 to fit in available GPU memory (3.5 GiB available for KV cache)",
     "(EngineCore pid=88) INFO 09-30 16:02:10 [gpu_worker.py:842] expert offload: KV capped at the plan's reserve 1.74 "

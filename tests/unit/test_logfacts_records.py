@@ -72,27 +72,27 @@ V023 = "(APIServer pid=1) INFO 03-10 11:00:30 [request_logger.py:68] "          
 V023_DEBUG = "(APIServer pid=1) DEBUG 03-10 11:00:30 [entrypoints/.../utils/request_logger.py:57] "  # DEBUG: its path
 
 ECHOES = {
-    "0.6.0 prompt": V0 + "Received request %s: prompt: %r, params: %s, prompt_token_ids: %s, lora_request: %s, "
+    "0.6.0 prompt": V0 + "Received request %s: prompt: %r, params: %s, prompt_token_ids: %s, lora_request: %s, "  # noqa: UP031 - vLLM's logger format, filled as vLLM fills it
                          "prompt_adapter_request: %s." % ("cmpl-1", PROMPT, PARAMS, [1, 2], None, None),
-    "0.9.0 prompt": V08 + "Received request %s: prompt: %r, params: %s, prompt_token_ids: %s, prompt_embeds shape: %s, "
+    "0.9.0 prompt": V08 + "Received request %s: prompt: %r, params: %s, prompt_token_ids: %s, prompt_embeds shape: %s, "  # noqa: UP031 - vLLM's logger format, filled as vLLM fills it
                           "lora_request: %s, prompt_adapter_request: %s." % ("cmpl-2", PROMPT, PARAMS, None, None,
                                                                              None, None),
-    "0.10.0 prompt": V08 + "Received request %s: prompt: %r, params: %s, prompt_token_ids: %s, prompt_embeds shape: "
+    "0.10.0 prompt": V08 + "Received request %s: prompt: %r, params: %s, prompt_token_ids: %s, prompt_embeds shape: "  # noqa: UP031 - vLLM's logger format, filled as vLLM fills it
                            "%s, lora_request: %s." % ("cmpl-3", PROMPT, PARAMS, None, None, None),
-    "0.10.1 output": V08 + "Generated response %s%s: output: %r, output_token_ids: %s, finish_reason: %s"
+    "0.10.1 output": V08 + "Generated response %s%s: output: %r, output_token_ids: %s, finish_reason: %s"  # noqa: UP031 - vLLM's logger format, filled as vLLM fills it
                            % ("cmpl-4", "", PROMPT, [3], "stop"),
-    "0.11.1 details": V011_DEBUG + "Request %s details: prompt: %r, prompt_token_ids: %s, prompt_embeds shape: %s."
+    "0.11.1 details": V011_DEBUG + "Request %s details: prompt: %r, prompt_token_ids: %s, prompt_embeds shape: %s."  # noqa: UP031 - vLLM's logger format, filled as vLLM fills it
                                    % ("cmpl-5", PROMPT, [1], None),
-    "0.11.1 params": V011 + "Received request %s: params: %s, lora_request: %s." % ("cmpl-6", PARAMS, None),
-    "0.23.0 details": V023_DEBUG + "Request %s details: prompt: %r, prompt_token_ids: %s, prompt_embeds shape: %s."
+    "0.11.1 params": V011 + "Received request %s: params: %s, lora_request: %s." % ("cmpl-6", PARAMS, None),  # noqa: UP031 - vLLM's logger format, filled as vLLM fills it
+    "0.23.0 details": V023_DEBUG + "Request %s details: prompt: %r, prompt_token_ids: %s, prompt_embeds shape: %s."  # noqa: UP031 - vLLM's logger format, filled as vLLM fills it
                                    % ("cmpl-7", PROMPT, [1], None),
-    "0.28.0 output": V023 + "Generated response %s%s: output: %r, finish_reason: %s" % ("cmpl-8", "", PROMPT, "stop"),
-    "0.31.0 JSON body": V023 + "Request %s JSON body: %s" % ("cmpl-9", '{"model": "m", "prompt": "%s"}'
+    "0.28.0 output": V023 + "Generated response %s%s: output: %r, finish_reason: %s" % ("cmpl-8", "", PROMPT, "stop"),  # noqa: UP031 - vLLM's logger format, filled as vLLM fills it
+    "0.31.0 JSON body": V023 + "Request %s JSON body: %s" % ("cmpl-9", '{"model": "m", "prompt": "%s"}'  # noqa: UP031 - vLLM's logger format, filled as vLLM fills it
                                                              % PROMPT.replace("\n", "\\n")),
     # a pasted excerpt whose header was lost, and a proxy's own line quoting the prompt
-    "no header": "Received request cmpl-10: prompt: %r, params: %s." % (PROMPT, PARAMS),
-    "quoted prompt": "gateway: forwarding prompt: %r" % PROMPT,
-    "chat JSON": 'gateway: {"messages": [{"role": "user", "content": "%s"}]}' % PROMPT.replace("\n", "\\n"),
+    "no header": "Received request cmpl-10: prompt: %r, params: %s." % (PROMPT, PARAMS),  # noqa: UP031 - vLLM's logger format, filled as vLLM fills it
+    "quoted prompt": "gateway: forwarding prompt: %r" % PROMPT,  # noqa: UP031 - vLLM's logger format, filled as vLLM fills it
+    "chat JSON": 'gateway: {"messages": [{"role": "user", "content": "%s"}]}' % PROMPT.replace("\n", "\\n"),  # noqa: UP031 - vLLM's logger format, filled as vLLM fills it
 }
 
 

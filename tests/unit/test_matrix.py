@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.matrix.cells import Cell, Expectation, select_cells
 from harness.cli import main
 from harness.errors import ConfigError, UsageError
+from harness.matrix.cells import Cell, Expectation, select_cells
 from harness.matrix.expand_env import expand_string
 from harness.matrix.load import load_matrix
 

@@ -60,7 +60,10 @@ CPU_BOOT = Milestones(started=0.1, first_line=2.0, engine_started=6.0, loading_s
 CPU_SKIP = skipped(True, "cpu")
 
 
-def curve_of(points, milestones=CPU_BOOT, kv=KvFacts(), limit=Limit(16 * GIB, LimitKind.host_total), skip=CPU_SKIP):
+NO_KV = KvFacts()
+
+
+def curve_of(points, milestones=CPU_BOOT, kv=NO_KV, limit=Limit(16 * GIB, LimitKind.host_total), skip=CPU_SKIP):
     return summarize(Samples(limit, list(points)), MemorySource.process, 0.2, milestones, kv, skip)
 
 

@@ -79,11 +79,12 @@ def test_each_phase_of_the_timeline_is_a_band_titled_by_its_name_in_boot_order()
     root = parse(memory.svg(c))
     rects = [r for r in root.iter(f"{SVG}rect") if r.get("class") == "phase"]
     # a record without loading_started (before it was read): its weights span holds the workers' start too
-    want = [span_name(Milestone(a) if a else None, Milestone(m)) for a, m in zip([None, *MILESTONES], MILESTONES)]
+    want = [span_name(Milestone(a) if a else None, Milestone(m))
+            for a, m in zip([None, *MILESTONES], MILESTONES, strict=False)]
     assert [r.get("data-phase") for r in rects] == want
     assert all(r.find(f"{SVG}title").text.startswith(r.get("data-phase") + ": ") for r in rects)
     xs = [(float(r.get("x")), float(r.get("x")) + float(r.get("width"))) for r in rects]
-    assert all(a[1] == pytest.approx(b[0], abs=0.2) for a, b in zip(xs, xs[1:])), "bands laid end to end"
+    assert all(a[1] == pytest.approx(b[0], abs=0.2) for a, b in zip(xs, xs[1:], strict=False)), "bands laid end to end"
     sc = memory.scale(c)
     weights = rects[want.index("start-up and weight loading")]
     assert float(weights.get("x")) == pytest.approx(sc.x(2.0), abs=0.06)

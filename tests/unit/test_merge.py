@@ -8,13 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from harness.errors import UsageError
 from harness.matrix.load import load_matrix
+from harness.matrix.scheduler import SchedulerRef, detect
+from harness.matrix.shard import shard_cells
 from harness.results.model import CellResult, Expected, RunResult
 from harness.results.store import RunStore, load_run
 from harness.scale.merge import MERGE_FILE, merge_runs
-from harness.matrix.scheduler import SchedulerRef, detect
-from harness.matrix.shard import shard_cells
 from tests.builders import FAKE_VLLM, write_matrix
 
 
@@ -142,7 +143,8 @@ def test_a_missing_shard_is_named_by_number_alone_when_its_job_cannot_be_told(tm
              shard_run(tmp_path, m, 2, 3, scheduler=slurm_task(2, array="5000", low=1, count=3))]
     assert "missing shard(s) 3/3: the merged run is marked interrupted" in merge_runs(mixed, tmp_path / "x").warnings
     plain = [shard_run(tmp_path / "p", m, 1, 3)]  # `--shard 1/3` by hand: no scheduler
-    assert "missing shard(s) 2/3, 3/3: the merged run is marked interrupted" in merge_runs(plain, tmp_path / "y").warnings
+    warnings = merge_runs(plain, tmp_path / "y").warnings
+    assert "missing shard(s) 2/3, 3/3: the merged run is marked interrupted" in warnings
 
 
 def test_the_output_must_be_new_or_empty(tmp_path):

@@ -23,7 +23,8 @@ STILL_START_PROGRAMS = {
 
 
 def _constants(node: ast.expr) -> list[float]:
-    """The numbers `node` can evaluate to, as far as the source says (a literal, or either branch of `a if c else b`)."""
+    """The numbers `node` can evaluate to, as far as the source says (a literal, or either branch of `a if c else
+    b`)."""
     if isinstance(node, ast.IfExp):
         return _constants(node.body) + _constants(node.orelse)
     try:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.matrix.cells import Cell
 from harness.cli import main
 from harness.errors import UsageError
+from harness.matrix.cells import Cell
 from harness.predict.serve_flags import flag_dest, flag_value, option_name, parse_serve_flags, spelling_of
 from harness.runtime.fake import FakeRuntime, Script
 from tests.builders import write_matrix

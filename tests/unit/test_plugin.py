@@ -119,7 +119,7 @@ def test_the_old_spellings_are_rewritten_as_options_only(args, keep, expected):
 
 
 def test_under_pytest_xdist_the_plugin_refuses_in_one_clear_line(pytester, matrix):
-    import xdist  # noqa: F401  (a pinned test dependency: pyproject `test` extra)
+    import xdist  # noqa: F401 - a pinned test dependency (pyproject `test` extra)
     pytester.makepyfile(test_matrix=TEST_FILE)
     result = pytester.runpytest_subprocess("--boot-matrix", str(matrix), "-n", "2", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR

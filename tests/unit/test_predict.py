@@ -67,7 +67,8 @@ def test_mtp_layers_join_the_pool_only_under_mtp():
     shape = read_model(MODELS / "tiny-glm-mtp")
     base = ["--max-model-len", "131072", "--block-size", "128"]
     off = predict(shape, parse_serve_flags(base), platform="cpu", available_bytes=4 << 30)
-    on = predict(shape, parse_serve_flags(base + ["--speculative-config", '{"method":"mtp","num_speculative_tokens":4}']),
+    on = predict(shape,
+                 parse_serve_flags(base + ["--speculative-config", '{"method":"mtp","num_speculative_tokens":4}']),
                  platform="cpu", available_bytes=4 << 30)
     assert (off.bytes_per_token, on.bytes_per_token) == (12288, 13312)
     # 4 GiB / (13,312 B x 128) = 2520 blocks; 1024 blocks per request → 2.46x → 322,560 tokens (the rehearsal's log)

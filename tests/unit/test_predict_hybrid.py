@@ -13,11 +13,11 @@ import json
 import pytest
 
 from harness.logfacts import LogParser, parse_file
-from harness.predict.serve_flags import parse_serve_flags
-from harness.predict.predictor import predict
-from harness.predict.model import read_model
 from harness.predict.cell import platform_of, predict_cell
+from harness.predict.model import read_model
 from harness.predict.platforms import local_cpu
+from harness.predict.predictor import predict
+from harness.predict.serve_flags import parse_serve_flags
 from tests.cli import boot_harness
 from tests.helpers.env import ROOT
 

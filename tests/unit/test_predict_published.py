@@ -15,8 +15,6 @@ from typing import Any
 import pytest
 
 from harness.errors import UsageError
-from harness.predict.serve_flags import parse_serve_flags
-from harness.predict.predictor import predict
 from harness.predict.model import read_model
 from harness.predict.serve_flags import ServeFlags
 from tests.helpers.kv_logs import PUBLISHED, held, published_cases

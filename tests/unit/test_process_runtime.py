@@ -38,7 +38,7 @@ class _Group(ProcessServer):
 
     def __init__(self, tmp_path: Path, clock: FakeClock, term_s: float | None = 0.0, linger_s: float = 0.0):
         (tmp_path / "c.json").write_text("{}")
-        super().__init__(_Leader(), ["vllm", "serve"], 8000, tmp_path / "c.json", clock)  # type: ignore[arg-type]
+        super().__init__(_Leader(), ["vllm", "serve"], 8000, tmp_path / "c.json", clock)  # type: ignore[arg-type]  # a stand-in leader
         self.term_s, self.linger_s = term_s, linger_s
         self.signals: list[int] = []
         self.gone_at: float | None = None

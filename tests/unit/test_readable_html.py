@@ -65,7 +65,7 @@ def test_each_legend_lies_below_its_axes_and_names_every_line_and_the_crossover(
 def test_the_crossover_label_sits_on_white_above_every_line(drawn):
     crossed = [(g, ax) for g, _, ax in drawn if g.cross.length is not None]
     assert crossed, "the example has a crossover to label"
-    for g, ax in crossed:
+    for _g, ax in crossed:
         [label] = [t for t in ax.texts if t.get_text().startswith("≈")]
         patch = label.get_bbox_patch()
         assert patch is not None and patch.get_facecolor()[:3] == (1.0, 1.0, 1.0)

@@ -27,7 +27,8 @@ SHM = ("(EngineCore pid=26) ERROR 12-06 05:01:54 [core.py:1510] RuntimeError: In
     (BAD_PATH, "bad_local_path", BAD_PATH.splitlines()[2], {"path": "/tmp/m/no-such-model"},
      "the model path /tmp/m/no-such-model is not a model directory here (missing, or no config.json in it): mount "
      "it or fix the path"),
-    (NO_CONFIG, "bad_local_path", "Value error, Invalid repository ID or local directory specified: '/tmp/m/no-config'.",
+    (NO_CONFIG, "bad_local_path",
+     "Value error, Invalid repository ID or local directory specified: '/tmp/m/no-config'.",
      {"path": "/tmp/m/no-config"},
      "the model path /tmp/m/no-config is not a model directory here (missing, or no config.json in it): mount it or "
      "fix the path"),

@@ -10,10 +10,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-from tests.synthetic import cpu_example_run, make_cell, make_run, seed_run, write_run
 from harness.report.build import build_report, session_summary
-from harness.report.grid import grid_text
-from harness.report.grid import build_grids
+from harness.report.grid import build_grids, grid_text
 from harness.report.plot import available as plot_available
 from tests.helpers.env import require
 from tests.cli import in_process as cli

@@ -1,6 +1,6 @@
 """The executor's retry policy on the FakeRuntime: a memory-busy refusal is booted once more (BusyRetry, the default),
-nothing else is, and NoRetry reports every first attempt as it came. tests/integration/test_executor.py shows the same retry
-on real processes and GPUs that are not idle."""
+nothing else is, and NoRetry reports every first attempt as it came. tests/integration/test_executor.py shows the same
+retry on real processes and GPUs that are not idle."""
 
 from __future__ import annotations
 
@@ -48,5 +48,6 @@ def test_any_other_verdict_is_the_first_attempts(tmp_path):
 
 def test_no_retry_reports_a_memory_busy_refusal_as_it_came(tmp_path):
     r, runtime, _ = boot(tmp_path, [Script.memory_busy(), Script.booted()], NoRetry())
-    assert (r.outcome, r.reason, r.attempts, r.contaminated) == (Outcome.refused, Reason.gpu_mem_util_exceeds_free, 1, False)
+    assert (r.outcome, r.reason, r.attempts, r.contaminated) == \
+        (Outcome.refused, Reason.gpu_mem_util_exceeds_free, 1, False)
     assert runtime.started == ["c_a"]

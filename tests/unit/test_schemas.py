@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import jsonschema
@@ -18,7 +18,15 @@ import yaml
 from harness.logfacts import KvFacts, Refusal
 from harness.matrix.load import _UniqueKeyLoader, load_matrix
 from harness.results.model import (
-    AppliedPatch, CellResult, ContainerInfo, Expected, GpuInfo, HostInfo, MatrixRef, RunResult, Timings,
+    AppliedPatch,
+    CellResult,
+    ContainerInfo,
+    Expected,
+    GpuInfo,
+    HostInfo,
+    MatrixRef,
+    RunResult,
+    Timings,
 )
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -64,7 +72,7 @@ def errors(name: str, instance: object) -> list[str]:
 
 def read_yaml(path: Path) -> object:
     """A matrix file as parsed YAML, with the harness's own loader (YAML 1.2 booleans, duplicate keys refused)."""
-    return yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # a SafeLoader subclass: safe
 
 
 # -------------------------------------------------------------------------------------------------------- no drift
@@ -143,7 +151,7 @@ def test_a_misspelt_key_names_its_place():
 
 
 def sample_cells() -> list[CellResult]:
-    t0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    t0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
     booted = CellResult(
         cell_id="mml131072-mtp_off-floor_none", axes={"max_model_len": "131072", "mtp": "off", "floor": "none"},
         runtime="docker", argv=["vllm", "serve", "--model", "/models/tiny", "--api-key", "***"],
@@ -204,7 +212,7 @@ def test_a_run_directory_written_by_the_store_matches_the_schemas(tmp_path):
 
 def test_a_minimal_run_record_matches_and_strays_do_not():
     run = RunResult(run_id="r", matrix=MatrixRef(path="/m.yaml", sha256="c" * 64, name="seed"), runtime="process",
-                    started_at=datetime(2025, 1, 1, tzinfo=timezone.utc),
+                    started_at=datetime(2025, 1, 1, tzinfo=UTC),
                     host=HostInfo(hostname="h", platform="Linux", python="3.12.3"), harness_version="0.1.0")
     data = run.model_dump(mode="json")
     assert errors("results.schema.json", data) == []

@@ -9,9 +9,9 @@ import socket
 import tempfile
 from pathlib import Path
 
-from harness.sweep import pid_alive, sweep
 from harness.runtime import scratch
 from harness.runtime.server_env import cell_dirs
+from harness.sweep import pid_alive, sweep
 
 
 def _cell(results: Path, run: str, cell: str) -> tuple[Path, Path]:

@@ -55,8 +55,10 @@ RELEASES = [
     ("0.9.1", ["--speculative-config.num_speculative_tokens", "4"], {"speculative": {"num_speculative_tokens": "4"}}),
     ("0.9.1", ["-sc.method", "mtp"], REFUSED),
     ("0.9.2", ["--speculative-config.num_speculative_tokens", "4"], {"speculative": {"num_speculative_tokens": 4}}),
-    ("0.19.1", ["--speculative-config.num_speculative_tokens", "2k"], {"speculative": {"num_speculative_tokens": "2k"}}),
-    ("0.20.0", ["--speculative-config.num_speculative_tokens", "2k"], {"speculative": {"num_speculative_tokens": 2000}}),
+    ("0.19.1", ["--speculative-config.num_speculative_tokens", "2k"],
+     {"speculative": {"num_speculative_tokens": "2k"}}),
+    ("0.20.0", ["--speculative-config.num_speculative_tokens", "2k"],
+     {"speculative": {"num_speculative_tokens": 2000}}),
     # --hf-overrides: from 0.10.0 a JSON object may be padded with blanks; before, it is read as a string
     ("0.9.2", ["--hf-overrides", ' {"a": 1}'], "not predicted"),
     ("0.10.0", ["--hf-overrides", ' {"a": 1}'], {"hf_overrides": {"a": 1}}),

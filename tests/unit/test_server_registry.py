@@ -11,7 +11,7 @@ def test_the_tracking_runtime_forwards_what_callers_set_and_read():
     inner = FakeRuntime()
     runtime = TrackingRuntime(inner, LiveServers())
     observer = object()
-    runtime.pull_observer = observer  # type: ignore[assignment]
+    runtime.pull_observer = observer  # type: ignore[assignment]  # any object: passed on as is
     runtime.notes.append("GPU probe: 1 GPU")
     assert inner.pull_observer is observer and inner.notes == ["GPU probe: 1 GPU"]
     assert runtime.name == "fake" and runtime.pull_observer is observer

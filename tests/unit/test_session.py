@@ -15,7 +15,6 @@ from harness.runtime.fake import FakeRuntime, Script
 from tests.builders import fake_cells
 
 
-
 def test_a_run_is_opened_booted_and_finished_with_every_cell_recorded_in_matrix_order(tmp_path):
     loaded, cells = fake_cells(tmp_path)
     runtime = FakeRuntime({"c_b": Script.refused_kv()})
@@ -32,8 +31,8 @@ def test_a_run_is_opened_booted_and_finished_with_every_cell_recorded_in_matrix_
 
 
 def test_a_memory_busy_refusal_is_booted_again_after_the_gpu_wait_on_the_sequential_path(tmp_path):
-    """`gpus: all`, one cell at a time: the first attempt is refused gpu_mem_util_exceeds_free; the cell waits for its GPUs and
-    boots once more; the record says so and keeps the first attempt's log."""
+    """`gpus: all`, one cell at a time: the first attempt is refused gpu_mem_util_exceeds_free; the cell waits for its
+    GPUs and boots once more; the record says so and keeps the first attempt's log."""
     loaded, cells = fake_cells(tmp_path, values=("a",), gpus="all")
     runtime = FakeRuntime({"c_a": [Script.memory_busy(), Script.booted()]})
     inventory = FakeInventory(2)

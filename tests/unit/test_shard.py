@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from harness.errors import UsageError
 from harness.matrix.load import load_matrix
+from harness.matrix.shard import parse_shard, shard_cells, shard_of
 from harness.results.model import CellResult, Expected, GpuInfo
 from harness.scale.junit import cell_properties
-from harness.matrix.shard import parse_shard, shard_cells, shard_of
 from tests import builders
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,14 +100,16 @@ def test_run_on_an_empty_shard_writes_an_empty_complete_run(tmp_path, capsys):
     path = fake_matrix(tmp_path, ["boot"])
     cells = list(load_matrix(path).cells)
     empty = next(i for i in (1, 2) if shard_of(cells[0].id, 2) != i)
-    assert main(["run", "--matrix", str(path), "--shard", f"{empty}/2", "--results-dir", str(tmp_path / "results")]) == 0
+    assert main(["run", "--matrix", str(path), "--shard", f"{empty}/2", "--results-dir",
+                 str(tmp_path / "results")]) == 0
     assert "none of the 1 selected cells" in capsys.readouterr().err
     (run_dir,) = (tmp_path / "results").iterdir()
     run = json.loads((run_dir / "results.json").read_text())
     assert (run["status"], run["shard"], run["cells"], run["summary"]["cells"]) == ("complete", f"{empty}/2", [], 0)
     # what reads it says the run holds no cells, once, instead of a grid of no columns or "no max_model_len axis"
     said = "holds no cells (an empty shard or selection): nothing to show"
-    for argv, code in ((["report", run_dir], 0), (["report", run_dir, "--markdown", "-"], 0), (["analyze", run_dir], 0)):
+    for argv, code in ((["report", run_dir], 0), (["report", run_dir, "--markdown", "-"], 0),
+                       (["analyze", run_dir], 0)):
         capsys.readouterr()
         assert main([str(a) for a in argv]) == code, argv
         out = capsys.readouterr()
@@ -143,7 +146,7 @@ def test_the_pytest_plugin_takes_a_shard_and_writes_junit_properties(tmp_path):
         props = {p.get("name"): p.get("value") for p in case.iter("property")}
         seen[props.get("boot.cell_id")] = props
     assert sorted(seen) == sorted(mine), proc.stdout[-2000:]
-    for cid, props in seen.items():
+    for props in seen.values():
         assert props["boot.outcome"] in ("booted", "crashed", "refused") and "boot.verdict_s" in props
     (run_dir,) = (tmp_path / "results").iterdir()
     assert json.loads((run_dir / "results.json").read_text())["shard"] == f"1/{n}"

@@ -167,7 +167,8 @@ def test_cells_shard_auto_under_buildkite_lists_the_cells_of_shard_i_of_n(tmp_pa
     path = fake_matrix(tmp_path, ["boot", "crash", "refuse", "slow", "hang", "oom"])
     every = [c.id for c in load_matrix(path, placeholders=True).cells]
     for job in range(3):
-        for name, value in {**BUILDKITE, "BUILDKITE_PARALLEL_JOB": str(job), "BUILDKITE_PARALLEL_JOB_COUNT": "3"}.items():
+        for name, value in {**BUILDKITE, "BUILDKITE_PARALLEL_JOB": str(job),
+                            "BUILDKITE_PARALLEL_JOB_COUNT": "3"}.items():
             clean_env.setenv(name, value)
         assert main(["cells", "--matrix", str(path), "--shard", "auto"]) == 0
         auto = capsys.readouterr()

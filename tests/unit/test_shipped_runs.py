@@ -41,7 +41,7 @@ def run_cli(capsys, monkeypatch, *args: str) -> tuple[int, str]:
 
 def test_three_nights_are_shipped_whole_with_their_logs_curves_and_matrices(nights):
     assert [d.name for d in RUNS] == ["cpu-tiny-night1", "cpu-tiny-night2", "cpu-tiny-night3"]
-    for run_dir, run in zip(RUNS, nights):
+    for run_dir, run in zip(RUNS, nights, strict=False):
         assert run.status == "complete" and len(run.cells) == 6, run_dir
         assert sorted(p.name for p in run_dir.iterdir()) == ["cells", "logs", "matrix.yaml", "results.json"]
         assert hashlib.sha256((run_dir / "matrix.yaml").read_bytes()).hexdigest() == run.matrix.sha256, \

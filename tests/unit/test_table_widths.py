@@ -138,7 +138,8 @@ def table_at(width: int, rows: int = 3):
     # 33-character ids: with the verdict's longest word, "(kv_cache_too_small)" (20), and the borders, 60 columns hold
     ids = [f"mml{n}-spec_draft_two-kv_budget_tight"[:33] for n in range(1000, 1000 + rows)]
     for i in ids:
-        t.add_row(i, "refused (kv_cache_too_small)", "20261204-220002-cpu-tiny-2efb", "argv --max-model-len 2048 → 4096")
+        t.add_row(i, "refused (kv_cache_too_small)", "20261204-220002-cpu-tiny-2efb",
+                  "argv --max-model-len 2048 → 4096")
     buf = io.StringIO()
     show(plain_console(file=buf, width=width), Group(t, Text("a line " * 40)))
     return buf.getvalue(), ids

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from harness import load_run
 from harness.analysis.history_runs import phase_times
 from harness.logfacts import LogParser, parse_file, parse_text
 from harness.logfacts.timeline import Milestone, Milestones, Timeline, phase_at
-from harness import load_run
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 NIGHT = ROOT / "examples" / "runs" / "cpu-tiny-night1"

@@ -13,8 +13,8 @@ from harness.logfacts import Refusal
 from harness.logfacts.model import RefusalKind
 from harness.matrix.load import load_matrix
 from harness.verdict import REASONS, Outcome, Reason
-from harness.verdict.policy import Evidence, Sighting, decide
 from harness.verdict.catalogue import reason_table
+from harness.verdict.policy import Evidence, Sighting, decide
 from tests.builders import write_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +42,8 @@ def test_docs_results_md_holds_the_catalogues_table():
 
 @pytest.mark.parametrize(("evidence", "outcome", "reason"), [
     (Evidence(sighting=refusal("kv_cache_too_small")), "refused", "kv_cache_too_small"),
-    (Evidence(sighting=refusal("engine_core_failed_root_cause_not_shown")), "crashed", "engine_core_failed_root_cause_not_shown"),
+    (Evidence(sighting=refusal("engine_core_failed_root_cause_not_shown")), "crashed",
+     "engine_core_failed_root_cause_not_shown"),
     (Evidence(sighting=Sighting("exit", "x", exit_code=3)), "crashed", "exited"),
     (Evidence(sighting=Sighting("exit", "x", exit_code=0)), "crashed", "exited_before_ready"),
     (Evidence(sighting=Sighting("exit", "x", exit_code=-9)), "crashed", "killed"),
@@ -60,12 +61,15 @@ def test_docs_results_md_holds_the_catalogues_table():
     (Evidence(sighting=refusal("kv_cache_too_small"), oom_killed=True), "refused", "kv_cache_too_small"),
     # memory busy: the configuration's verdict unless the retry's GPUs were still held
     # the engine hung or went away: a death or a deadline then is the engine's, a refusal or a boot still the server's
-    (Evidence(sighting=Sighting("exit", "x", exit_code=143), engine_trouble="docker went away"), "error", "engine_lost"),
+    (Evidence(sighting=Sighting("exit", "x", exit_code=143), engine_trouble="docker went away"), "error",
+     "engine_lost"),
     (Evidence(sighting=Sighting("deadline", "x"), engine_trouble="podman: `inspect` hung"), "error", "engine_lost"),
     (Evidence(sighting=Sighting("healthy", "x"), engine_trouble="podman: `inspect` hung"), "booted", "ready"),
-    (Evidence(sighting=refusal("kv_cache_too_small"), engine_trouble="docker went away"), "refused", "kv_cache_too_small"),
+    (Evidence(sighting=refusal("kv_cache_too_small"), engine_trouble="docker went away"), "refused",
+     "kv_cache_too_small"),
     (Evidence(sighting=refusal("gpu_mem_util_exceeds_free")), "refused", "gpu_mem_util_exceeds_free"),
-    (Evidence(sighting=refusal("gpu_mem_util_exceeds_free"), retried_busy=True), "refused", "gpu_mem_util_exceeds_free"),
+    (Evidence(sighting=refusal("gpu_mem_util_exceeds_free"), retried_busy=True), "refused",
+     "gpu_mem_util_exceeds_free"),
     (Evidence(sighting=refusal("gpu_mem_util_exceeds_free"), retried_busy=True, gpus_not_idle="GPU 0 +60 GiB"),
      "error", "gpu_memory_held"),
 ])

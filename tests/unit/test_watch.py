@@ -257,7 +257,8 @@ def test_a_log_past_its_cap_keeps_its_head_and_its_last_lines(tmp_path):
     assert (cut.written_lines, cut.written_bytes) == (10_000, sum(len(t) + 1 for t in sent))
     (gap,) = [i for i, x in enumerate(lines) if x.startswith("[boot-harness]")]
     head, tail = lines[:gap], lines[gap + 1:]
-    assert lines[gap].startswith(f"[boot-harness] {cut.dropped_lines} lines (") and f"last {len(tail)} lines" in lines[gap]
+    assert lines[gap].startswith(f"[boot-harness] {cut.dropped_lines} lines (")
+    assert f"last {len(tail)} lines" in lines[gap]
     assert "cap of 64.0 KiB (log_max_mb)" in lines[gap]
     assert head == sent[:len(head)] and tail == sent[-len(tail):]  # nothing reordered, nothing torn
     assert len(head) + cut.dropped_lines + len(tail) == 10_000
@@ -269,7 +270,7 @@ def test_a_log_past_its_cap_keeps_its_head_and_its_last_lines(tmp_path):
 def test_a_log_within_its_cap_or_without_one_is_whole(tmp_path):
     for cap in (64 * 1024, None):  # 50 KB: past the head's half of the cap, within the cap
         sink = LogSink(tmp_path / "cell.log", Masker(), max_bytes=cap)
-        for i in range(500):
+        for _ in range(500):
             sink.write(FILLER)
         sink.close()
         assert (tmp_path / "cell.log").read_text() == (FILLER + "\n") * 500 and sink.record() is None

@@ -38,7 +38,8 @@ def _max_len_read(message: str, m: re.Match[str]) -> Numbers | None:
 def _divisors(numbers: Numbers) -> Numbers:
     heads = numbers.get("heads")
     if isinstance(heads, int) and 0 < heads <= 1 << 16:
-        return {"tp_sizes": ", ".join(str(d) for d in range(1, min(heads, 64) + 1) if heads % d == 0 and d & (d - 1) == 0)}
+        sizes = (d for d in range(1, min(heads, 64) + 1) if heads % d == 0 and d & (d - 1) == 0)
+        return {"tp_sizes": ", ".join(map(str, sizes))}
     return {}
 
 
@@ -126,12 +127,14 @@ NO_CACHE_BLOCKS = Cause(
     (Pattern("No available memory for the cache blocks", EXC + r"No available memory for the cache blocks"),
      Pattern("No available memory for the cache blocks",
              r"\Araise \w{0,60}Error\(\s*f?[\"']No available memory for the cache blocks"),
-     Pattern("Available KV cache memory", r"Available KV cache memory:\s*" + named("available_gib", r"(-\d{1,15}(?:\.\d{1,15})?)")
-             + r"\s*GiB", rank=WEAK, any_level=True),
+     Pattern("Available KV cache memory",
+             r"Available KV cache memory:\s*" + named("available_gib", r"(-\d{1,15}(?:\.\d{1,15})?)") + r"\s*GiB",
+             rank=WEAK, any_level=True),
      Pattern("blocks:", r"\A#\s*(?:GPU|cuda|rocm|CUDA|ROCM) blocks:\s*0\b", rank=WEAK, any_level=True)),
     ("no memory left for one KV block ({available_gib} GiB available for the KV cache): shrink the weights' share "
      "(quantize, more GPUs) or raise gpu_memory_utilization",
-     "no memory left for one KV block: shrink the weights' share (quantize, more GPUs) or raise gpu_memory_utilization"),
+     "no memory left for one KV block: shrink the weights' share (quantize, more GPUs) or raise "
+     "gpu_memory_utilization"),
     numbers=("available_gib", "gpu_blocks", "cpu_blocks"), aliases=("no_cache_memory",), stops=True,
     also=(Also("gpu_blocks", r"#\s*(?:GPU|cuda|rocm|CUDA|ROCM) blocks:\s*(\d{1,12})", int),
           Also("cpu_blocks", r"#\s*CPU blocks:\s*(\d{1,12})", int)),

@@ -14,8 +14,14 @@ from . import BY_ID, GENERIC_CAUSE, UNCAUGHT
 from .crash import MODEL_CODE_ERROR
 from .match import ANY_FRAME_NEEDLE, TRACEBACK_START, Match, match
 from .model import GENERIC, WEAK, Cause, Finding, Numbers
-from .resource import (CUDA_OOM_GRAPH_CAPTURE, CUDA_OOM_KV_ALLOCATION, CUDA_OOM_PROFILING, CUDA_OOM_SAMPLER_WARMUP,
-                       CUDA_OOM_UNKNOWN, CUDA_OOM_WEIGHTS)
+from .resource import (
+    CUDA_OOM_GRAPH_CAPTURE,
+    CUDA_OOM_KV_ALLOCATION,
+    CUDA_OOM_PROFILING,
+    CUDA_OOM_SAMPLER_WARMUP,
+    CUDA_OOM_UNKNOWN,
+    CUDA_OOM_WEIGHTS,
+)
 
 MAX_LINE = 2000
 MAX_FRAMES = 64
@@ -194,8 +200,8 @@ class CauseReader:
         if self._code_error is not None:
             numbers, line, process = self._code_error
             return finding(MODEL_CODE_ERROR, line, numbers, process)
-        if error_line and (numbers := exception_numbers(error_line)) is not None:
-            return finding(UNCAUGHT, error_line, numbers)
+        if error_line and (raised := exception_numbers(error_line)) is not None:
+            return finding(UNCAUGHT, error_line, raised)
         if best is not None:
             return finding(GENERIC_CAUSE, best.line, best.numbers, self._best_process)
         return None

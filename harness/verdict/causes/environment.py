@@ -97,7 +97,8 @@ BAD_LOCAL_PATH = Cause(
      # the path is the last quoted name before a full stop (the form's own 'repo_name' examples are quoted too)
      Pattern("Repo id must", r"Repo id must (?:be in the form|use alphanumeric)(?:.{0,300}'(?P<path>[^']{1,300})'"
              r"(?:\.|\Z))?"),
-     Pattern("HFValidationError", rank=WEAK),  # a traceback's `raise HFValidationError(` names no path: the message does
+     # a traceback's `raise HFValidationError(` names no path: the message does
+     Pattern("HFValidationError", rank=WEAK),
      Pattern("Cannot find any model weights", r"Cannot find any model weights with `?(?P<path>[^`\s]{1,300})"),
      # a local folder that lacks a file its config needs (MISSING_CONFIG_JSON leaves it here)
      Pattern("does not appear to have a file named", r"(?P<path>\S{1,300}) does not appear to have a file named "
@@ -277,7 +278,8 @@ NO_KERNEL_IMAGE = Cause(
     "the build has no kernels for this GPU's architecture (\"no kernel image is available for execution on the "
     "device\"): a wheel or image built for other compute capabilities",
     (Pattern("no kernel image is available"),
-     Pattern("is not compatible with the current PyTorch installation", r"with CUDA capability (?P<capability>sm_\d{2,3})"
+     Pattern("is not compatible with the current PyTorch installation",
+             r"with CUDA capability (?P<capability>sm_\d{2,3})"
              r" is not compatible with the current PyTorch installation")),
     ("this build has no kernels for {capability}: use a build for this GPU",
      "this build has no kernels for this GPU's architecture: use a build (image, wheel) for it"),
@@ -406,8 +408,8 @@ CUDA_FORK_REINIT = Cause(
     "launcher that touches CUDA first, or VLLM_WORKER_MULTIPROC_METHOD=fork",
     (Pattern("Cannot re-initialize CUDA in forked subprocess"),),
     ("set VLLM_WORKER_MULTIPROC_METHOD=spawn (something initialised CUDA before the fork)",),
-    examples=("RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must "
-              "use the 'spawn' start method",))
+    examples=("RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you "
+              "must use the 'spawn' start method",))
 
 PORT_IN_USE = Cause(
     "port_in_use", K,

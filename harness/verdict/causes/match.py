@@ -66,7 +66,7 @@ def match(message: str, quiet: bool = False) -> Match | None:
     for cause, pattern in _ANY_LEVEL if quiet else _candidates(message):
         if pattern.needle not in message:
             continue
-        compiled = pattern.compiled  # type: ignore[attr-defined]
+        compiled = pattern.compiled
         m = compiled.search(message) if compiled is not None else None
         if compiled is not None and m is None:
             continue
@@ -78,7 +78,8 @@ def match(message: str, quiet: bool = False) -> Match | None:
                 numbers[also.name] = value
         if cause.derive is not None:
             numbers = {**numbers, **cause.derive(numbers)}
-        return Match(cause, pattern.rank, numbers, message, cause.stops and pattern.rank != WEAK and not pattern.any_level)
+        return Match(cause, pattern.rank, numbers, message,
+                     cause.stops and pattern.rank != WEAK and not pattern.any_level)
     return None
 
 

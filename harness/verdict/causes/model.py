@@ -79,6 +79,8 @@ class Pattern:
     """Tried on INFO/WARNING lines too (a number vLLM logged as information that still decides a boot)."""
     read: Reader | None = None
     flags: int = 0
+    compiled: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+    """`regex` compiled once (__post_init__)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "compiled", re.compile(self.regex, self.flags) if self.regex else None)
@@ -92,12 +94,14 @@ class Also:
     name: str
     regex: str
     convert: Callable[[str], int | float | str] = str
+    compiled: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    """`regex` compiled once (__post_init__)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "compiled", re.compile(self.regex))
 
     def read(self, message: str) -> int | float | str | None:
-        m = self.compiled.search(message)  # type: ignore[attr-defined]
+        m = self.compiled.search(message)
         text = next((g for g in m.groups() if g is not None), None) if m is not None else None
         if text is None:
             return None

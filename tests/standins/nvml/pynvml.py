@@ -13,9 +13,11 @@ Environment (all optional):
   STANDIN_NVML_IDLE_GIB  used when idle (default 0.5)
   STANDIN_NVML_BUSY_GIB  used while a server runs (default 120)
   STANDIN_NVML_CURVE     the server's memory as it boots, "SECONDS:GIB,..." since the server was first seen (steps;
-                         default "0:BUSY_GIB-IDLE_GIB": the device then shows BUSY_GIB): what the server's own process holds (nvmlDeviceGetComputeRunningProcesses
-                         names its lowest host PID, a container's through the engine's State.Pid), held after it exits
-  STANDIN_NVML_NEIGHBOUR_GIB  a process that is not the harness's (PID 1 here) holding this much on every GPU (default 0)
+                         default "0:BUSY_GIB-IDLE_GIB": the device then shows BUSY_GIB): what the server's own
+                         process holds (nvmlDeviceGetComputeRunningProcesses names its lowest host PID, a container's
+                         through the engine's State.Pid), held after it exits
+  STANDIN_NVML_NEIGHBOUR_GIB  a process that is not the harness's (PID 1 here) holding this much on every GPU
+                         (default 0)
   STANDIN_NVML_HOLD_S    how long memory stays used after the last server went (default 4)
   STANDIN_NVML_LOG       a file that gets one line per memory read: "<unix time> <used bytes>"
   STANDIN_NVML_NODE      a number in the GPUs' UUIDs (default 0): runs that share it share the GPUs (the harness
