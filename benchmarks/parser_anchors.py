@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from harness.logfacts import precheck  # noqa: E402
-from harness.verdict.causes import match  # noqa: E402
+from harness.logfacts import precheck  # noqa: E402 - sys.path first
+from harness.verdict.causes import match  # noqa: E402 - sys.path first
 
 LOGS = ROOT / "tests" / "data" / "logs"
 #: The fake server's flood line (benchmarks/parser_speed.py): a warning loop is a log too.

@@ -15,12 +15,17 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.errors import BadRecord, RuntimeUnavailable
 from harness.clock import SYSTEM, Clock
-from harness.errors import RuntimeUnavailable
+from harness.errors import BadRecord, RuntimeUnavailable
 from harness.runtime import carriers, scratch
 from harness.runtime.carriers import proc_start_time
-from harness.runtime.process import PID_MAX_LIMIT, ActiveRecord, Proof, prove_group, read_active_record
+from harness.runtime.process import (
+    PID_MAX_LIMIT,
+    ActiveRecord,
+    Proof,
+    prove_group,
+    read_active_record,
+)
 
 
 def pid_alive(pid: int) -> bool:

@@ -24,10 +24,6 @@ from typing import Literal
 
 from pydantic import Field
 
-from harness.jsonout import JsonOutput
-from harness.predict.prediction import FactCheck
-from harness.verdict import Outcome, Reason
-
 from harness.analysis.kv import (
     FLOOR_ENV,
     KV_BYTES_FLAG,
@@ -38,12 +34,12 @@ from harness.analysis.kv import (
     cell_kv,
     length_axis,
 )
-from harness.units import GIB, fmt_bytes
 from harness.errors import UsageError
-from harness.names import Named
+from harness.jsonout import JsonOutput
+from harness.predict.prediction import FactCheck
 from harness.results.model import RunResult
-from harness.units import fmt_bytes
-from harness.verdict import Outcome
+from harness.units import GIB, fmt_bytes
+from harness.verdict import Outcome, Reason
 
 
 class CrossoverKind(StrEnum):
@@ -183,6 +179,10 @@ class Point:
         return PointJson(length=self.length, bytes=round(self.bytes), gib=round(self.bytes / GIB, 4),
                          cell_id=self.cell_id, source=self.where or str(self.source),
                          residual_bytes=round(self.residual))
+    def to_dict(self) -> dict:
+        return {"length": self.length, "bytes": round(self.bytes), "gib": round(self.bytes / GIB, 4),
+                "cell_id": self.cell_id, "source": self.where or str(self.source),
+                "residual_bytes": round(self.residual)}
 
 
 @dataclass

@@ -22,12 +22,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from harness.analysis.kv import cell_length
-from harness.predict.predictor import CPU_BLOCK, GPU_BLOCK
 from pydantic import Field
 
+from harness.analysis.kv import cell_length
 from harness.errors import UsageError
 from harness.jsonout import JsonOutput
+from harness.predict.predictor import CPU_BLOCK, GPU_BLOCK
 from harness.results.model import CellResult
 from harness.verdict import Outcome, Reason
 

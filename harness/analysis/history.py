@@ -21,8 +21,8 @@ from pydantic import Field
 from harness.analysis.changepoints import MIN_POINTS, TooFew, find_change_points
 from harness.analysis.history_runs import TOTAL, Entry, Night
 from harness.errors import UsageError
-from harness.matrix.cells import select_cells
 from harness.jsonout import JsonOutput
+from harness.matrix.cells import select_cells
 from harness.results.model import RunStatus
 from harness.units import fmt_seconds
 from harness.verdict import Outcome

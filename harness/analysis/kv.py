@@ -22,13 +22,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
+
 from harness.errors import UsageError
 from harness.predict.predictor import CPU_BLOCK, GPU_BLOCK
 from harness.predict.serve_flags import flag_value, option_name
 from harness.predict.versions import rules_for, rules_version
 from harness.results.model import CellResult, RunResult
-from harness.verdict import Outcome, Reason
 from harness.units import GIB, fmt_bytes, human_int
+from harness.verdict import Outcome, Reason
 
 MIB = float(1 << 20)
 KIB = 1024.0

@@ -68,7 +68,8 @@ def kv_numbers(a: CellKv, b: CellKv) -> list[NumberDiff]:
         return None if v is None else v.bytes
 
     def c(what: str) -> tuple[bool, bool]:
-        return tuple(bool(getattr(k, what) is not None and getattr(k, what).coarse) for k in (a, b))  # type: ignore
+        va, vb = getattr(a, what), getattr(b, what)
+        return (va is not None and bool(va.coarse), vb is not None and bool(vb.coarse))
 
     def est(k: CellKv) -> float | None:
         return k.cell.refusal.estimated_max_model_len if k.cell.refusal else None

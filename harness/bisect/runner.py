@@ -26,8 +26,16 @@ from harness.bisect.known import FromRuns, Recorded, Wanted
 from harness.bisect.oracle import Mark, On, Oracle, Said, verdict_key
 from harness.bisect.search import Found, Step, bisect
 from harness.boot.session import RunOptions, RunSession
-from harness.errors import (EndsDisagree, HarnessError, Interrupted, PatchMismatch, PatchStopped, RunStopped,
-                            RuntimeUnavailable, UsageError)
+from harness.errors import (
+    EndsDisagree,
+    HarnessError,
+    Interrupted,
+    PatchMismatch,
+    PatchStopped,
+    RunStopped,
+    RuntimeUnavailable,
+    UsageError,
+)
 from harness.escape import terminal_line
 from harness.files import parse_json, read_bytes
 from harness.matrix.cells import MAX_ID_CHARS, Cell

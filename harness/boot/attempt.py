@@ -19,17 +19,6 @@ from harness.logfacts.timeline import Milestone, Timeline
 from harness.masking import Masker, secret_values
 from harness.matrix.cells import Cell
 from harness.matrix.load import LoadedMatrix
-from harness.gpu.records import GpuInfo
-from harness.results.model import CellResult, Expected, Timings
-from harness.results.store import RunStore, now
-from harness.runtime import scratch
-from harness.runtime.compile_cache import CompileCache
-from harness.runtime.records import CompileCacheUse
-from harness.runtime.base import CellContext, Runtime, Server
-from harness.verdict.policy import Decision, Evidence, decide
-from harness.watch.events import ThreadedEvents
-from harness.watch.logsink import LogSink
-from harness.predict.serve_flags import eager, flag_value
 from harness.memory.curve import summarize
 from harness.memory.model import MemoryCurve
 from harness.memory.probe import MemoryProbe
@@ -41,7 +30,8 @@ from harness.results.model import CellResult, Expected, Timings
 from harness.results.store import RunStore, now
 from harness.runtime import scratch
 from harness.runtime.base import CellContext, Runtime, Server
-from harness.runtime.compile_cache import CompileCache, CompileCacheUse
+from harness.runtime.compile_cache import CompileCache
+from harness.runtime.records import CompileCacheUse
 from harness.verdict.catalogue import REASONS, Reason
 from harness.verdict.causes import CauseKind
 from harness.verdict.policy import Decision, Evidence, decide

@@ -34,11 +34,10 @@ import threading
 from harness.boot.attempt import Attempt, CellRunner, NullObserver, Observer
 from harness.boot.notes import gpu_notes, note
 from harness.boot.retry import BusyRetry, RetryPolicy
+from harness.boot.server_registry import LiveServers, TrackingRuntime
 from harness.boot.signals import interrupts_raise, signals_held
-from harness.matrix.cells import Cell
 from harness.clock import Clock
 from harness.errors import GpuLost, GpusGone, RunStopped
-from harness.logfacts.timeline import Milestone
 from harness.gpu.hostlock import HostGpuLocks
 from harness.gpu.idle import IdleBaseline, IdleWait
 from harness.gpu.inventory import GpuPool, Inventory

@@ -11,16 +11,12 @@ from typing import Any
 
 from harness.analysis.frontier import Answer, GroupFrontier, find_frontier, known_from_run
 from harness.analysis.kv import block_size
-from harness.matrix.cells import groups_by, vary
 from harness.boot.session import RunOptions, RunSession, frontier_run_id
-from harness.boot.signals import Interrupted
-from harness.errors import UsageError
+from harness.errors import Interrupted, UsageError
 from harness.matrix.cells import groups_by, vary
 from harness.predict.plan import Logged, plan_cells
 from harness.predict.predictor import GPU_BLOCK
 from harness.predict.serve_flags import flag_dest, flag_value, option_name, spelling_of
-from harness.errors import Interrupted
-from harness.errors import UsageError
 from harness.results.model import RunStatus
 from harness.results.store import atomic_write_text, dump_json
 from harness.units import human_int

@@ -224,6 +224,7 @@ def cmd_analyze(args: argparse.Namespace, out: Console) -> int:
 def cmd_frontier(args: argparse.Namespace, out: Console) -> int:
     from harness.analysis.frontier import FrontierJson, SearchStatus
     from harness.boot.frontier import run_frontier
+    from harness.matrix.selection import selected
     from harness.report.frontier import render_frontiers
     from harness.results.store import load_run
 

@@ -90,7 +90,9 @@ def _plan(args: argparse.Namespace, recorded, kind, cell_id: str, matrix: Path):
                 refs.append(item)
         cands = ordered(refs, args.good, args.bad, kind, created)
     base = recorded or Plan(str(matrix), cell_id, cands)
-    pick = lambda given, then: then if given is None else given  # noqa: E731
+    def pick(given, then):
+        return then if given is None else given
+
     from_runs = tuple(str(p.resolve()) for p in args.from_runs) if args.from_runs else None
     plan = Plan(str(base.matrix) if recorded else str(matrix), cell_id, cands,
                 On(pick(args.on, base.on.value)), pick(args.phase, base.phase),
@@ -109,8 +111,8 @@ def _plan(args: argparse.Namespace, recorded, kind, cell_id: str, matrix: Path):
 def _oracle(plan):
     from harness.analysis.compare import DEFAULT_MEMORY_TOLERANCE
     from harness.analysis.timing import BOOT, DEFAULT_TIME_TOLERANCE
-    from harness.cli.tolerances import parse_memory_tolerance, parse_time_tolerance
     from harness.bisect.oracle import Oracle
+    from harness.cli.tolerances import parse_memory_tolerance, parse_time_tolerance
     from harness.logfacts.timeline import PHASES
 
     names = [BOOT, *PHASES.values()]

@@ -9,8 +9,18 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from harness.cli import values
-from harness.cli.common import (USAGE_EXIT, add_command, add_matrix, add_parallel, add_selection, add_shard,
-                                add_timeout, echo, say_to, stderr)
+from harness.cli.common import (
+    USAGE_EXIT,
+    add_command,
+    add_matrix,
+    add_parallel,
+    add_selection,
+    add_shard,
+    add_timeout,
+    echo,
+    say_to,
+    stderr,
+)
 from harness.errors import RunStopped, UsageError
 from harness.exitcodes import ExitCode
 

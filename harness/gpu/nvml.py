@@ -14,8 +14,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from harness.gpu.records import GpuInfo
 from harness.errors import GpuLost, NvmlUnavailable
+from harness.gpu.records import GpuInfo
 from harness.units import GIB
 
 

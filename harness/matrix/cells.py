@@ -275,7 +275,28 @@ def explain_missing_id(matrix: Matrix, cell_id: str, cells: list[Cell]) -> str:
     return f"no cell {cell_id!r}" + (f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else "")
 
 
-def select_cells(cells: list[Cell], exprs: list[str] | None, matrix: Matrix, source: str = "--select") -> list[Cell]:
+class AxisNames(Protocol):
+    """What `--select` checks its terms against: a matrix's axes and values, or those a history recorded."""
+
+    def axis_values(self) -> dict[str, list[str]]: ...
+
+    def value_name(self, axis: str, value: str) -> str: ...
+
+
+class Selectable(Protocol):
+    """A cell as `--select` reads one: its id and axes."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def axes(self) -> Mapping[str, str]: ...
+
+
+S = TypeVar("S", bound=Selectable)
+
+
+def select_cells(cells: list[S], exprs: list[str] | None, matrix: AxisNames, source: str = "--select") -> list[S]:
     """`--select` terms: `axis=value[|value]` narrows, anything else is a glob on cell ids; terms in one EXPR are
     joined by commas and all must hold; several `--select` options add up. Selecting nothing is an error."""
     if not exprs:

@@ -9,12 +9,13 @@ from functools import partial
 
 from pydantic import Field
 
+from harness.errors import UsageError
 from harness.jsonout import JsonOutput
+from harness.logfacts import KvFacts, Refusal
 from harness.matrix.cells import Cell
 from harness.matrix.model import Matrix
 from harness.predict.cell import platform_of, predict_cell
 from harness.predict.prediction import KvPrediction, PredictionRecord
-from harness.errors import UsageError
 from harness.predict.refusals import Machine, refusals_of_argv
 from harness.verdict.catalogue import Reason
 from harness.verdict.outcome import Outcome

@@ -26,8 +26,16 @@ from harness.predict.platforms import is_cpu, resolve
 from harness.predict.prediction import KvPrediction, LayerGroup
 from harness.predict.refusals import Machine, config_refusals
 from harness.predict.serve_flags import ServeFlags, speculative_tokens
-from harness.predict.versions import (DEFAULT_VERSION, ConfigRules, Rules, config_rules_for,
-                                     hybrid_rules_for, outside_known, release_of, rules_for)
+from harness.predict.versions import (
+    DEFAULT_VERSION,
+    ConfigRules,
+    Rules,
+    config_rules_for,
+    hybrid_rules_for,
+    outside_known,
+    release_of,
+    rules_for,
+)
 from harness.verdict.catalogue import Reason
 
 #: vLLM's default attention block on GPU, the CPU backend's (docs/cpu-calibration.md) and the CPU MLA kernel's: the one

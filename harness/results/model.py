@@ -4,22 +4,21 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.gpu.records import GpuInfo
 from harness.logfacts import KvFacts, Refusal
 from harness.logfacts.timeline import Timeline
 from harness.matrix.scheduler import SchedulerRef
 from harness.memory.model import MemoryCurve
-from harness.names import Named
 from harness.predict.prediction import PredictionRecord
 from harness.runtime.records import AppliedPatch, CompileCacheUse, ContainerInfo
 from harness.units import fmt_seconds
-from harness.watch.records import LogCut
 from harness.verdict.catalogue import REASONS, OutcomeMember, ReasonMember
-from harness.verdict.outcome import OUTCOME_MEANINGS, Outcome
 from harness.verdict.causes import Finding
+from harness.verdict.outcome import OUTCOME_MEANINGS, Outcome
 from harness.watch.records import LogCut
 
 #: The catalogue, as the schema's descriptions say it.

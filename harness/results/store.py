@@ -19,9 +19,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from harness import nofollow
+from harness import files, nofollow
 from harness.errors import FileRefused, InputError, RecordWriteError, RunDamaged, UsageError
-from harness import files
 from harness.files import kind_of, parse_json, read_bytes, write_atomic
 from harness.matrix.load import LoadedMatrix
 from harness.matrix.scheduler import SchedulerRef

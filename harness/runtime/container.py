@@ -40,7 +40,7 @@ from harness.runtime.container_spec import (
     to_engine_kwargs,
 )
 from harness.runtime.leftovers import Leftovers
-from harness.runtime.patching import Patches, PreparedPatch
+from harness.runtime.patching import Patches, PreparedPatch, image_of
 from harness.runtime.pull import Images, PullObserver
 from harness.runtime.reader import log_stream, pump_chunks
 from harness.shell import Step

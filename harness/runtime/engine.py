@@ -16,13 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import PatchError, RuntimeUnavailable
-
 import docker
 from docker.types import DeviceRequest
 
-from harness.errors import RuntimeUnavailable
-from harness.runtime.patching import PatchError
+from harness.errors import PatchError, RuntimeUnavailable
 
 #: What testcontainers must be told here; it reads its configuration when it is first imported.
 TESTCONTAINERS_ENV = {"TESTCONTAINERS_RYUK_DISABLED": "true", "TESTCONTAINERS_CONNECTION_MODE": "docker_host"}

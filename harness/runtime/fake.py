@@ -28,7 +28,6 @@ from harness.logfacts.timeline import Milestone
 from harness.matrix.cells import Cell
 from harness.memory.model import LimitKind, MemorySource
 from harness.memory.probe import Limit, MemoryProbe, Reading
-from harness.runtime.records import AppliedPatch, ContainerInfo
 from harness.runtime.base import CellContext, LineSink, read_host_file
 from harness.runtime.ports import HOST
 from harness.runtime.pull import PullObserver

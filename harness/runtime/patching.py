@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness import nofollow
-from harness.errors import PatchError, PatchMismatch, UsageError
+from harness.errors import PatchError, PatchMismatch, RuntimeUnavailable, UsageError
 from harness.matrix.cells import Cell
 from harness.matrix.model import PatchSpec
 from harness.runtime.records import AppliedPatch

@@ -26,16 +26,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from harness import nofollow
 from harness.clock import SYSTEM, Clock
 from harness.errors import BadRecord, CellStartError, FileRefused, RuntimeUnavailable
-from harness import nofollow
 from harness.files import read_json
 from harness.logfacts.timeline import Milestone
-from harness.runtime.records import AppliedPatch, ContainerInfo
-from harness.runtime import carriers
-from harness.runtime.carriers import proc_start_time
-from harness.runtime import scratch
+from harness.matrix.cells import Cell
 from harness.memory.probe import MemoryProbe
 from harness.memory.process_tree import ProcessesProbe, descendants
-from harness.names import Named
 from harness.runtime import carriers, scratch
 from harness.runtime.base import CellContext, LineSink, read_host_file
 from harness.runtime.carriers import proc_start_time
@@ -384,6 +379,7 @@ class ProcessRuntime:
     def image_digest(self, ref: str) -> str | None:
         return None  # a process runs no image: nothing proves a command is the build a record ran
 
-    def planned_command_line(self, cell: Cell, ctx: CellContext, host_port: int = 8000) -> tuple[list[str], list[str]]:
+    def planned_command_line(self, cell: Cell, ctx: CellContext,
+                             host_port: int = 8000) -> tuple[list[str], list[Step]]:
         """A local process needs nothing prepared: the plan is the command itself."""
         return self.command_line(cell, ctx, host_port), []

@@ -19,7 +19,7 @@ import difflib
 from collections.abc import Collection
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import BeforeValidator
 
@@ -166,11 +166,20 @@ REFUSAL_KINDS: tuple[Reason, ...] = tuple(Reason(c.id) for c in CAUSES)
 #: For the records' pydantic models: the enum members as a Literal, so a record holds the enums while its JSON and
 #: its JSON Schema hold the plain names (inline, as when the records held strings). The old names validate too (the
 #: schema lists them, so an old record still validates against it) and are read as the causes they became.
-if TYPE_CHECKING:  # what a type checker can read: the members are Outcome's
-    OutcomeMember = Outcome
+if TYPE_CHECKING:  # what such a field holds: mypy cannot read a Literal built at run time
+    OutcomeMember: TypeAlias = Outcome
+    _ReasonLiteral: TypeAlias = Reason
+    OutcomeName: TypeAlias = str
+    ReasonName: TypeAlias = str
+    _RefusalLiteral: TypeAlias = Reason
 else:
     OutcomeMember = Literal[tuple(Outcome)]
-_ReasonLiteral = Literal[(*Reason, *ALIASES)]  # type: ignore[valid-type]
+    _ReasonLiteral = Literal[(*Reason, *ALIASES)]
+    #: For what users write (the matrix): the plain names, old ones included, so a validation error lists them as
+    #: written.
+    OutcomeName = Literal[tuple(o.value for o in Outcome)]
+    ReasonName = Literal[(*(r.value for r in Reason), *ALIASES)]
+    _RefusalLiteral = Literal[(*REFUSAL_KINDS, *ALIASES)]
 ReasonMember = Annotated[_ReasonLiteral, BeforeValidator(canonical_reason)]
 RefusalKind = Annotated[_RefusalLiteral, BeforeValidator(canonical_reason)]
 

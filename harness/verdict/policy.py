@@ -14,8 +14,9 @@ from enum import StrEnum
 
 from harness.logfacts import Refusal
 from harness.verdict.catalogue import REASONS, Reason
-from harness.verdict.outcome import Outcome
 from harness.verdict.causes import GENERIC_CAUSE, UNCAUGHT, Finding
+from harness.verdict.outcome import Outcome
+
 
 class SightingKind(StrEnum):
     """What kind of decisive thing the watch saw."""

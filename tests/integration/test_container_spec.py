@@ -25,7 +25,7 @@ from harness.runtime.container import ContainerRuntime
 from harness.runtime.ports import free_port
 from harness.shell import format_shell
 from tests.builders import write_matrix
-from tests.helpers.env import PODMAN_CLI_ENV  # noqa: F401 - the fixture, and the CLI's settings
+from tests.helpers.env import PODMAN_CLI_ENV  # the CLI's settings
 
 TARGET = "/etc/debian_version"
 #: Secrets the cell is given; the printed command must name them (`"$HF_TOKEN"`), never hold them.
@@ -162,7 +162,7 @@ def test_docker_starts_the_container_its_repro_prints(docker_image, tmp_path, te
     assert request["Count"] == -1 and request["Capabilities"] == [["gpu"]], request
 
 
-def test_podman_starts_the_container_its_repro_prints(podman, tmp_path, testcontainers_env, monkeypatch):  # noqa: F811 - the fixture imported above
+def test_podman_starts_the_container_its_repro_prints(podman, tmp_path, testcontainers_env, monkeypatch):
     monkeypatch.setenv("CONTAINER_HOST", podman["CONTAINER_HOST"])
     client = docker.DockerClient(base_url=podman["CONTAINER_HOST"])
     # podman 4.3 reports a private IPC namespace as "shareable" too: IpcMode is told apart on docker.

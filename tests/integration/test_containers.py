@@ -12,9 +12,16 @@ import pytest
 from harness.matrix.load import read_yaml
 from harness.runtime.ports import free_port
 from tests.builders import variant_of
+from tests.helpers.boots import (
+    boots_in_a_shell,
+    check_timeline,
+    harness_cli,
+    interrupt_when_started,
+    only_run_dir,
+    read_run,
+    run_matrix,
+)
 from tests.helpers.env import ROOT
-from tests.helpers.boots import (boots_in_a_shell, check_timeline, harness_cli, interrupt_when_started, only_run_dir,
-                                 read_run, run_matrix)
 
 pytestmark = pytest.mark.docker
 EXAMPLE = ROOT / "examples" / "cpu-container.yaml"

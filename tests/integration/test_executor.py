@@ -19,7 +19,15 @@ import yaml
 from harness.boot.attempt import CellRunner, watch_config
 from harness.boot.executor import Executor
 from harness.boot.server_registry import LiveServers
+from harness.clock import FakeClock
 from harness.errors import Interrupted
+from harness.gpu.fake import FakeInventory
+from harness.gpu.idle import IdleBaseline
+from harness.gpu.inventory import CpuInventory
+from harness.matrix.cells import value_token
+from harness.matrix.load import load_matrix
+from harness.results.model import RunResult
+from harness.results.store import RunStore
 from harness.runtime.process import ProcessRuntime
 
 FAKE = str(Path(__file__).resolve().parents[1] / "fakes" / "fake_vllm.py")

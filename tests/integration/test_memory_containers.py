@@ -56,7 +56,7 @@ def test_a_container_oom_killed_keeps_its_curve_to_the_kill_and_its_verdict_says
 
 
 @pytest.mark.podman
-def test_podman_curves_a_real_vllm_boot_from_its_stats_api(podman, vllm_cpu, tmp_path):  # noqa: F811 - the fixture imported above
+def test_podman_curves_a_real_vllm_boot_from_its_stats_api(podman, vllm_cpu, tmp_path):
     image = podman["PODMAN_IMAGE"]
     venv, models = vllm_cpu["VLLM_CPU_VENV"], vllm_cpu["TINY_MODELS"]
     m = write_matrix(tmp_path / "m.yaml", {

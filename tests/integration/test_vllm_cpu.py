@@ -15,9 +15,16 @@ import pytest
 import yaml
 
 from tests.builders import variant_of
+from tests.helpers.boots import (
+    CPU_EXAMPLE,
+    check_timeline,
+    harness_cli,
+    interrupt_when_started,
+    only_run_dir,
+    processes_with,
+    read_run,
+)
 from tests.helpers.env import LIGHT_BOOT, ROOT
-from tests.helpers.boots import (CPU_EXAMPLE, check_timeline, harness_cli, interrupt_when_started, only_run_dir,
-                                 processes_with, read_run)
 
 pytestmark = pytest.mark.vllm
 KIB = 1024

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+
 from harness.errors import InputError
 from harness.matrix.load import load_matrix
 from harness.matrix.model import Matrix

@@ -24,6 +24,8 @@ from pathlib import Path
 import pytest
 
 from harness.predict.model import read_model
+from harness.predict.predictor import predict
+from harness.predict.serve_flags import parse_serve_flags
 from tests.helpers.reliability import cli, fake_matrix, only_run, read_json
 
 HUGE = "1" + "0" * 400  # overflows a float; an int beyond any machine

@@ -32,9 +32,25 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.reliability import (DOCKER_LOCK, Harness, check_run_dir, cli, containers, fake_matrix, figure,
-                                       group_members, kill_pids, live, marks, read_json, background_result,
-                                       in_background, remove_containers, run_dirs, wait_for)
+from tests.helpers.reliability import (
+    DOCKER_LOCK,
+    Harness,
+    background_result,
+    check_run_dir,
+    cli,
+    containers,
+    fake_matrix,
+    figure,
+    group_members,
+    in_background,
+    kill_pids,
+    live,
+    marks,
+    read_json,
+    remove_containers,
+    run_dirs,
+    wait_for,
+)
 
 CLEAN_WITHIN_S = 5.0
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGHUP": signal.SIGHUP, "SIGKILL": signal.SIGKILL}

@@ -29,9 +29,21 @@ import pytest
 
 from harness.runtime.ports import free_port
 from tests.cli import start_boot_harness
-from tests.helpers.reliability import (DOCKER_LOCK, Harness, cli, containers, fake_matrix, kill_pids, live, marks,
-                                       read_json, remove_containers, run_dirs, server_pids, wait_for)
-from harness.runtime.ports import free_port
+from tests.helpers.reliability import (
+    DOCKER_LOCK,
+    Harness,
+    cli,
+    containers,
+    fake_matrix,
+    kill_pids,
+    live,
+    marks,
+    read_json,
+    remove_containers,
+    run_dirs,
+    server_pids,
+    wait_for,
+)
 
 SERVED = re.compile(r"fake: served (GET /health|POST /v1/completions) 200 pid=(\d+) port=(\d+)")
 

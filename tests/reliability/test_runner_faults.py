@@ -20,8 +20,11 @@ import pytest
 from harness.runtime.process import SERVER_OOM_SCORE_ADJ
 from tests import builders
 from tests.cli import start_boot_harness
-from tests.helpers.env import PODMAN_CLI_ENV  # noqa: F401 - the fixture, and the CLI's settings
-from tests.helpers.env import STANDIN_NVML, require
+from tests.helpers.env import (
+    PODMAN_CLI_ENV,  # the CLI's settings
+    STANDIN_NVML,
+    require,
+)
 from tests.helpers.reliability import cli, figure, only_run, read_json, wait_for
 from tests.reliability.private_dockerd import PrivateDockerd, base_image, remove_private_dockerd, start_private_dockerd
 
@@ -269,7 +272,7 @@ def podman_containers_of_ours() -> list[str]:
 
 
 @pytest.mark.podman
-def test_a_podman_service_restart_mid_run_is_an_error_not_a_verdict_and_the_run_goes_on(podman, tmp_path):  # noqa: F811 - the fixture
+def test_a_podman_service_restart_mid_run_is_an_error_not_a_verdict_and_the_run_goes_on(podman, tmp_path):
     """The podman service killed while a cell boots, its container stopped as a dockerd restart stops every container
     (SIGTERM, exit 143), the service started again (scripts/setup-podman.sh, as an upgrade's restart would): the same
     as dockerd's restart above."""
@@ -349,7 +352,7 @@ def test_gpu_cells_of_two_runs_take_turns_on_a_shared_gpu_instead_of_booting_int
 
 
 @pytest.mark.podman
-def test_ctrl_c_still_stops_a_run_whose_engine_hangs(podman, tmp_path):  # noqa: F811 - the fixture imported above
+def test_ctrl_c_still_stops_a_run_whose_engine_hangs(podman, tmp_path):
     """The engine's API frozen under a booting cell, then Ctrl-C: the harness still stops within a few call timeouts
     (every engine call of its teardown is bounded), marks the run interrupted and exits 130; what it could not remove
     while the engine hung, the next run's sweep (here `gc`) removes once it answers."""

@@ -10,10 +10,19 @@ import textwrap
 import time
 from pathlib import Path
 
-
 from tests.helpers.env import ROOT
-from tests.helpers.reliability import (Harness, check_run_dir, fake_matrix, figure, kill_pids, live, marks, only_run,
-                                       server_pids, wait_for)
+from tests.helpers.reliability import (
+    Harness,
+    check_run_dir,
+    fake_matrix,
+    figure,
+    kill_pids,
+    live,
+    marks,
+    only_run,
+    server_pids,
+    wait_for,
+)
 
 DEAF_ENGINE = {"FAKE_VLLM_IGNORE_TERM": "1", "FAKE_VLLM_CHILD": "1"}
 

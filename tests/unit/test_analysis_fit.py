@@ -9,10 +9,10 @@ import pytest
 
 from harness.analysis.fit import Point, analyze_run, crossover, least_squares
 from harness.analysis.kv import cap_of, human_int, length_axis
-from tests.synthetic import cpu_cell, cpu_example_run, make_cell, make_run, seed_run, write_run
 from harness.errors import UsageError
 from harness.units import GIB
 from tests.cli import in_process as cli
+from tests.synthetic import cpu_cell, cpu_example_run, make_cell, make_run, seed_run, write_run
 
 
 def group(analysis, **key):

@@ -18,6 +18,7 @@ from harness.analysis.frontier import (
 from harness.boot.frontier import matrix_length_axis, run_frontier
 from harness.matrix.cells import select_cells, vary
 from harness.matrix.load import load_matrix
+from harness.results.store import load_run
 from tests.builders import FAKES, write_matrix
 from tests.cli import in_process as cli
 from tests.helpers.env import ROOT

@@ -8,17 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.timing import parse_time_tolerance
 from harness.bisect.candidates import BuildKind, ordered
 from harness.bisect.oracle import On, Oracle
 from harness.bisect.runner import BisectRunner, Plan, read_plan
-from harness.bisect.candidates import BuildKind, ordered
-from harness.cli.tolerances import parse_time_tolerance
 from harness.cli import main
+from harness.cli.tolerances import parse_time_tolerance
 from harness.clock import FakeClock
-from harness.errors import RuntimeUnavailable
+from harness.errors import PatchMismatch, RuntimeUnavailable
 from harness.runtime.fake import BOOT_LINES, FakeRuntime, Script
-from harness.errors import PatchMismatch
 from tests.builders import write_matrix
 
 REFS = [f"cmd:/opt/build-{i:02d}/vllm serve" for i in range(16)]

@@ -47,7 +47,7 @@ class ImageBuilds(FakeRuntime):
     def start(self, cell, ctx, on_line):
         server = super().start(cell, ctx, on_line)
         info = ContainerInfo(engine="fake", image=cell.image, image_digest=self.image_digest(cell.image))
-        server.container_info = lambda: info  # type: ignore[method-assign]
+        server.container_info = lambda: info  # type: ignore[method-assign]  # the fake server reports this image
         return server
 
 

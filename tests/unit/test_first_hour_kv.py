@@ -15,6 +15,7 @@ from harness.logfacts import parse_lines
 from harness.matrix.load import load_matrix
 from harness.predict.cell import predict_cell
 from harness.predict.log_model import model_name
+from harness.predict.model import read_model
 from harness.predict.plan import _upstream_image, not_upstream, plan_cells, platform_of_matrix
 from harness.predict.predictor import model_limit, predict
 from harness.predict.serve_flags import parse_serve_flags

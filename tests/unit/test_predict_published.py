@@ -16,7 +16,8 @@ import pytest
 
 from harness.errors import UsageError
 from harness.predict.model import read_model
-from harness.predict.serve_flags import ServeFlags
+from harness.predict.predictor import predict
+from harness.predict.serve_flags import ServeFlags, parse_serve_flags
 from tests.helpers.kv_logs import PUBLISHED, held, published_cases
 
 GIB = 1 << 30

@@ -13,9 +13,10 @@ import pytest
 from harness.report.build import build_report, session_summary
 from harness.report.grid import build_grids, grid_text
 from harness.report.plot import available as plot_available
-from tests.helpers.env import require
 from tests.cli import in_process as cli
 from tests.helpers.compare_runs import image_run
+from tests.helpers.env import require
+from tests.synthetic import cpu_example_run, make_cell, make_run, seed_run, write_run
 
 
 class Cells(HTMLParser):

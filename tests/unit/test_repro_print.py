@@ -1,8 +1,9 @@
 """`repro` prints; only `--exec` boots. Printing asks no engine (the engine here is a socket that does not exist), pulls
 nothing and writes no file: a patched cell's `docker run` comes after the shell steps that make its patched file under
 results/repro/patches/<cell>/ (the real path, the cell's id once in it, never `<run-id>`), GNU patch run as
-harness.runtime.patching runs it. And `run --resume DIR --dry-run` lists the cells the resume would boot, not every cell. (That the printed steps make the
-harness's file byte for byte: tests/integration/test_repro_steps.py, which runs them.)"""
+harness.runtime.patching runs it. And `run --resume DIR --dry-run` lists the cells the resume would boot, not every
+cell. (That the printed steps make the harness's file byte for byte: tests/integration/test_repro_steps.py, which runs
+them.)"""
 
 from __future__ import annotations
 

@@ -138,7 +138,8 @@ def test_the_pytest_plugin_takes_a_shard_and_writes_junit_properties(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", str(ROOT / "tests" / "test_boot_matrix.py"), "--boot-matrix", str(path),
          "--boot-shard", f"1/{n}", "--boot-results-dir", str(tmp_path / "results"),
-         "--junitxml", str(tmp_path / "j.xml"), "-o", "junit_family=xunit1", "-p", "no:cacheprovider", "-q", f"--rootdir={ROOT}"],
+         "--junitxml", str(tmp_path / "j.xml"), "-o", "junit_family=xunit1", "-p", "no:cacheprovider", "-q",
+         f"--rootdir={ROOT}"],
         capture_output=True, text=True, cwd=ROOT, timeout=120)
     cases = ET.parse(tmp_path / "j.xml").getroot().iter("testcase")
     seen = {}

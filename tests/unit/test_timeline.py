@@ -21,9 +21,9 @@ import pytest
 
 from harness.analysis.compare import compare_runs
 from harness.analysis.timing import TimeTolerance
-from harness.cli.tolerances import parse_time_tolerance
 from harness.boot.attempt import CellRunner, NullObserver, watch_config
 from harness.boot.executor import Executor
+from harness.cli.tolerances import parse_time_tolerance
 from harness.clock import FakeClock
 from harness.errors import UsageError
 from harness.gpu.inventory import CpuInventory
