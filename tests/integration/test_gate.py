@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require
+from tests.helpers.env import require
 
 ROOT = Path(__file__).resolve().parents[2]
 LINT = ROOT / "scripts" / "lint.py"
