@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -33,6 +34,11 @@ _SIGNAL_RANK = {Signal.NONE: 0, Signal.READY: 1, Signal.REFUSAL: 2}
 #: Lines read in full while the log has shown no timestamp yet (its zero for `facts`); past them a log without any
 #: is not searched for one line by line.
 _STAMP_SEARCH_LINES = 200
+#: The lines the pre-check passed over that are kept for where the log ends (its last timestamp): more than a crash's
+#: unstamped tail (a traceback, the resource tracker's warnings) after its last stamped line.
+UNREAD_TAIL = 256
+#: Of each, its head: where a timestamp is (behind a paste's or a process's prefix); the tail costs ≤ 128 KiB.
+UNREAD_HEAD = 512
 
 
 def _coerce(line: Any) -> str:
@@ -87,6 +93,12 @@ class LogParser:
         self._phases = phases.PhaseReader()
         #: Still looking for what any line may carry (the first line, the engine's first, the first timestamp).
         self._early = True
+        #: The last lines the pre-check passed over, how many it has, how many were searched for a timestamp, and the
+        #: last one found: where the log ends is its last timestamp, whichever lines the pre-check reads.
+        self._unread: deque[str] = deque(maxlen=UNREAD_TAIL)
+        self._unread_count = 0
+        self._unread_searched = 0
+        self._unread_stamp: str | None = None
 
     def feed(self, line: str) -> Signal:
         """Take one physical line; say whether it is a refusal, a readiness line, or neither. Never raises."""
@@ -106,9 +118,11 @@ class LogParser:
         """A line past the bound: read (its head) only when it may decide the boot, which nothing does once it is
         ready."""
         self._skimmed += 1
+        head = text[:SKIM_CHARS]
+        self._unread.append(text[:UNREAD_HEAD])
+        self._unread_count += 1
         if self._ready or self._listening:
             return Signal.NONE
-        head = text[:SKIM_CHARS]
         for needle in _DECISIVE:
             if needle in head:
                 return self._read(head)
@@ -131,6 +145,8 @@ class LogParser:
         engine = self._early and "EngineCore" in text and not self._phases.reached(Milestone.engine_started)
         unstamped = self._early and not self._phases.has_origin and self._lines <= _STAMP_SEARCH_LINES
         if not (first or engine or unstamped or self._causes.continuing or worth_reading(text)):
+            self._unread.append(text if len(text) <= UNREAD_HEAD else text[:UNREAD_HEAD])
+            self._unread_count += 1
             if self._early and self._phases.reached(Milestone.engine_started) and (
                     self._phases.has_origin or self._lines > _STAMP_SEARCH_LINES):
                 self._early = False
@@ -178,10 +194,25 @@ class LogParser:
         """The timeline as the log's own timestamps tell it: the phase is where the log stopped."""
         at = self._phases.log_milestones()
         end = self._phases.log_elapsed()
+        tail = self._phases.seconds_of(self._last_unread_stamp())
+        if tail is not None and (end is None or tail > end):
+            end = tail
         device = self._kv.get("device")
         skip = skipped(bool(self._phases.eager), device if isinstance(device, str) else None)
         return Timeline(milestones=at, durations=self._phases.durations,
                         phase=phase_at(at, end, skip) if end is not None else None)
+
+    def _last_unread_stamp(self) -> str | None:
+        """The timestamp of the last stamped line the pre-check passed over: the lines passed over since the last
+        call are searched from the newest (each line once, however often `facts` is read)."""
+        new = min(self._unread_count - self._unread_searched, len(self._unread))
+        self._unread_searched = self._unread_count
+        for i in range(1, new + 1):
+            for segment in reversed(segments(self._unread[-i])):
+                if (stamp := split_line(segment).stamp) is not None:
+                    self._unread_stamp = stamp
+                    return stamp
+        return self._unread_stamp
 
     # --- one message ---------------------------------------------------------------------------------------------
 

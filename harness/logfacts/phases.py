@@ -108,6 +108,20 @@ _COMBINE: dict[str, Combine] = {
 }
 
 
+def _clock(stamp: str) -> int | None:
+    """A header time "MM-DD HH:MM:SS[.fff]" as seconds into a leap year; None when it is not one. By position, not
+    strptime: this runs for every line the parser reads, and it must be cheap."""
+    try:
+        date, clock = stamp.split(None, 1)
+        month = int(date[0:2])
+        if not 1 <= month <= 12:
+            return None
+        return ((_MONTH_START[month - 1] + int(date[3:5]) - 1) * 86400 + int(clock[0:2]) * 3600
+                + int(clock[3:5]) * 60 + int(clock[6:8]))
+    except (ValueError, IndexError):
+        return None
+
+
 class PhaseReader:
     """Feed it cleaned messages with their process prefix and header time; read `take_milestones()`, `durations` and,
     for a saved log, `log_milestones` (seconds measured on the log's own timestamps)."""
@@ -129,20 +143,11 @@ class PhaseReader:
         """A header time "MM-DD HH:MM:SS[.fff]": the first one is the log's zero; later lines carry on from it."""
         if stamp is None:
             return
-        try:  # by position, not strptime: this runs for every line the parser reads, and it must be cheap
-            date, clock = stamp.split(None, 1)
-            month = int(date[0:2])
-            if not 1 <= month <= 12:
-                return
-            t = ((_MONTH_START[month - 1] + int(date[3:5]) - 1) * 86400 + int(clock[0:2]) * 3600
-                 + int(clock[3:5]) * 60 + int(clock[6:8]))
-        except (ValueError, IndexError):
-            return
         if self._origin is None:
-            self._origin = t
-        seconds = float(t - self._origin)
-        if seconds < -180 * 86400:  # the log crossed a new year
-            seconds += 366 * 86400
+            self._origin = _clock(stamp)
+        seconds = self.seconds_of(stamp)
+        if seconds is None:
+            return
         if self._last_stamp is None or seconds >= self._last_stamp:
             self._last_stamp = seconds
 
@@ -175,6 +180,17 @@ class PhaseReader:
         if Milestone.first_line in self._reached and at["first_line"] is None and self._origin is not None:
             at["first_line"] = 0.0
         return Milestones(**at)
+
+    def seconds_of(self, stamp: str | None) -> float | None:
+        """A header time on the log's clock (seconds since its zero), changing nothing; None before the zero is known
+        or when `stamp` is no header time."""
+        t = _clock(stamp) if stamp is not None else None
+        if t is None or self._origin is None:
+            return None
+        seconds = float(t - self._origin)
+        if seconds < -180 * 86400:  # the log crossed a new year
+            seconds += 366 * 86400
+        return seconds
 
     def log_elapsed(self) -> float | None:
         return self._last_stamp

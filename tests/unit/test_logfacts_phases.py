@@ -279,3 +279,27 @@ def test_dummy_weights_print_no_load_line_and_the_compile_start_ends_the_weights
     t = parse_text("\n".join(log)).timeline
     assert (t.milestones.weights_loaded, t.milestones.compiled) == (2.0, 31.0)
     assert t.durations.weights_load_s is None and t.durations.compile_cache_hit is False
+
+
+def test_a_saved_log_ends_at_its_last_timestamp_whichever_lines_the_pre_check_reads():
+    """Where the log stops (`facts`: "the log ends in PHASE for N s") is its last stamped line, also when the parser's
+    pre-check passes that line over (a line no fact or cause holds) and unstamped lines follow it; the phase is still
+    the one the read lines reached. Reading `facts` again searches no line twice and says the same."""
+    engine = "(EngineCore pid=7)"
+    log = [
+        v1(0, "Initializing a V1 LLM engine (v0.32.0) with config: model='m'", engine),
+        v1(1, "Starting to load model /m...", engine, "cpu_model_runner.py:68"),
+        v1(3, "Loading weights took 1.50 seconds", engine, "default_loader.py:1"),
+        v1(40, "nothing a fact or a cause holds", engine, "shm_broadcast.py:1"),
+        "  warnings.warn('an unstamped tail line')",
+    ]
+    parser = LogParser()
+    for line in log[:3]:
+        parser.feed(line)
+    assert parser.facts.timeline.phase is not None and parser.facts.timeline.phase.for_s == 0.0
+    for line in log[3:]:
+        parser.feed(line)
+    first, again = parser.facts.timeline.phase, parser.facts.timeline.phase
+    assert first == again and first is not None
+    assert (first.after, first.for_s) == (Milestone.weights_loaded, 37.0)
+    assert parse_text("\n".join(log)).timeline.phase == first
