@@ -30,7 +30,8 @@ _LEADING_DECOR = re.compile(
 )
 _HEADER = re.compile(
     r"""\A(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)
-        (?:\s+(?P<stamp>\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)   # vLLM: LEVEL MM-DD HH:MM:SS
+        (?:\s+(?:\d{4}-)?(?P<stamp>\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)   # vLLM: LEVEL MM-DD HH:MM:SS
+                                                            # (NIM's logger: LEVEL YYYY-MM-DD HH:MM:SS.fff)
            (?:\s+\[(?P<where>[^\]\n]{0,300})\]              #        [file.py:123]
             |\s+(?P<where0>[\w.\-]{1,200}:\d{1,7})\])?         #        file.py:123] (V0, up to 0.7)
          |:                                                  # uvicorn: INFO:     Application startup complete.
@@ -42,6 +43,15 @@ _BARE_WHERE = re.compile(r"\A\[(?P<where>[\w./-]{1,200}\.py:\d{1,7})\]\s")
 _CARET_ANSI = re.compile(r"\^\[\[[0-9;?]*[A-Za-z]")
 _LINE_NO = re.compile(r":\d{1,7}\Z")
 _SEGMENT_SPLIT = re.compile(r"\r\n|\r|\n")
+# Records glued into one line (a paste whose newlines were lost): each vLLM record's start, its process prefix and
+# header, after whitespace mid-line ("... in forward (VllmWorkerProcess pid=9) ERROR 07-03 19:33:28 [x.py:238] ...").
+# A line is cut there only after a record's header: what comes before the first header is a wrapper's prefix
+# (a CI's time, compose's service name) or a record's lost head, kept with its record.
+_RECORD_HEADER = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d "
+_GLUED = re.compile(r"\s+(?=(?:\([A-Za-z_][\w ]{0,60} pid=\d{1,10}\) )?" + _RECORD_HEADER + ")")
+_RECORD = re.compile(_RECORD_HEADER)
+#: Only a line this long can hold glued records worth splitting (a record's header alone is ~40 characters).
+_GLUED_MIN = 200
 # A log pasted into an issue or an email: "> " quote markers (nested ones too) before the line.
 _QUOTED = re.compile(r"\A(?:[ \t]*>)+[ \t]?")
 
@@ -56,10 +66,30 @@ def strip_ansi(line: str) -> str:
 
 
 def segments(line: str) -> list[str]:
-    """A fed "line" split on any embedded CR/LF (tqdm redraws, a caller's unsplit record), trailing ends dropped."""
+    """A fed "line" split on any embedded CR/LF (tqdm redraws, a caller's unsplit record) and, in a long line, at
+    each vLLM record glued to the one before it (a paste that lost its newlines); trailing ends dropped."""
     if "\r" not in line and "\n" not in line:
-        return [line]
-    return [part for part in _SEGMENT_SPLIT.split(line) if part]
+        return [line] if len(line) < _GLUED_MIN else _unglue(line)
+    return [piece for part in _SEGMENT_SPLIT.split(line) if part
+            for piece in (_unglue(part) if len(part) >= _GLUED_MIN else (part,)) if piece]
+
+
+_LEVELS = ("ERROR ", "INFO ", "WARNING ", "DEBUG ", "CRITICAL ")
+
+
+def _unglue(line: str) -> list[str]:
+    """`line` cut before each record glued after another record's header (see _GLUED)."""
+    found = [i for i in (line.find(level) for level in _LEVELS) if i != -1]
+    if not found or not any(line.find(level, min(found) + 5) != -1 for level in _LEVELS):
+        return [line]  # no second header can follow the first: nothing glued (most long lines)
+    pieces: list[str] = []
+    start = 0
+    for m in _GLUED.finditer(line):
+        if _RECORD.search(line, start, m.start()) is not None:
+            pieces.append(line[start:m.start()])
+            start = m.end()
+    pieces.append(line[start:])
+    return pieces
 
 
 class Line(NamedTuple):

@@ -30,6 +30,9 @@ class Wrapper(StrEnum):
     """`kubectl logs --prefix`: `[pod/<pod>/<container>] `."""
     journald = "journald"
     """`journalctl` (short, or short-iso): `Dec 04 12:00:00 gpu-host vllm[1234]: `."""
+    lemonade = "lemonade"
+    """Lemonade's server log (AMD's launcher of vLLM on ROCm): `2026-05-08 11:47:02.256 [Error] (Process) ` (its own
+    level, vLLM's stream name)."""
     timestamps = "timestamps"
     """`docker logs -t`, `docker compose logs -t`, `kubectl logs --timestamps`: an RFC 3339 time and a space
     (`2025-08-12T08:42:39.123456789Z `)."""
@@ -45,6 +48,7 @@ _SHAPES = re.compile(
     rf"(?P<{Wrapper.github_actions}>{_DATE_T}\.\d{{7}}Z )"
     rf"|(?P<{Wrapper.timestamps}>{_DATE_T}(?:\.\d{{1,9}})?{_ZONE} )"
     rf"|(?P<{Wrapper.buildkite}>\[{_DATE_T}Z\] )"
+    r"|(?P<lemonade>\d{4}-[01]\d-[0-3]\d [0-2]\d:[0-5]\d:[0-6]\d\.\d{3} \[[A-Z][a-z]{2,8}\] \([A-Za-z]{1,40}\) )"
     rf"|(?P<{Wrapper.kubectl}>\[pod/[a-z0-9](?:[-a-z0-9.]{{0,251}}[a-z0-9])?/[a-z0-9](?:[-a-z0-9]{{0,61}}[a-z0-9])?\] )"
     rf"|(?P<{Wrapper.compose}>[A-Za-z0-9][A-Za-z0-9_.-]{{0,200}}[-_]\d{{1,4}} +\|(?: |\Z))"
     rf"|(?P<{Wrapper.journald}>(?:{_MONTH} (?:[0-3]\d| \d) [0-2]\d:[0-5]\d:[0-6]\d|{_DATE_T}{_ZONE})"

@@ -174,7 +174,11 @@ MAX_LEN_EXCEEDS_MODEL = Cause(
              + r"|[^\s()]{1,40}))?", read=_max_len_read),
      Pattern("max_model_len", r"\A(?:\w+Error:\s*)?max_model_len\s*\(?\s*" + named("max_seq_len", INT)
              + r"\s*\)? (?:is greater than|exceeds) (?:the )?(?:model's |derived )?(?:max_model_len|maximum)\s*\(?\s*"
-             + named("derived_max_model_len", INT))),
+             + named("derived_max_model_len", INT)),
+     # a hardware plugin's own limit (Tenstorrent's: "TT-LLama8B and TT-Llama11B do not support max_model_len
+     # greater than 32768 on N150 (received 65536)")
+     Pattern("do not support max_model_len greater than", r"do not support max_model_len greater than\s*"
+             + named("derived_max_model_len", INT) + r"[^()]{0,100}\(received\s*" + named("max_seq_len", INT))),
     ("the model allows at most max_model_len {derived_max_model_len} (asked {max_seq_len})",
      "max_model_len {max_seq_len} is above the model's limit"),
     numbers=("max_seq_len", "derived_max_model_len", "derived_from"), stops=True,
@@ -184,7 +188,9 @@ MAX_LEN_EXCEEDS_MODEL = Cause(
               "this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",
               "Value error, User-specified max_model_len (40000) is greater than the derived max_model_len "
               "(max_position_embeddings=32768.0 or model_max_length=None in model's config.json). To allow "
-              "overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 [type=value_error]"))
+              "overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 [type=value_error]",
+              "ValueError: TT-LLama8B and TT-Llama11B do not support max_model_len greater than 32768 on N150 "
+              "(received 65536). Set --max_model_len to 32768 or lower in vLLM."))
 
 TP_NOT_DIVISIBLE = Cause(
     "tp_not_divisible", K,
@@ -307,7 +313,8 @@ QUANTIZATION_MISMATCH = Cause(
     (Pattern("does not match the quantization method specified",
              r"model config \((?P<checkpoint>[\w-]{1,40})\) does not match the quantization method specified in the "
              r"`?quantization`? argument \((?P<asked>[\w-]{1,40})\)"),
-     Pattern("Unknown quantization method", r"Unknown quantization method:?\s*(?P<asked>[\w-]{1,40})")),
+     # the method may be empty ("Unknown quantization method: . Must be one of [...]": a config with no method)
+     Pattern("Unknown quantization method", r"Unknown quantization method:?\s*(?P<asked>[\w-]{1,40})?")),
     ("the checkpoint is {checkpoint}-quantized, --quantization says {asked}: drop the flag or match it",
      "the quantization {asked} does not fit this checkpoint",),
     numbers=("checkpoint", "asked"),

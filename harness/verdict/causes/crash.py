@@ -4,6 +4,7 @@ code, or in an exception the catalogue does not know. `crashed`, with the line t
 from __future__ import annotations
 
 from .model import GENERIC, Cause, CauseKind, Pattern
+from .shapes import EXC
 
 K = CauseKind.crash
 
@@ -16,7 +17,9 @@ ENGINE_CORE_FAILED_ROOT_CAUSE_NOT_SHOWN = Cause(
      Pattern("Failed core proc", rank=GENERIC),
      # the engine core's own wrapper for a worker that died (0.9+, multiproc_executor.py): the worker's cause is above
      # it when its output was captured
-     Pattern("WorkerProc initialization failed", rank=GENERIC)),
+     Pattern("WorkerProc initialization failed", rank=GENERIC),
+     # a launcher that hid vLLM's output (InstructLab: "vLLM failed to start.  Retry with --enable-serving-output")
+     Pattern("Retry with --enable-serving-output", rank=GENERIC)),
     ("the root cause is not in the log: the engine core's output was not captured (keep the engine's stderr)",),
     aliases=("engine_init_failed",), stops=True,
     examples=("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
@@ -39,10 +42,27 @@ MODEL_CODE_ERROR = Cause(
     numbers=("exception", "message", "where", "config", "attribute"),
     examples=("AttributeError: 'LlavaConfig' object has no attribute 'vision_config'",))
 
+#: The faults of a kernel's launch or run, as CUDA (and HIP) word them after "CUDA error: ".
+_KERNEL_FAULT = (r"(?:CUDA|HIP) error: (?P<error>invalid configuration argument|an illegal memory access was "
+                 r"encountered|an illegal instruction was encountered|misaligned address|unspecified launch failure|"
+                 r"device-side assert triggered|too many resources requested for launch)\b")
+
+CUDA_KERNEL_ERROR = Cause(
+    "cuda_kernel_error", K,
+    "a GPU kernel failed to launch or faulted (\"CUDA error: invalid configuration argument\", \"an illegal memory "
+    "access was encountered\"): a bug in vLLM or in a kernel for this model, shape or GPU, not the machine",
+    tuple(Pattern(f"{api} error: ", EXC + _KERNEL_FAULT) for api in ("CUDA", "HIP")),
+    ("a GPU kernel failed ({error}): a vLLM or kernel bug for this model or shape (try --enforce-eager or another "
+     "attention backend)",),
+    numbers=("error",),
+    examples=("RuntimeError: CUDA error: an illegal memory access was encountered",
+              "CUDA error: invalid configuration argument"))
+
 UNCAUGHT_EXCEPTION = Cause(
     "uncaught_exception", K,
     "the boot ended on an exception the catalogue does not know: the line names it (type and message)",
     (), ("the boot ended on {exception}: {message}", "the boot ended on an exception the catalogue does not know"),
     numbers=("exception", "message"))
 
-CAUSES: tuple[Cause, ...] = (ENGINE_CORE_FAILED_ROOT_CAUSE_NOT_SHOWN, MODEL_CODE_ERROR, UNCAUGHT_EXCEPTION)
+CAUSES: tuple[Cause, ...] = (ENGINE_CORE_FAILED_ROOT_CAUSE_NOT_SHOWN, CUDA_KERNEL_ERROR, MODEL_CODE_ERROR,
+                             UNCAUGHT_EXCEPTION)

@@ -228,7 +228,8 @@ INVALID_DEVICE_ORDINAL = Cause(
 DRIVER_MISMATCH = Cause(
     "driver_mismatch", K,
     "the NVIDIA driver is older than the CUDA runtime the image was built for (\"The NVIDIA driver on your system is "
-    "too old\", \"CUDA driver version is insufficient\", error 803)",
+    "too old\", \"CUDA driver version is insufficient\", error 803), or a GPU driver stack without a query the runtime "
+    "needs (an Intel GPU that \"doesn't support querying the available free memory\")",
     (Pattern("driver on your system is too old", r"driver on your system is too old \(found version "
              r"(?P<driver_version>\d{1,8})\)|driver on your system is too old"),
      Pattern("CUDA driver version is insufficient"),
@@ -236,7 +237,10 @@ DRIVER_MISMATCH = Cause(
      Pattern("unsupported display driver / cuda driver combination"),
      Pattern("forward compatibility was attempted on non supported HW"),
      # the NVIDIA container hook refuses to start an image whose CUDA the driver is too old for
-     Pattern("driver", r"unsatisfied condition: cuda\s*>=?\s*(?P<required_cuda>\d{1,3}\.\d{1,3})")),
+     Pattern("driver", r"unsatisfied condition: cuda\s*>=?\s*(?P<required_cuda>\d{1,3}\.\d{1,3})"),
+     # an Intel GPU whose driver stack cannot report free memory (Level Zero's sysman; the maintainers' answer:
+     # upgrade the driver)
+     Pattern("doesn't support querying the available free memory")),
     ("the driver (found {driver_version}) is too old for this image's CUDA: upgrade the driver or use an older image",
      "the image needs CUDA {required_cuda}, newer than the driver supports: upgrade the driver or use an older image",
      "the driver is too old for this image's CUDA: upgrade the driver or use an older image"),
@@ -248,6 +252,16 @@ DRIVER_MISMATCH = Cause(
               "RuntimeError: CUDA driver version is insufficient for CUDA runtime version",
               "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.4, please update your driver "
               "to a newer version, or use an earlier cuda container: unknown."))
+
+PINNED_MEMORY_UNAVAILABLE = Cause(
+    "pinned_memory_unavailable", K,
+    "the model runner needs pinned host memory mapped into the GPU (UVA) and this machine does not give it (WSL2, "
+    "where vLLM leaves pinning off unless VLLM_WSL2_ENABLE_PIN_MEMORY=1): \"UVA is not available\"",
+    (Pattern("UVA is not available"),),
+    ("UVA (pinned host memory) is not available here: on WSL2 set VLLM_WSL2_ENABLE_PIN_MEMORY=1, or use the V1 model "
+     "runner",),
+    examples=("RuntimeError: UVA is not available",
+              'raise RuntimeError("UVA is not available")'))
 
 CUDA_LIB_MISMATCH = Cause(
     "cuda_lib_mismatch", K,
@@ -327,6 +341,9 @@ NCCL_ERROR = Cause(
      Pattern("ncclInternalError", rank=WEAK),
      Pattern("ncclRemoteError", rank=WEAK),
      Pattern("DistBackendError", rank=WEAK),
+     # Intel's collective library on XPU, at the first all_reduce ("RuntimeError: oneCCL: ze_fd_manager.cpp:214
+     # fill_device_fds: EXCEPTION: open failed: ...")
+     Pattern("oneCCL:", r"oneCCL: (?P<nccl>[^:\s]{1,80}:\d{1,6} \w{1,80}: EXCEPTION: [^,]{1,120})", rank=WEAK),
      # a rank's own NCCL_DEBUG warning: the segment a peer created is gone (attach, not create: not a full /dev/shm)
      Pattern("Error while attaching to shared memory segment", r"attaching to shared memory segment (?P<segment>"
              r"[^\s(]{1,200}) \(size (?P<shm_segment_bytes>\d{1,20})\)")),
@@ -397,7 +414,9 @@ RAY_PLACEMENT_ERROR = Cause(
              r"(?:scheduled|satisfied)|infeasible)|No available node types can fulfill)", flags=re.I),
      Pattern("No available node types can fulfill"),
      Pattern("Current node has no GPU available"),
-     Pattern("Ray does not allocate any GPUs on the driver node")),
+     Pattern("Ray does not allocate any GPUs on the driver node"),
+     # a placement group the launcher made (Ray Serve) whose bundles vLLM 0.2 could not use
+     Pattern("Placement group bundle cannot have more than")),
     ("Ray cannot place the workers: the cluster lacks the GPUs the parallel sizes ask",),
     examples=("ValueError: Cannot provide a placement group of placement_group_specs=[{'GPU': 1.0}] within 1800 "
               "seconds. See `ray status` to make sure the cluster has enough resources.",))
@@ -466,6 +485,6 @@ CORRUPT_CHECKPOINT = Cause(
 CAUSES: tuple[Cause, ...] = (
     GATED_MODEL, HF_OFFLINE_NO_CACHE, MISSING_CONFIG_JSON, MODEL_NOT_FOUND, BAD_LOCAL_PATH, TOKENIZER_ERROR,
     TRANSFORMERS_TOO_OLD, NO_GPU_VISIBLE, INVALID_DEVICE_ORDINAL, DRIVER_MISMATCH, CUDA_LIB_MISMATCH, NO_KERNEL_IMAGE,
-    EXTENSION_ABI_MISMATCH, CUDA_FORK_REINIT, SHM_TOO_SMALL, PORT_IN_USE, CORRUPT_CHECKPOINT, COMPILE_FAILED,
-    BROKEN_INSTALL, RAY_PLACEMENT_ERROR, NCCL_ERROR, TIMEOUT_DISTRIBUTED_INIT, TIMEOUT_ENGINE_STARTUP,
-    MODEL_INSPECTION_FAILED)
+    EXTENSION_ABI_MISMATCH, PINNED_MEMORY_UNAVAILABLE, CUDA_FORK_REINIT, SHM_TOO_SMALL, PORT_IN_USE,
+    CORRUPT_CHECKPOINT, COMPILE_FAILED, BROKEN_INSTALL, RAY_PLACEMENT_ERROR, NCCL_ERROR, TIMEOUT_DISTRIBUTED_INIT,
+    TIMEOUT_ENGINE_STARTUP, MODEL_INSPECTION_FAILED)

@@ -52,7 +52,7 @@ GPU_MEM_UTIL_EXCEEDS_FREE = Cause(
     "memory on device ... is less than desired\", \"Error in memory profiling\")",
     (Pattern("memory on device",
              EXC + r"Free memory on device(?: [^\s(]{1,40})?\s*\(\s*" + named("available_gib", NUM) + r"\s*/\s*"
-             + named("total_gib", NUM) + r"\s*GiB\) on startup is less than", read=_busy),
+             + named("total_gib", NUM) + r"\s*GiB\)(?: on startup)? is less than", read=_busy),
      Pattern("memory on node",
              EXC + r"Available memory on node\s*\d+\s*\(\s*" + named("available_gib", NUM) + r"\s*/\s*"
              + named("total_gib", NUM) + r"\s*GiB\) on (?:startup|kv cache allocation) is less than", read=_busy),
@@ -129,18 +129,26 @@ CUDA_OOM_SAMPLER_WARMUP = _oom(
               "lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.",))
 CUDA_OOM_UNKNOWN = _oom(
     "cuda_oom_unknown", "out of GPU memory (the phase is not in the log)",
-    "an allocation ran out of GPU memory where the log does not show the phase (torch OutOfMemoryError, \"CUDA error: "
-    "out of memory\")",
+    "an allocation ran out of accelerator memory where the log does not show the phase (torch OutOfMemoryError for "
+    "CUDA, HIP, XPU or NPU, \"CUDA error: out of memory\", a TPU's XLA RESOURCE_EXHAUSTED)",
     (Pattern("OutOfMemoryError", _TORCH_OOM, read=_allocation),
      Pattern("ut of memory", _TORCH_OOM, read=_allocation),
      Pattern("CUBLAS_STATUS_ALLOC_FAILED", read=_allocation),
      # a wrapper's own words before torch's ("Failed to create unquantized linear weights: CUDA out of memory. ...")
-     Pattern("ut of memory", r"\bCUDA out of memory\. Tried to allocate", read=_allocation)),
-    aliases=("oom",),
+     Pattern("ut of memory", r"\bCUDA out of memory\. Tried to allocate", read=_allocation),
+     # a TPU's XLA: the program (compile time) or the buffers (load time) do not fit the chip's memory
+     Pattern("Ran out of memory in memory space", r"Ran out of memory in memory space (?P<memory_space>\w{1,20})"),
+     Pattern("RESOURCE_EXHAUSTED", r"RESOURCE_EXHAUSTED: .{0,200}?Attempting to reserve " + named("needed_gib", NUM)
+             + r"G\b")),
+    aliases=("oom",), also=(Also("memory_space", r"memory space (\w{1,20})"),),
     examples=("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity of "
               "23.54 GiB of which 1.02 GiB is free.",
               "RuntimeError: CUDA error: out of memory",
-              "RuntimeError: CUDA driver error: out of memory"))
+              "RuntimeError: CUDA driver error: out of memory",
+              "RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of "
+              "memory in memory space hbm. Used 21.95G of 15.48G hbm. Exceeded hbm capacity by 6.47G.",
+              "RESOURCE_EXHAUSTED: Error loading program 'jit__multi_slice': Attempting to reserve 6.14G at the bottom "
+              "of memory. That was not possible."))
 
 HOST_OOM = Cause(
     "host_oom", K,
