@@ -27,7 +27,8 @@ Defaults, and why:
 - `MIN_POINTS` = 6: with fewer, a step needs two nights on each side and t > 8.6 (df 4 at 6 points, more below):
   the answer would be "no change" out of blindness, not evidence, so it is `TooFew` instead.
 - `min_relative` = 0.25 and `min_absolute` = 2.0 s: both must be reached, so 0.02 s → 0.05 s (+150 %) is noise and
-  so is 600 s → 610 s; 41 s → 118 s is news. The same two-sided idea as `compare`'s time tolerance (timing.py).
+  so is 600 s → 610 s; 41 s → 118 s is news. The same two-sided tolerance as `compare`'s time tolerance
+  (harness.analysis.tolerance), reached rather than exceeded.
 
 Inputs: the values a cell has, in time order, nights it did not run left out — the caller maps `ChangePoint.index`
 back to its run. An empty series is `TooFew(needed, 0)`. A NaN, infinite or negative value is no duration: a
@@ -45,6 +46,7 @@ from dataclasses import dataclass
 from itertools import accumulate, repeat
 from operator import add, itemgetter, mul, sub, truediv
 
+from harness.analysis.tolerance import Tolerance
 from harness.errors import UsageError
 
 WINDOW = 50
@@ -82,7 +84,7 @@ def find_change_points(values: Sequence[float], *, min_relative: float = 0.25, m
     needed = max(min_points, 2 * MIN_SEGMENT)
     if len(series) < needed:
         return TooFew(needed, len(series))
-    return _merge(series, _split(series), _Magnitude(min_relative, min_absolute))
+    return _merge(series, _split(series), Tolerance.of_seconds(min_relative, min_absolute))
 
 
 def _check_parameters(min_relative: float, min_absolute: float, min_points: int) -> None:
@@ -105,20 +107,6 @@ def _checked(i: int, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise UsageError(f"change points: value #{i} is {value!r}: a boot time is a finite number of seconds ≥ 0")
     return float(value)
-
-
-@dataclass(frozen=True)
-class _Magnitude:
-    relative: float
-    absolute: float
-
-    def passes(self, before: float, after: float) -> bool:
-        return abs(after - before) >= max(self.absolute, self.relative * before)
-
-    def ratio(self, before: float, after: float) -> float:
-        """How far beyond its threshold a change is: of the points that fail, the smallest is the weakest."""
-        threshold = max(self.absolute, self.relative * before)
-        return abs(after - before) / threshold if threshold else math.inf
 
 
 # --- the significance test: two-sided Student's t, pooled variance, as Otava computes it -----------------------------
@@ -439,13 +427,13 @@ class _Evidence:
     after: float
 
 
-def _evidence(left: Sequence[float], right: Sequence[float], magnitude: _Magnitude) -> _Evidence:
+def _evidence(left: Sequence[float], right: Sequence[float], magnitude: Tolerance) -> _Evidence:
     before, after = statistics.median(left), statistics.median(right)
     return _Evidence(_pvalue(left, right), min(len(left), len(right)) < MIN_SEGMENT,
-                     magnitude.passes(before, after), magnitude.ratio(before, after), before, after)
+                     magnitude.reached(before, after), magnitude.ratio(before, after), before, after)
 
 
-def _merge(series: Sequence[float], points: list[int], magnitude: _Magnitude) -> list[ChangePoint]:
+def _merge(series: Sequence[float], points: list[int], magnitude: Tolerance) -> list[ChangePoint]:
     """Otava's merge order: the highest p-value at or above MAX_PVALUE goes first; then (ours) a point with a short
     side, the highest p first; then the smallest change below the magnitude. Every point is retested each time (a
     test depends only on the point and its two neighbours, so one already made is looked up, not made again)."""
