@@ -30,11 +30,12 @@ from harness.analysis.frontier import (  # noqa: E402 - sys.path first
     find_frontier,
     linear_sweep,
 )
-from harness.analysis.kv import KV_BYTES_FLAG, flag_value, human_int  # noqa: E402 - sys.path first
+from harness.analysis.kv import KV_BYTES_FLAG, flag_value  # noqa: E402 - sys.path first
 from harness.boot.frontier import run_frontier  # noqa: E402 - sys.path first
 from harness.matrix.cells import select_cells  # noqa: E402 - sys.path first
 from harness.matrix.load import load_matrix  # noqa: E402 - sys.path first
 from harness.results.store import load_run  # noqa: E402 - sys.path first
+from harness.units import human_int  # noqa: E402 - sys.path first
 
 SELECT = "spec=draft,kv=tight"
 BLOCK = 128

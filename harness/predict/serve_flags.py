@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from harness.errors import UsageError
 from harness.predict.versions import DEFAULT_VERSION, parse_version, rules_version
+from harness.units import read_human_int
 
 Version = tuple[int, int, int]
 
@@ -220,7 +221,6 @@ _UNMODELLED: dict[str, tuple[str, tuple[Any, ...]]] = {
     "config": ("the flags in a YAML config file are not read here; pass them on the command line", (None,)),
 }
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's: such an argument is a value, not a flag
-_HUMAN = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
 
 
 def _newest(table, v: Version, since=lambda entry: entry[0]):
@@ -342,24 +342,6 @@ class _Release:
         return option, self.aliases.get(option), value
 
 
-def _human_int(raw: str, tera: bool) -> int:
-    """vLLM's human_readable_int: `k` 10**3 … `t` 10**12, `K` 2**10 … `T` 2**40, decimals only with decimal
-    suffixes; t/T from 0.13.0 (before, `1T` falls through to int() and is refused)."""
-    value = raw.strip()
-    m = _HUMAN.fullmatch(value)
-    if m:
-        number, suffix = m.groups()
-        decimal = {"k": 10**3, "m": 10**6, "g": 10**9, **({"t": 10**12} if tera else {})}
-        binary = {"K": 2**10, "M": 2**20, "G": 2**30, **({"T": 2**40} if tera else {})}
-        if suffix in decimal:
-            return int(float(number) * decimal[suffix])
-        if suffix in binary:
-            if "." in number:
-                raise ValueError(f"no decimals with a binary suffix (did you mean {number}{suffix.lower()}?)")
-            return int(number) * binary[suffix]
-    return int(value)
-
-
 def _convert(option: _Option, raw: str, spelling: str, release: _Release) -> Any:
     kind: str = option.kind  # a Kind, "?" and all; what follows "?" is read as a Kind of its own
     flag = option.name
@@ -376,7 +358,7 @@ def _convert(option: _Option, raw: str, spelling: str, release: _Release) -> Any
             if kind == "len" and (raw.strip() == "-1" or raw.strip().lower() == "auto"):
                 value = -1
             else:
-                value = _human_int(raw, release.grammar.tera)
+                value = read_human_int(raw, tera=release.grammar.tera)
         elif kind == "json":
             value = json.loads(raw)
         elif kind == "literal":
@@ -413,7 +395,7 @@ def _dotted_value(raw: str, grammar: Grammar) -> Any:
     except json.JSONDecodeError:
         if grammar.dotted_values == "json+human":
             try:
-                return _human_int(raw, grammar.tera)
+                return read_human_int(raw, tera=grammar.tera)
             except ValueError:
                 pass
         return raw
