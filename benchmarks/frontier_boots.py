@@ -24,17 +24,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.analysis.frontier import (  # noqa: E402 - sys.path first
-    Observation,
-    cpu_oracle,
-    find_frontier,
-    linear_sweep,
-)
-from harness.analysis.kv import KV_BYTES_FLAG, flag_value, human_int  # noqa: E402 - sys.path first
+from harness.analysis.frontier import Answer, find_frontier  # noqa: E402 - sys.path first
+from harness.analysis.kv import KV_BYTES_FLAG, flag_value  # noqa: E402 - sys.path first
 from harness.boot.frontier import run_frontier  # noqa: E402 - sys.path first
 from harness.matrix.cells import select_cells  # noqa: E402 - sys.path first
 from harness.matrix.load import load_matrix  # noqa: E402 - sys.path first
 from harness.results.store import load_run  # noqa: E402 - sys.path first
+from harness.units import human_int  # noqa: E402 - sys.path first
+from tests.helpers.frontier_oracles import cpu_oracle, linear_sweep  # noqa: E402 - sys.path first
 
 SELECT = "spec=draft,kv=tight"
 BLOCK = 128
@@ -53,14 +50,14 @@ def real_run(args) -> tuple[Path, dict, float]:
     return run_dir, found[0].output().model_dump(mode="json"), time.monotonic() - t0
 
 
-def calibrate(run_dir: Path) -> tuple[int, int, list[tuple[int, Observation]], tuple[int, int]]:
+def calibrate(run_dir: Path) -> tuple[int, int, list[tuple[int, Answer]], tuple[int, int]]:
     """(KV bytes, bytes per token) with which the CPU arithmetic reproduces every recorded probe."""
     run, _ = load_run(run_dir)
     kv_bytes = {human_int(flag_value(c.argv, KV_BYTES_FLAG) or "") for c in run.cells}
     if len(kv_bytes) != 1 or None in kv_bytes:
         sys.exit(f"{run_dir}: the probes do not share one explicit {KV_BYTES_FLAG}")
     kv = kv_bytes.pop()
-    observed = [(int(c.axes["max_model_len"]), Observation.of(c)) for c in run.cells]
+    observed = [(int(c.axes["max_model_len"]), Answer.of(c)) for c in run.cells]
 
     def replays(per_token: int) -> bool:
         oracle = cpu_oracle(kv, per_token, BLOCK)

@@ -3,8 +3,9 @@ it replace what is not a file of its own.
 
 Reading: only a regular file (symbolic links followed) is read. It is opened with O_NONBLOCK and checked with fstat on
 the open descriptor, so a FIFO never blocks the open and a device (``/dev/zero``) is refused before a byte is read; a
-whole-file read stops at a size bound. JSON is parsed strictly: no NaN/Infinity, no number that overflows a float or
-a 64-bit integer, no nesting past `MAX_DEPTH` — each refused with the file and the key named.
+whole-file read stops at a size bound, and a file read by lines (a server log) holds at most one line's bound. JSON is
+parsed strictly: no NaN/Infinity, no number that overflows a float or a 64-bit integer, no nesting past `MAX_DEPTH` —
+each refused with the file and the key named.
 
 Writing: write-then-rename in the target's folder, fsynced. A symbolic link is written through (its target replaced,
 the link kept); a device, FIFO, socket or directory is refused, never replaced. A file that exists keeps its mode
@@ -18,6 +19,7 @@ import fcntl
 import json
 import math
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
@@ -108,6 +110,45 @@ def read_bytes(path: str | os.PathLike[str], limit: int = JSON_LIMIT, *, follow:
     """The whole of a regular file of at most `limit` bytes. The bound holds for files whose size lies (a /proc file
     says 0, a log still growing): never more than `limit` + 1 bytes are read."""
     return read_bytes_at(None, path, limit, follow=follow, where=str(path))
+
+
+#: How much of a file `iter_lines` reads at a time.
+READ_CHUNK = 1 << 16
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+def iter_lines(path: str | os.PathLike[str], max_line_bytes: int, chunk_bytes: int = READ_CHUNK) -> Iterator[str]:
+    """The physical lines of a regular file (\\n, \\r and \\r\\n end one; undecodable bytes become U+FFFD), read in
+    fixed chunks: a line still unended when more than `max_line_bytes` of it are held is cut there, and its excess
+    skipped without being held (one that ends in the chunk that took it past the bound is whole: at most a chunk
+    longer), so memory stays bounded whatever the file holds. A FIFO would block and a device never end: refused
+    (open_regular)."""
+    with open_regular(path) as f:
+        buf = b""
+        skipping = False  # inside an over-long line whose head was already yielded
+        while True:
+            chunk = f.read(chunk_bytes)
+            if chunk:
+                buf += chunk
+            start = 0
+            for m in _LINE_END.finditer(buf):
+                if m.group() == b"\r" and m.end() == len(buf) and chunk:
+                    break  # maybe the first half of \r\n split across chunks
+                if skipping:
+                    skipping = False
+                else:
+                    yield buf[start: m.start()].decode("utf-8", errors="replace")
+                start = m.end()
+            buf = buf[start:]
+            if len(buf) > max_line_bytes:
+                if not skipping:
+                    yield buf[:max_line_bytes].decode("utf-8", errors="replace")
+                    skipping = True
+                buf = b"\r" if buf.endswith(b"\r") else b""  # keep a possibly split \r\n
+            if not chunk:
+                if buf and not skipping:
+                    yield buf.decode("utf-8", errors="replace")
+                return
 
 
 @contextlib.contextmanager

@@ -18,14 +18,14 @@ from pathlib import Path
 from harness.clock import SYSTEM, Clock
 from harness.errors import BadRecord, RuntimeUnavailable
 from harness.runtime import carriers, scratch
-from harness.runtime.carriers import proc_start_time
-from harness.runtime.process import (
+from harness.runtime.active import (
     PID_MAX_LIMIT,
     ActiveRecord,
     Proof,
     prove_group,
     read_active_record,
 )
+from harness.runtime.carriers import proc_start_time
 
 
 def pid_alive(pid: int) -> bool:

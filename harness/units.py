@@ -34,24 +34,33 @@ def fmt_seconds(s: float | None) -> str:
     return f"{s:,.0f} s" if abs(s) >= 100 else f"{s:.1f} s"
 
 
-_HUMAN = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
-_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-_BINARY = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_HUMAN = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+
+
+def read_human_int(text: str, *, tera: bool = True) -> int:
+    """vLLM's human_readable_int: `131072`, `128k` (10**3), `128K` (2**10), `4G`, `25.6k` — `k` 10**3 … `t` 10**12,
+    `K` 2**10 … `T` 2**40, decimals only with decimal suffixes. `tera`: the release knows t/T (0.13.0 on; before,
+    `1T` falls through to int() and is refused). A ValueError when it is no such integer (the one for a decimal with
+    a binary suffix says so)."""
+    value = str(text).strip()
+    m = _HUMAN.fullmatch(value)
+    if m:
+        number, suffix = m.groups()
+        decimal = {"k": 10**3, "m": 10**6, "g": 10**9, **({"t": 10**12} if tera else {})}
+        binary = {"K": 2**10, "M": 2**20, "G": 2**30, **({"T": 2**40} if tera else {})}
+        if suffix in decimal:
+            return int(float(number) * decimal[suffix])
+        if suffix in binary:
+            if "." in number:
+                raise ValueError(f"no decimals with a binary suffix (did you mean {number}{suffix.lower()}?)")
+            return int(number) * binary[suffix]
+    return int(value)
 
 
 def human_int(text: str) -> int | None:
-    """vLLM's human-readable integers: `131072`, `128k` (10**3), `128K` (2**10), `4G`, `25.6k`; None if not one."""
-    text = str(text).strip()
-    m = _HUMAN.match(text)
-    if m:
-        number, suffix = m.groups()
-        if suffix in _DECIMAL:
-            return int(float(number) * _DECIMAL[suffix])
-        if "." in number:
-            return None  # vLLM refuses decimals with binary suffixes
-        return int(number) * _BINARY[suffix]
+    """`read_human_int` as the newest vLLM reads it, None where it is no such integer."""
     try:
-        return int(text)
+        return read_human_int(text)
     except ValueError:
         return None
 

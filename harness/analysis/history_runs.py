@@ -1,5 +1,5 @@
 """The runs a history is made of: run directories found under the paths given (artifacts download as folders of
-folders), each read as the one run loader (`load_run`) reads it — by harness.analysis.history_read's faster road
+folders), each read as the one run loader (`load_run`) reads it — by harness.results.fast_read's faster road
 where it can take the run, else by `load_run` itself, which names what is wrong — ordered by when it started, and
 kept only as the few facts a history needs per cell, so a year of nights fits in memory.
 
@@ -10,7 +10,7 @@ night) is *skipped with a warning* naming its path — one broken night neither 
 shard run that a merged run in the history already holds is skipped with a note; a run still `running` or
 `interrupted` is *kept and marked* (shown, never read as a verdict). A path that does not exist, paths holding no run at
 all, or runs of different matrices are *refused* (exit 2): no history can be told from them. One leniency, deliberate: a
-memory curve is not read (harness.analysis.history_read), so what is wrong inside one is `check`'s to say.
+memory curve is not read (harness.results.fast_read), so what is wrong inside one is `check`'s to say.
 """
 
 from __future__ import annotations
@@ -22,11 +22,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from harness.analysis.history_read import read_run
 from harness.errors import FileRefused, InputError, UsageError
 from harness.logfacts.timeline import ORDER, Milestone, span_name
+from harness.results.fast_read import read_records
 from harness.results.model import SCHEMA_VERSION, CellResult, RunResult, RunStatus
-from harness.results.store import load_run
 from harness.results.store import now as wall_now
 from harness.verdict import Reason
 from harness.walk import walk
@@ -238,9 +237,8 @@ def read_nights(paths: Iterable[Path], warn: Warn, now: Callable[[], datetime] =
 def night_of(d: Path) -> Night | str:
     """The run in `d`, or the line that says why it cannot be read."""
     try:
-        fast = read_run(d)
-        run, records = fast if fast is not None else (load_run(d)[0], None)
-        cells = {c.cell_id: entry(d, run, c) for c in (run.cells if records is None else records)}
+        run, records = read_records(d)
+        cells = {c.cell_id: entry(d, run, c) for c in records}
     except InputError as exc:
         return f"{d}: skipped, cannot be read: {_why(exc)}"
     return Night(run.run_id, run.started_at, str(run.status), d, run.matrix.name, cells,

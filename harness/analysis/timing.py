@@ -1,8 +1,9 @@
 """Boot time across two runs: which cells (and which of their phases) became slower, and which faster.
 
 A boot's time is noisy — a shared runner, a cold page cache — so a change counts only when it is beyond *both* a
-relative and an absolute tolerance (`25%,30s`): 30 s more on a 40-minute boot is noise, and so is 40 % more on a
-2-second phase. Only cells with the same outcome in both runs are compared (a refusal is not a faster boot).
+relative and an absolute tolerance (`25%,30s`, harness.analysis.tolerance): 30 s more on a 40-minute boot is noise,
+and so is 40 % more on a 2-second phase. Only cells with the same outcome in both runs are compared (a refusal is not
+a faster boot).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
+from harness.analysis.tolerance import Tolerance
 from harness.jsonout import JsonOutput
 from harness.results.model import CellResult
 from harness.units import fmt_seconds
@@ -18,21 +20,6 @@ from harness.units import fmt_seconds
 BOOT = "boot"
 """The `what` of a whole cell's verdict time, beside its phases' names."""
 
-
-@dataclass(frozen=True)
-class TimeTolerance:
-    rel: float = 0.25
-    abs_s: float = 30.0
-
-    def exceeded(self, a: float, b: float) -> bool:
-        d = abs(b - a)
-        return d > self.abs_s and d > self.rel * abs(a)
-
-    def describe(self) -> str:
-        return f"{self.rel:.0%} and {self.abs_s:g} s"
-
-
-DEFAULT_TIME_TOLERANCE = TimeTolerance()
 
 @dataclass(frozen=True)
 class TimeChange:
@@ -72,7 +59,7 @@ def boot_times(c: CellResult) -> dict[str, float]:
     return out
 
 
-def time_changes(a: CellResult, b: CellResult, tol: TimeTolerance) -> tuple[list[TimeChange], list[TimeChange]]:
+def time_changes(a: CellResult, b: CellResult, tol: Tolerance) -> tuple[list[TimeChange], list[TimeChange]]:
     """(slower, faster) between two records of one cell: the verdict time and every phase both timed."""
     if a.outcome != b.outcome:
         return [], []

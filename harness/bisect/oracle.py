@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from harness.analysis.compare import DEFAULT_MEMORY_TOLERANCE, MemoryTolerance
-from harness.analysis.timing import BOOT, DEFAULT_TIME_TOLERANCE, TimeTolerance, boot_times
+from harness.analysis.timing import BOOT, boot_times
+from harness.analysis.tolerance import DEFAULT_MEMORY_TOLERANCE, DEFAULT_TIME_TOLERANCE, Tolerance
 from harness.results.model import CellResult
 from harness.units import fmt_bytes, fmt_seconds
 from harness.verdict import Outcome
@@ -47,8 +47,8 @@ class Oracle:
     on: On = On.verdict
     #: `--on time`: the phase whose seconds are compared (`boot`: the verdict's time).
     phase: str = BOOT
-    time_tolerance: TimeTolerance = DEFAULT_TIME_TOLERANCE
-    memory_tolerance: MemoryTolerance = DEFAULT_MEMORY_TOLERANCE
+    time_tolerance: Tolerance = DEFAULT_TIME_TOLERANCE
+    memory_tolerance: Tolerance = DEFAULT_MEMORY_TOLERANCE
 
     def measure(self, r: CellResult) -> float | None:
         """The number `--on time|memory` compares; None when the record has none."""

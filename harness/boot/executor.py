@@ -77,7 +77,7 @@ class Executor:
                  retry: RetryPolicy = BusyRetry(), shared_gpus: list[int] | None = None, clock: Clock | None = None):
         """`shared_gpus`: the GPUs every cell gets from the matrix's own `gpus:` request (one cell at a time): each
         cell waits for them to be idle and records them, and is handed the request as written. `retry`: what a first
-        attempt's result makes the executor do (harness.boot.retry; NoRetry reports every refusal as it came).
+        attempt's result makes the executor do (harness.boot.retry: a RetryPolicy).
         `clock`: the runner's unless given; the idle wait made here and `timeline` read it."""
         if parallel < 1:
             raise ValueError("parallel must be at least 1")

@@ -28,14 +28,6 @@ class RetryPolicy(Protocol):
 
 
 @dataclass(frozen=True)
-class NoRetry:
-    """Every first attempt is the answer (a caller that wants each refusal as it came)."""
-
-    def settle(self, first: CellResult, log: Path, again: Again) -> CellResult | None:
-        return first
-
-
-@dataclass(frozen=True)
 class BusyRetry:
     """A `gpu_memory_busy` refusal on attempt 1 means memory was held when vLLM looked (a GPU's, or RAM on the CPU
     backend): that attempt is contaminated. Its log is kept as `<id>.attempt1.log`, and the cell is booted once more

@@ -109,8 +109,8 @@ def _plan(args: argparse.Namespace, recorded, kind, cell_id: str, matrix: Path):
 
 
 def _oracle(plan):
-    from harness.analysis.compare import DEFAULT_MEMORY_TOLERANCE
-    from harness.analysis.timing import BOOT, DEFAULT_TIME_TOLERANCE
+    from harness.analysis.timing import BOOT
+    from harness.analysis.tolerance import DEFAULT_MEMORY_TOLERANCE, DEFAULT_TIME_TOLERANCE
     from harness.bisect.oracle import Oracle
     from harness.cli.tolerances import parse_memory_tolerance, parse_time_tolerance
     from harness.logfacts.timeline import PHASES

@@ -84,14 +84,15 @@ def cmd_facts(args: argparse.Namespace, out: Console) -> int:
     from rich.text import Text
 
     from harness.escape import terminal, terminal_line
+    from harness.files import iter_lines
     from harness.logfacts import parse_file
     from harness.logfacts.engine_config import read_engine_config
-    from harness.logfacts.parser import iter_file_lines
+    from harness.logfacts.text import MAX_LINE_BYTES
     from harness.predict.facts_json import facts_output
     from harness.predict.stated import Bytes, gib_shown, stated
 
     facts = parse_file(args.logfile)  # a missing, non-regular or unreadable file: one line naming it
-    said = stated(facts, read_engine_config(iter_file_lines(args.logfile)))
+    said = stated(facts, read_engine_config(iter_lines(args.logfile, MAX_LINE_BYTES)))
     cause = facts.cause
     if args.json:
         emit(facts_output(facts, said))

@@ -1,16 +1,21 @@
 """The tolerance flags of `compare` and `bisect` (`--tolerance`, `--time-tolerance`, `--memory-tolerance`) read from
-their text: a mistake is a UsageError naming the flag. What a tolerance means lives with what it compares
-(harness.analysis.timing.TimeTolerance, harness.analysis.compare.MemoryTolerance)."""
+their text: a mistake is a UsageError naming the flag. The two-sided ones are one type read by one parser
+(harness.analysis.tolerance.Tolerance; the units of its quantity)."""
 
 from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
-from harness.analysis.compare import DEFAULT_MEMORY_TOLERANCE, MemoryTolerance
-from harness.analysis.timing import DEFAULT_TIME_TOLERANCE, TimeTolerance
+from harness.analysis.tolerance import (
+    DEFAULT_MEMORY_TOLERANCE,
+    DEFAULT_TIME_TOLERANCE,
+    UNITS,
+    Quantity,
+    Tolerance,
+)
 from harness.errors import UsageError
-from harness.units import GIB, KIB, MIB
 
 
 def parse_tolerance(text: str) -> float:
@@ -29,54 +34,64 @@ def parse_tolerance(text: str) -> float:
     return value
 
 
-_MEM_PART = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|b|kib|mib|gib|tib)\s*$", re.IGNORECASE)
-_MEM_UNIT = {"b": 1, "kib": KIB, "mib": MIB, "gib": GIB, "tib": 1 << 40}
+@dataclass(frozen=True)
+class _Grammar:
+    """How one quantity's flag is written and refused."""
+
+    flag: str
+    example: str
+    parts: str
+    """What the flag takes, for the line that refuses a wrong count of parts."""
+    size: str
+    """The absolute part named with an example, for the line that refuses a part."""
+    beyond: str
+    limit: float
+    """The largest absolute part (a number of bytes must fit a signed 64-bit count)."""
+    flags: re.RegexFlag
 
 
-def parse_memory_tolerance(text: str) -> MemoryTolerance:
-    """`10%,256MiB` (either order; one part keeps the other's default; B, KiB, MiB, GiB, TiB) → MemoryTolerance."""
-    rel, abs_bytes = DEFAULT_MEMORY_TOLERANCE.rel, DEFAULT_MEMORY_TOLERANCE.abs_bytes
+_GRAMMAR = {
+    Quantity.seconds: _Grammar("--time-tolerance", "25%,30s", "a percentage and seconds", "seconds (30s)",
+                               "duration", math.inf, re.RegexFlag(0)),
+    Quantity.bytes: _Grammar("--memory-tolerance", "10%,256MiB", "a percentage and a size", "a size (256MiB)",
+                             "memory", 1 << 62, re.IGNORECASE),
+}
+
+
+def parse_two_sided(text: str, default: Tolerance) -> Tolerance:
+    """`25%,30s`, `10%,256MiB` (either order; one part keeps `default`'s other; the units of `default`'s quantity)
+    → a Tolerance of that quantity. A mistake is one UsageError naming the flag."""
+    g = _GRAMMAR[default.quantity]
+    units = {name.lower(): scale for name, scale in UNITS[default.quantity]}
+    pattern = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|" + "|".join(units) + r")\s*$", g.flags)
+    rel, absolute = default.rel, default.absolute
     parts = str(text).split(",")
     if not 1 <= len(parts) <= 2:
-        raise UsageError(f"--memory-tolerance {text}: write a percentage and a size, e.g. 10%,256MiB")
+        raise UsageError(f"{g.flag} {text}: write {g.parts}, e.g. {g.example}")
     seen = set()
     for part in parts:
-        m = _MEM_PART.match(part)
+        m = pattern.match(part)
         kind = None if m is None else "%" if m.group(2) == "%" else "size"
         if m is None or kind in seen:
-            raise UsageError(f"--memory-tolerance {text}: {part.strip()!r} is not a percentage (10%) or a size "
-                             "(256MiB)")
+            raise UsageError(f"{g.flag} {text}: {part.strip()!r} is not a percentage ({g.example.split(',')[0]}) "
+                             f"or {g.size}")
         seen.add(kind)
         value = float(m.group(1))
-        if not math.isfinite(value) or value * _MEM_UNIT.get(m.group(2).lower(), 1) > 1 << 62:
-            raise UsageError(f"--memory-tolerance {text}: {part.strip()!r} is beyond any memory")
+        scale = units.get(m.group(2).lower(), 1)
+        if not math.isfinite(value) or value * scale > g.limit:  # digits enough to overflow a float
+            raise UsageError(f"{g.flag} {text}: {part.strip()!r} is beyond any {g.beyond}")
         if kind == "%":
             rel = value / 100
         else:
-            abs_bytes = int(value * _MEM_UNIT[m.group(2).lower()])
-    return MemoryTolerance(rel, abs_bytes)
+            absolute = value if default.quantity == Quantity.seconds else int(value * scale)
+    return Tolerance(rel, absolute, default.quantity)
 
 
-_TIME_PART = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|s)\s*$")
+def parse_time_tolerance(text: str) -> Tolerance:
+    """`--time-tolerance 25%,30s` → Tolerance.of_seconds(0.25, 30)."""
+    return parse_two_sided(text, DEFAULT_TIME_TOLERANCE)
 
 
-def parse_time_tolerance(text: str) -> TimeTolerance:
-    """`25%,30s` (either order; one part keeps the other's default) → TimeTolerance(0.25, 30)."""
-    rel, abs_s = DEFAULT_TIME_TOLERANCE.rel, DEFAULT_TIME_TOLERANCE.abs_s
-    parts = [p for p in str(text).split(",")]
-    if not 1 <= len(parts) <= 2:
-        raise UsageError(f"--time-tolerance {text}: write a percentage and seconds, e.g. 25%,30s")
-    seen = set()
-    for part in parts:
-        m = _TIME_PART.match(part)
-        if not m or m.group(2) in seen:
-            raise UsageError(f"--time-tolerance {text}: {part.strip()!r} is not a percentage (25%) or seconds (30s)")
-        seen.add(m.group(2))
-        value = float(m.group(1))
-        if not math.isfinite(value):  # digits enough to overflow a float
-            raise UsageError(f"--time-tolerance {text}: {part.strip()!r} is beyond any duration")
-        if m.group(2) == "%":
-            rel = value / 100
-        else:
-            abs_s = value
-    return TimeTolerance(rel, abs_s)
+def parse_memory_tolerance(text: str) -> Tolerance:
+    """`--memory-tolerance 10%,256MiB` (B, KiB, MiB, GiB, TiB) → Tolerance.of_bytes(0.10, 256 MiB)."""
+    return parse_two_sided(text, DEFAULT_MEMORY_TOLERANCE)

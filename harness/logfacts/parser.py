@@ -21,15 +21,12 @@ from . import phases
 from .classify import keep_first_specific, refusal_of
 from .model import MESSAGE_MAX_CHARS, KvFacts, LogFacts, Refusal, Signal
 from .precheck import worth_reading
-from .text import MAX_LINE_CHARS, QUIET_LEVELS, segments, split_line
+from .text import MAX_LINE_BYTES, MAX_LINE_CHARS, QUIET_LEVELS, segments, split_line
 from .timeline import Milestone, Timeline, phase_at, skipped
 
 MAX_READY_LINES = 32
 """Readiness lines kept: a server logs a handful; the cap only bounds memory on a pathological log."""
 
-_READ_CHUNK = 1 << 16
-_MAX_LINE_BYTES = MAX_LINE_CHARS * 4  # a UTF-8 character is at most 4 bytes
-_LINE_END = re.compile(rb"\r\n|\r|\n")
 _SIGNAL_RANK = {Signal.NONE: 0, Signal.READY: 1, Signal.REFUSAL: 2}
 #: Lines read in full while the log has shown no timestamp yet (its zero for `facts`); past them a log without any
 #: is not searched for one line by line.
@@ -45,7 +42,7 @@ def _coerce(line: Any) -> str:
     if isinstance(line, str):
         return line
     if isinstance(line, (bytes, bytearray, memoryview)):
-        return bytes(line[: _MAX_LINE_BYTES]).decode("utf-8", errors="replace")
+        return bytes(line[: MAX_LINE_BYTES]).decode("utf-8", errors="replace")
     return "" if line is None else str(line)
 
 
@@ -443,40 +440,9 @@ def parse_text(text: str) -> LogFacts:
     return parse_lines(_text_lines(text))
 
 
-def iter_file_lines(path: str | os.PathLike[str]) -> Iterator[str]:
-    """Physical lines of a file, read in fixed chunks: a line longer than the parser reads is cut, and its excess
-    skipped without being held, so memory stays bounded whatever the file holds. A regular file only (harness.files):
-    a FIFO would block and a device never end."""
-    from harness.files import open_regular
-
-    with open_regular(path) as f:
-        buf = b""
-        skipping = False  # inside an over-long line whose head was already yielded
-        while True:
-            chunk = f.read(_READ_CHUNK)
-            if chunk:
-                buf += chunk
-            start = 0
-            for m in _LINE_END.finditer(buf):
-                if m.group() == b"\r" and m.end() == len(buf) and chunk:
-                    break  # maybe the first half of \r\n split across chunks
-                if skipping:
-                    skipping = False
-                else:
-                    yield buf[start: m.start()].decode("utf-8", errors="replace")
-                start = m.end()
-            buf = buf[start:]
-            if len(buf) > _MAX_LINE_BYTES:
-                if not skipping:
-                    yield buf[:_MAX_LINE_BYTES].decode("utf-8", errors="replace")
-                    skipping = True
-                buf = b"\r" if buf.endswith(b"\r") else b""  # keep a possibly split \r\n
-            if not chunk:
-                if buf and not skipping:
-                    yield buf.decode("utf-8", errors="replace")
-                return
-
-
 def parse_file(path: str | os.PathLike[str]) -> LogFacts:
-    """Facts of a log file, streamed; undecodable bytes become U+FFFD."""
-    return parse_lines(iter_file_lines(path))
+    """Facts of a log file, streamed (harness.files.iter_lines: a regular file only, a line cut at MAX_LINE_BYTES);
+    undecodable bytes become U+FFFD."""
+    from harness.files import iter_lines
+
+    return parse_lines(iter_lines(path, MAX_LINE_BYTES))

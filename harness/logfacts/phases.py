@@ -82,7 +82,8 @@ ENGINE_FIRST = _c(r"\A(?:Initializing an? (?:V[01] )?LLM engine\b|Waiting for in
 KV_SIZED = _c(r"\A(?:[A-Z][\w +]{0,20} KV cache size:\s*\d|Maximum concurrency for|#\s*\w{2,10} blocks:)")
 ENFORCE_EAGER = _c(r"\AEnforce eager set|\benforce_eager=True\b")
 
-#: Substrings one of which every phase line holds: the cheap pre-check before any regex here runs.
+#: Substrings one of which every phase line holds: a line with none of them cannot match a pattern here, and the
+#: parser's pre-check (precheck.py, with the fact patterns' and the causes' needles) drops it before any regex runs.
 KEYWORDS: tuple[str, ...] = (
     "took", "takes", "Starting to load model", "Loading model from scratch", "Dynamo bytecode", "Directly load",
     "Initializing a", "Waiting for init message", "load failure",

@@ -16,6 +16,9 @@ from .wrappers import Wrapper, unwrap
 
 MAX_LINE_CHARS = 64 * 1024
 """Longer lines are cut before matching: no real fact line is near this, and it bounds the work per line."""
+MAX_LINE_BYTES = MAX_LINE_CHARS * 4
+"""The bytes of a line read from a file before it is cut (harness.files.iter_lines): a UTF-8 character is at most
+4 bytes."""
 
 # Colour codes (CSI), and the APC marks Buildkite's agent puts before each line it timestamps ("ESC _bk;t=<ms> BEL").
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b_[^\x07\x1b]{0,200}(?:\x07|\x1b\\)")

@@ -18,10 +18,11 @@ from typing import Any
 from pydantic import ConfigDict, Field
 
 from harness.errors import FileRefused, UsageError
+from harness.files import iter_lines
 from harness.jsonout import JsonOutput
 from harness.logfacts import LogFacts, LogParser
 from harness.logfacts.engine_config import EngineConfig, read_engine_config, speculative_of
-from harness.logfacts.parser import iter_file_lines
+from harness.logfacts.text import MAX_LINE_BYTES
 from harness.predict.cell import checks, hint, kv_pool, platform_of
 from harness.predict.log_model import LoggedModel, check_architecture, identify, logged_model
 from harness.predict.model import ModelShape, read_model
@@ -298,7 +299,7 @@ def check_log(model: str, log: str, given: list[str], *, version: str | None = N
     figure it logged against the prediction. `available`: (bytes, source) replacing the log's KV memory;
     `same_model`: MODEL is the model the log served, whatever the log states (harness.predict.log_model)."""
     try:
-        lines = list(iter_file_lines(log))
+        lines = list(iter_lines(log, MAX_LINE_BYTES))
     except FileRefused as exc:  # missing, a FIFO, a device: harness.files' one reader said which
         raise UsageError(f"{log}: cannot read the log ({exc.message})") from None
     except OSError as exc:

@@ -7,8 +7,9 @@ unambiguous prefix (allow_abbrev is on in every release). Reading a spelling dif
 configuration than the one that boots, so every spelling of a KV flag lands on vLLM's value, what that release refuses
 is refused (UsageError, exit 2), and a flag that changes the KV cache but is not modelled is refused rather than
 skipped. Flags that do not touch the KV cache are skipped: forks add their own. The tables were read off each
-release's parser, 0.8.0-0.34.0 (docs/kv-model.md, "Flag spellings"). Suffixes as vLLM reads them: `k`/`m`/`g`/`t`
-powers of 1000, `K`/`M`/`G`/`T` powers of 1024 (`128k` is 128,000 tokens, `128K` 131,072).
+release's parser, 0.8.0-0.34.0 (harness.predict.serve_tables; docs/kv-model.md, "Flag spellings"). Suffixes as vLLM
+reads them (harness.units.read_human_int): `k`/`m`/`g`/`t` powers of 1000, `K`/`M`/`G`/`T` powers of 1024 (`128k` is
+128,000 tokens, `128K` 131,072).
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ import functools
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from harness.errors import UsageError
+from harness.predict.serve_tables import ALIASES, CHOICES, GRAMMARS, LONG, SINGLE, UNMODELLED, Grammar, Kind, Version
 from harness.predict.versions import DEFAULT_VERSION, parse_version, rules_version
-
-Version = tuple[int, int, int]
+from harness.units import read_human_int
 
 
 @dataclass(frozen=True)
@@ -57,170 +58,7 @@ class ServeFlags:
     enable_chunked_prefill: bool | None = None
 
 
-# --- what each release's parser does (read off the 0.8.0-0.34.0 wheels) -------------------------------------------
-
-@dataclass(frozen=True)
-class Grammar:
-    """FlexibleArgumentParser.parse_args's rewrite of argv, from the release that changed it."""
-
-    since: Version
-    #: `--a.b v` → `--a '{"b": v}'`: "none" (before 0.9.0), "long" (`--` flags only, 0.9.0), "any" (`-sc.b` too, 0.9.2)
-    dotted: Literal["none", "long", "any"]
-    #: a dotted value: "str" as written (0.9.0), "json" else the string (0.9.2), "json+human" then 32k (0.20.0)
-    dotted_values: Literal["str", "json", "json+human"]
-    #: underscores become dashes in the whole key, dotted part included (before 0.9.1: `.num-speculative-tokens`)
-    whole_key: bool
-    #: human_readable_int knows `t`/`T` (0.13.0 on; before, `1T` is refused)
-    tera: bool
-
-
-_GRAMMARS = (
-    Grammar((0, 8, 0), "none", "str", whole_key=True, tera=False),
-    Grammar((0, 9, 0), "long", "str", whole_key=True, tera=False),
-    Grammar((0, 9, 1), "long", "str", whole_key=False, tera=False),
-    Grammar((0, 9, 2), "any", "json", whole_key=False, tera=False),
-    Grammar((0, 13, 0), "any", "json", whole_key=False, tera=True),
-    Grammar((0, 20, 0), "any", "json+human", whole_key=False, tera=True),
-)
-
-#: How a value is read. int: int(); float: float(); human: human_readable_int; len: that or `auto`/-1 (0.14 on);
-#: json: json.loads;
-#: literal: ast.literal_eval (0.8.2's string); dict|str: JSON when it looks like an object, else the string
-#: (union_dict_and_str); str; on/off: a switch that sets True/False. `?`: optional_type / nullable_str, "" and "None"
-#: read as None.
-Kind = Literal["int", "float", "human", "len", "json", "literal", "dict|str", "str", "on", "off", "?int",
-               "?human", "?json",
-               "?literal", "?str"]
-
-#: option → its history: (since, dest, kind, the shortest prefix argparse takes for it); dest None: gone from then on.
-#: The prefix length is 1 + the longest prefix the option shares with any other option of that release.
-_LONG: dict[str, tuple[tuple[Version, str | None, Kind, int], ...]] = {
-    "--model": (((0, 8, 0), "model", "str", 8),),
-    "--max-model-len": (((0, 8, 0), "max_model_len", "int", 7), ((0, 8, 4), "max_model_len", "human", 7),
-                        ((0, 14, 0), "max_model_len", "len", 7)),
-    "--tensor-parallel-size": (((0, 8, 0), "tensor_parallel_size", "int", 4),),
-    "--dtype": (((0, 8, 0), "dtype", "str", 4),),
-    "--kv-cache-dtype": (((0, 8, 0), "kv_cache_dtype", "str", 6), ((0, 10, 2), "kv_cache_dtype", "str", 12),
-                         ((0, 19, 0), "kv_cache_dtype", "str", 17)),
-    "--block-size": (((0, 8, 0), "block_size", "int", 3),),
-    "--speculative-config": (((0, 8, 2), "speculative_config", "?literal", 15),
-                             ((0, 8, 3), "speculative_config", "json", 4),
-                             ((0, 10, 1), "speculative_config", "?json", 4),
-                             ((0, 16, 0), "speculative_config", "?json", 7)),
-    "--speculative-model": (((0, 8, 0), "speculative_model", "?str", 20), ((0, 8, 3), None, "str", 0)),
-    "--num-speculative-tokens": (((0, 8, 0), "num_speculative_tokens", "int", 8), ((0, 8, 3), None, "int", 0)),
-    "--spec-method": (((0, 22, 0), "spec_method", "?str", 9),),
-    "--spec-model": (((0, 22, 0), "spec_model", "?str", 9),),
-    "--spec-tokens": (((0, 22, 0), "spec_tokens", "int", 8),),
-    "--enable-prefix-caching": (((0, 8, 0), "enable_prefix_caching", "on", 12),),
-    "--no-enable-prefix-caching": (((0, 8, 0), "enable_prefix_caching", "off", 6),
-                                   ((0, 8, 5), "enable_prefix_caching", "off", 15)),
-    "--disable-prefix-caching": (((0, 33, 0), "enable_prefix_caching", "off", 13),),
-    "--max-num-batched-tokens": (((0, 8, 0), "max_num_batched_tokens", "int", 11),
-                                 ((0, 9, 1), "max_num_batched_tokens", "human", 11)),
-    "--max-num-seqs": (((0, 8, 0), "max_num_seqs", "int", 11), ((0, 26, 0), "max_num_seqs", "int", 12)),
-    "--kv-cache-memory-bytes": (((0, 10, 2), "kv_cache_memory_bytes", "?human", 12),
-                                ((0, 12, 0), "kv_cache_memory_bytes", "?human", 14)),
-    "--mamba-cache-mode": (((0, 15, 0), "mamba_cache_mode", "str", 15),),
-    "--mamba-cache-dtype": (((0, 10, 1), "mamba_cache_dtype", "str", 9), ((0, 15, 0), "mamba_cache_dtype", "str", 15)),
-    "--mamba-ssm-cache-dtype": (((0, 10, 1), "mamba_ssm_cache_dtype", "str", 9),
-                                ((0, 27, 0), "mamba_ssm_cache_dtype", "str", 11)),
-    # no torch.compile and no CUDA graphs: the boot skips those phases (and, on a GPU, their memory). A switch of the
-    # model config since 0.9.0 (`--no-…` from then, as `--no-disable-sliding-window`); no other option starts `--enf`
-    "--enforce-eager": (((0, 8, 0), "enforce_eager", "on", 5),),
-    "--gpu-memory-utilization": (((0, 8, 0), "gpu_memory_utilization", "float", 4),),
-    "--no-enforce-eager": (((0, 9, 0), "enforce_eager", "off", 8),),
-    "--async-scheduling": (((0, 10, 0), "async_scheduling", "on", 4),),
-    "--no-async-scheduling": (((0, 10, 0), "async_scheduling", "off", 7),),
-    # they change the KV cache and are not modelled: refused when set (_UNMODELLED)
-    "--pipeline-parallel-size": (((0, 8, 0), "pipeline_parallel_size", "int", 4),),
-    # read for the config refusals only (predict/refusals.py); the whole name: a prefix is not resolved for these
-    "--data-parallel-size": (((0, 8, 3), "data_parallel_size", "int", 20),),
-    "--enable-chunked-prefill": (((0, 8, 0), "enable_chunked_prefill", "on", 24),),
-    "--no-enable-chunked-prefill": (((0, 9, 0), "enable_chunked_prefill", "off", 27),),
-    "--decode-context-parallel-size": (((0, 10, 2), "decode_context_parallel_size", "int", 5),),
-    "--prefill-context-parallel-size": (((0, 12, 0), "prefill_context_parallel_size", "int", 8),
-                                        ((0, 24, 0), "prefill_context_parallel_size", "int", 11)),
-    "--num-gpu-blocks-override": (((0, 8, 0), "num_gpu_blocks_override", "int", 7),
-                                  ((0, 8, 5), "num_gpu_blocks_override", "?int", 7),
-                                  ((0, 12, 0), "num_gpu_blocks_override", "?int", 4),
-                                  ((0, 20, 0), "num_gpu_blocks_override", "?int", 6)),
-    "--kv-cache-dtype-skip-layers": (((0, 19, 0), "kv_cache_dtype_skip_layers", "str", 17),),
-    "--disable-sliding-window": (((0, 8, 0), "disable_sliding_window", "on", 11),
-                                 ((0, 33, 0), "disable_sliding_window", "on", 13)),
-    "--no-disable-sliding-window": (((0, 9, 0), "disable_sliding_window", "off", 14),),
-    "--enable-sliding-window": (((0, 33, 0), "disable_sliding_window", "off", 12),),
-    "--disable-hybrid-kv-cache-manager": (((0, 9, 1), "disable_hybrid_kv_cache_manager", "on", 11),
-                                          ((0, 33, 0), "disable_hybrid_kv_cache_manager", "on", 12)),
-    "--no-disable-hybrid-kv-cache-manager": (((0, 9, 1), "disable_hybrid_kv_cache_manager", "off", 14),),
-    "--enable-hybrid-kv-cache-manager": (((0, 33, 0), "disable_hybrid_kv_cache_manager", "off", 11),),
-    "--hf-overrides": (((0, 8, 0), "hf_overrides", "json", 6), ((0, 9, 0), "hf_overrides", "dict|str", 6)),
-    "--config": (((0, 8, 0), "config", "str", 9),),  # `vllm serve`'s own until 0.10.0, the API server's too since
-}
-#: the short aliases of KV flags, from the release that added them
-_ALIASES: dict[str, tuple[Version, str]] = {
-    "-tp": ((0, 8, 0), "--tensor-parallel-size"), "-pp": ((0, 8, 0), "--pipeline-parallel-size"),
-    "-dp": ((0, 8, 3), "--data-parallel-size"),
-    "-dcp": ((0, 10, 2), "--decode-context-parallel-size"), "-pcp": ((0, 12, 0), "--prefill-context-parallel-size"),
-    "-sc": ((0, 19, 0), "--speculative-config"),
-}
-#: every single-dash option of the serve parser (few enough to resolve `-t` and refuse `-tp2` exactly as argparse)
-_SINGLE: tuple[tuple[Version, frozenset[str]], ...] = tuple((v, frozenset(s.split())) for v, s in (
-    ((0, 8, 0), "-O -h -pp -q -spec-draft-tp -tp"),
-    ((0, 8, 3), "-O -dp -h -pp -q -tp"),
-    ((0, 9, 0), "-O -dp -dpa -dpl -dpp -dpr -h -pp -q -tp"),
-    ((0, 9, 1), "-O -asc -dp -dpa -dpb -dpl -dpp -dpr -h -pp -q -tp"),
-    ((0, 9, 2), "-O -asc -dp -dpa -dpb -dpl -dpn -dpp -dpr -h -pp -q -tp"),
-    ((0, 10, 2), "-O -asc -dcp -dp -dpa -dpb -dpl -dpn -dpp -dpr -h -pp -q -tp"),
-    ((0, 11, 1), "-O -asc -dcp -dp -dpa -dpb -dpe -dph -dpl -dpn -dpp -dpr -h -n -pp -q -r -tp"),
-    ((0, 12, 0), "-asc -cc -dcp -dp -dpa -dpb -dpe -dph -dpl -dpn -dpp -dpr -h -n -pcp -pp -q -r -tp"),
-    ((0, 13, 0), "-ac -asc -cc -dcp -dp -dpa -dpb -dpe -dph -dpl -dpn -dpp -dpr -h -n -pcp -pp -q -r -tp"),
-    ((0, 14, 0), "-ac -asc -cc -dcp -dp -dpa -dpb -dpe -dph -dpl -dpn -dpp -dpr -ep -h -n -pcp -pp -q -r -tp"),
-    ((0, 19, 0), "-ac -asc -cc -dcp -dp -dpa -dpb -dpe -dph -dpl -dpn -dpp -dpr -ep -h -n -pcp -pp -q -r -sc -tp"),
-    ((0, 22, 0), "-ac -asc -cc -dcp -dp -dpa -dpb -dpe -dph -dpl -dpm -dpn -dpp -dpr -ep -h -n -pcp -pp -q -r -sc -tp"),
-    ((0, 24, 0), "-ac -asc -cc -dc -dcp -dp -dpa -dpb -dpe -dph -dpl -dpm -dpn -dpp -dpr -ep -h -n -pcp -pp -q -r -sc "
-                 "-tp"),
-))
-
-
-def _grow(*steps: tuple[Version, tuple[Any, ...] | None]) -> tuple[tuple[Version, tuple[Any, ...] | None], ...]:
-    """Choices that only grow: each step adds to the last; None: any value from then on."""
-    out: list[tuple[Version, tuple[Any, ...] | None]] = []
-    acc: tuple[Any, ...] | None = ()
-    for since, added in steps:
-        acc = None if added is None else (acc or ()) + added
-        out.append((since, acc))
-    return tuple(out)
-
-
-_MAMBA_DTYPES = _grow(((0, 10, 1), ("auto", "float32")), ((0, 13, 0), ("float16",)), ((0, 22, 0), ("bfloat16",)))
-#: argparse's choices per dest and release; a dest not here takes any value of its kind
-_CHOICES: dict[str, tuple[tuple[Version, tuple[Any, ...] | None], ...]] = {
-    "dtype": (((0, 8, 0), ("auto", "half", "float16", "bfloat16", "float", "float32")),),
-    "kv_cache_dtype": _grow(((0, 8, 0), ("auto", "fp8", "fp8_e5m2", "fp8_e4m3")), ((0, 10, 0), ("fp8_inc",)),
-                            ((0, 11, 0), ("bfloat16",)), ((0, 11, 1), ("fp8_ds_mla",)), ((0, 18, 0), ("float16",)),
-                            ((0, 20, 0), ("fp8_per_token_head", "int8_per_token_head", "nvfp4", "turboquant_3bit_nc",
-                                          "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_k8v4")),
-                            ((0, 25, 0), ("int4_per_token_head",)), ((0, 28, 0), ("nvfp4_4over6",)),
-                            ((0, 30, 0), ("nvfp4_ds_mla",)), ((0, 32, 0), ("ultraquant_4bit",)), ((0, 33, 0), None)),
-    "block_size": _grow(((0, 8, 0), (8, 16, 32, 64, 128)), ((0, 8, 5), (1,)), ((0, 11, 1), (256,)), ((0, 18, 0), None)),
-    "mamba_cache_mode": (((0, 15, 0), ("align", "all", "none")), ((0, 32, 0), ("align", "none"))),
-    "mamba_cache_dtype": _MAMBA_DTYPES,
-    "mamba_ssm_cache_dtype": _MAMBA_DTYPES,
-}
-#: dests that change the KV cache in ways the predictor does not model: refused unless left at what vLLM does anyway
-_UNMODELLED: dict[str, tuple[str, tuple[Any, ...]]] = {
-    "pipeline_parallel_size": ("each pipeline stage holds the KV cache of its own layers only", (None, 1)),
-    "decode_context_parallel_size": ("it splits each sequence's KV cache across ranks", (None, 1)),
-    "prefill_context_parallel_size": ("it splits each sequence's KV cache across ranks", (None, 1)),
-    "num_gpu_blocks_override": ("it replaces the number of KV blocks vLLM sizes", (None,)),
-    "kv_cache_dtype_skip_layers": ("those layers keep their KV cache in the model's dtype", (None, "")),
-    "disable_sliding_window": ("sliding-window layers then keep the whole context", (None, False)),
-    "disable_hybrid_kv_cache_manager": ("every layer then gets blocks for the whole context", (None, False)),
-    "config": ("the flags in a YAML config file are not read here; pass them on the command line", (None,)),
-}
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's: such an argument is a value, not a flag
-_HUMAN = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
 
 
 def _newest(table, v: Version, since=lambda entry: entry[0]):
@@ -253,22 +91,22 @@ class _Release:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         self.name = _dotted(self.v)
-        self.grammar: Grammar = _newest(_GRAMMARS, self.v, lambda g: g.since)
+        self.grammar: Grammar = _newest(GRAMMARS, self.v, lambda g: g.since)
         self.options: dict[str, _Option] = {}
-        for name, history in _LONG.items():
+        for name, history in LONG.items():
             since, dest, kind, shortest = _newest(history, self.v)
             if since <= self.v and dest is not None:
                 self.options[name] = _Option(name, dest, kind, shortest)
-        self.aliases = {a: self.options[long] for a, (since, long) in _ALIASES.items()
+        self.aliases = {a: self.options[long] for a, (since, long) in ALIASES.items()
                         if since <= self.v and long in self.options}
-        self.single = _newest(_SINGLE, self.v)[1]
+        self.single = _newest(SINGLE, self.v)[1]
 
     def absent(self, name: str) -> str:
         """Why a KV flag (or alias) of some release is not one of this release's."""
-        first = _ALIASES[name][0] if name in _ALIASES else _LONG[name][0][0]
+        first = ALIASES[name][0] if name in ALIASES else LONG[name][0][0]
         if self.v < first:
             return f"vLLM {self.name} has no {name} (it came in {_dotted(first)})"
-        gone = next(since for since, dest, _, _ in _LONG[name] if dest is None and since <= self.v)
+        gone = next(since for since, dest, _, _ in LONG[name] if dest is None and since <= self.v)
         hint = "; write --speculative-config" if "speculative" in name else ""
         return f"vLLM {self.name} has no {name} (gone in {_dotted(gone)}{hint})"
 
@@ -307,7 +145,7 @@ class _Release:
             if head is not None and head[1] is not None:
                 raise UsageError(f"{arg!r}: one argument with a space; vLLM takes it for a positional argument")
             return None
-        elsewhere = sorted(o for o in _LONG if o.startswith(name))  # a KV flag (or its prefix) of other releases
+        elsewhere = sorted(o for o in LONG if o.startswith(name))  # a KV flag (or its prefix) of other releases
         if elsewhere:
             raise UsageError(f"{name}: {self.absent(elsewhere[0])}")
         if name[1:] in self.aliases:
@@ -335,29 +173,11 @@ class _Release:
             if _NEGATIVE_NUMBER.match(arg) or " " in arg:
                 return None
             hint = next((f" (write {a} {arg[len(a):].lstrip('=')})" for a in self.aliases if arg.startswith(a)), "")
-            if arg in _ALIASES and not hint:
+            if arg in ALIASES and not hint:
                 raise UsageError(f"{arg}: {self.absent(arg)}")
             raise UsageError(f"{arg}: not a flag of vLLM {self.name}{hint}")
         option, value = found[0]
         return option, self.aliases.get(option), value
-
-
-def _human_int(raw: str, tera: bool) -> int:
-    """vLLM's human_readable_int: `k` 10**3 … `t` 10**12, `K` 2**10 … `T` 2**40, decimals only with decimal
-    suffixes; t/T from 0.13.0 (before, `1T` falls through to int() and is refused)."""
-    value = raw.strip()
-    m = _HUMAN.fullmatch(value)
-    if m:
-        number, suffix = m.groups()
-        decimal = {"k": 10**3, "m": 10**6, "g": 10**9, **({"t": 10**12} if tera else {})}
-        binary = {"K": 2**10, "M": 2**20, "G": 2**30, **({"T": 2**40} if tera else {})}
-        if suffix in decimal:
-            return int(float(number) * decimal[suffix])
-        if suffix in binary:
-            if "." in number:
-                raise ValueError(f"no decimals with a binary suffix (did you mean {number}{suffix.lower()}?)")
-            return int(number) * binary[suffix]
-    return int(value)
 
 
 def _convert(option: _Option, raw: str, spelling: str, release: _Release) -> Any:
@@ -376,7 +196,7 @@ def _convert(option: _Option, raw: str, spelling: str, release: _Release) -> Any
             if kind == "len" and (raw.strip() == "-1" or raw.strip().lower() == "auto"):
                 value = -1
             else:
-                value = _human_int(raw, release.grammar.tera)
+                value = read_human_int(raw, tera=release.grammar.tera)
         elif kind == "json":
             value = json.loads(raw)
         elif kind == "literal":
@@ -398,7 +218,7 @@ def _convert(option: _Option, raw: str, spelling: str, release: _Release) -> Any
             why = (f"not a number vLLM {release.name} reads (131072, 128k, 128K"
                    + (", 1T" if release.grammar.tera else "") + (", auto" if kind == "len" else "") + ")")
         raise UsageError(f"{flag} {raw!r}{given}: {why}") from None
-    choices = _CHOICES.get(option.dest)
+    choices = CHOICES.get(option.dest)
     allowed = _newest(choices, release.v)[1] if choices else None
     if allowed is not None and value not in allowed:
         raise UsageError(f"{flag} {raw!r}: not one of {', '.join(map(str, allowed))} (vLLM {release.name})")
@@ -413,7 +233,7 @@ def _dotted_value(raw: str, grammar: Grammar) -> Any:
     except json.JSONDecodeError:
         if grammar.dotted_values == "json+human":
             try:
-                return _human_int(raw, grammar.tera)
+                return read_human_int(raw, tera=grammar.tera)
             except ValueError:
                 pass
         return raw
@@ -587,11 +407,11 @@ def eager(argv: list[str], version: str | None = None) -> bool:
 
 def option_name(dest: str) -> str:
     """The long option vLLM documents for `dest` (`max_model_len`: `--max-model-len`): how the harness writes it."""
-    return next(name for name, history in _LONG.items() if any(d == dest for _, d, _, _ in history))
+    return next(name for name, history in LONG.items() if any(d == dest for _, d, _, _ in history))
 
 
 def _flags(values: dict[str, Any], release: _Release) -> ServeFlags:
-    for dest, (why, harmless) in _UNMODELLED.items():
+    for dest, (why, harmless) in UNMODELLED.items():
         value = values.pop(dest, None)
         if not any(value is h or (type(value) is type(h) and value == h) for h in harmless):
             flag = next(o.name for o in release.options.values() if o.dest == dest)
@@ -626,7 +446,7 @@ def _flags(values: dict[str, Any], release: _Release) -> ServeFlags:
         values["speculative"] = spec
     mml = values.get("max_model_len")
     if mml is not None and mml <= 0:
-        if mml == -1 and _newest(_LONG["--max-model-len"], release.v)[2] == "len":
+        if mml == -1 and _newest(LONG["--max-model-len"], release.v)[2] == "len":
             raise UsageError("--max-model-len auto: auto-fit is not predicted; give a length")
         raise UsageError(f"--max-model-len {mml}: not a length")
     for dest in ("tensor_parallel_size", "block_size"):

@@ -388,7 +388,7 @@ def _compile_cache(run: Path) -> None:
 
 
 def _active_record(run: Path) -> None:
-    from harness.runtime.process import ActiveRecord, write_active_record
+    from harness.runtime.active import ActiveRecord, write_active_record
 
     write_active_record(run / "active" / "c_a.json", ActiveRecord(
         cell_id="c_a", pgid=2, leader_start=None, boot_id=None, owner_pid=1, owner_start=None,

@@ -23,8 +23,10 @@ from pathlib import Path
 import pytest
 
 from harness.runtime import scratch
+from harness.runtime.active import ActiveRecord, boot_id
+from harness.runtime.carriers import proc_start_time
 from harness.runtime.compile_cache import CompileCache
-from harness.runtime.process import SERVER_ID_VAR, ActiveRecord, boot_id, proc_start_time
+from harness.runtime.server_env import SERVER_ID_VAR
 from tests.helpers.reliability import cli, fake_matrix, only_run, read_json
 
 #: Above any live pid, within PID_MAX_LIMIT: the harness that wrote a forged record is "dead".

@@ -23,9 +23,10 @@ import pytest
 
 from harness.clock import SYSTEM, FakeClock
 from harness.runtime import carriers
-from harness.runtime.carriers import Carrier
+from harness.runtime.carriers import Carrier, proc_start_time
 from harness.runtime.ports import listener_pids
-from harness.runtime.process import REAP_S, SERVER_ID_VAR, ProcessServer, proc_start_time
+from harness.runtime.process import REAP_S, ProcessServer
+from harness.runtime.server_env import SERVER_ID_VAR
 from tests.helpers.env import ROOT
 from tests.helpers.reliability import fake_matrix, kill_pids, live, only_run, read_json, wait_for
 

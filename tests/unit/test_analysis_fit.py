@@ -8,10 +8,11 @@ import json
 import pytest
 
 from harness.analysis.fit import Point, analyze_run, crossover, least_squares
-from harness.analysis.kv import cap_of, human_int, length_axis
+from harness.analysis.kv import cap_of, length_axis
 from harness.errors import UsageError
-from harness.units import GIB
+from harness.units import GIB, human_int, read_human_int
 from tests.cli import in_process as cli
+from tests.helpers.serve_flags import harness_reads
 from tests.synthetic import cpu_cell, cpu_example_run, make_cell, make_run, seed_run, write_run
 
 
@@ -129,6 +130,21 @@ def test_the_length_axis_is_found_by_name_by_flag_or_given():
 def test_human_lengths_read_like_vllm_reads_them():
     assert [human_int(v) for v in ("131072", "128k", "128K", "4G", "25.6k", "1.5K", "x")] == \
         [131072, 128000, 131072, 4 * 2**30, 25600, None, None]
+
+
+def test_the_harness_and_the_release_aware_flags_read_one_human_int():
+    """units.read_human_int is the one reader: human_int is it for the newest release, serve_flags asks it with the
+    release's rule (t/T from 0.13.0) and words its refusals."""
+    assert read_human_int(" 1T ") == human_int("1T") == 2**40 and read_human_int("2t") == 2 * 10**12
+    with pytest.raises(ValueError):
+        read_human_int("1T", tera=False)  # before 0.13.0 a tera suffix falls through to int()
+    with pytest.raises(ValueError, match=r"no decimals with a binary suffix \(did you mean 1.5k\?\)"):
+        read_human_int("1.5K")
+    assert harness_reads(["--max-model-len", "1.5K"], "0.32.0") == \
+        "refused: --max-model-len '1.5K': no decimals with a binary suffix (did you mean 1.5k?)"
+    assert harness_reads(["--max-model-len", "1T"], "0.12.0") == \
+        "refused: --max-model-len '1T': not a number vLLM 0.12.0 reads (131072, 128k, 128K)"
+    assert harness_reads(["--max-model-len", "1T"], "0.13.0") == {"max_model_len": 2**40}
 
 
 def test_the_fork_cap_wins_over_an_unpatched_explicit_kv_request():

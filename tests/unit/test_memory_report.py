@@ -11,11 +11,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from harness.analysis.compare import (
-    DEFAULT_MEMORY_TOLERANCE,
-    MemoryTolerance,
-    compare_runs,
-)
+from harness.analysis.compare import compare_runs
+from harness.analysis.tolerance import DEFAULT_MEMORY_TOLERANCE, Tolerance
 from harness.cli.tolerances import parse_memory_tolerance
 from harness.errors import UsageError
 from harness.logfacts.timeline import Milestone, span_name
@@ -211,8 +208,8 @@ def test_a_peak_grown_beyond_both_tolerances_is_a_memory_regression_and_the_reve
 
 @pytest.mark.parametrize(("scale_b", "tol", "grew"), [
     (1.05, DEFAULT_MEMORY_TOLERANCE, False),  # +355 MiB but 5 %: within the relative tolerance
-    (1.2, MemoryTolerance(0.10, 2 * GIB), False),  # +20 % but 1.4 GiB: within the absolute one
-    (1.2, MemoryTolerance(0.10, 1 * GIB), True),
+    (1.2, Tolerance.of_bytes(0.10, 2 * GIB), False),  # +20 % but 1.4 GiB: within the absolute one
+    (1.2, Tolerance.of_bytes(0.10, 1 * GIB), True),
 ])
 def test_both_tolerances_must_be_exceeded(scale_b, tol, grew):
     assert bool(compare_runs(*nights(scale_b), memory_tolerance=tol).bigger) is grew
@@ -239,7 +236,7 @@ def test_cells_without_a_curve_on_either_side_or_with_another_verdict_are_not_co
     ("1.5GiB", 0.10, int(1.5 * GIB)), ("5 % , 512 kib", 0.05, 512 * 1024), ("0%,0B", 0.0, 0)])
 def test_the_memory_tolerance_takes_a_percentage_and_a_size_in_either_order(text, rel, size):
     t = parse_memory_tolerance(text)
-    assert (t.rel, t.abs_bytes) == (pytest.approx(rel), size)
+    assert (t.rel, t.absolute) == (pytest.approx(rel), size)
 
 
 @pytest.mark.parametrize("text", ["", "lots", "10", "10%,20%", "1GiB,2GiB", "10%,1GB", "9" * 400 + "%", "1,2,3",

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from harness.boot.attempt import CellRunner, watch_config
 from harness.boot.executor import Executor
-from harness.boot.retry import BusyRetry, NoRetry, RetryPolicy
+from harness.boot.retry import BusyRetry, RetryPolicy
 from harness.gpu.inventory import CpuInventory
 from harness.results.store import RunStore
 from harness.runtime.fake import FakeRuntime, Script
 from harness.verdict import Outcome, Reason
 from tests.builders import fake_cells
+from tests.helpers.retry import NoRetry
 
 
 def boot(tmp_path, script, retry: RetryPolicy | None = None):

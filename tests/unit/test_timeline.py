@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from harness.analysis.compare import compare_runs
-from harness.analysis.timing import TimeTolerance
+from harness.analysis.tolerance import Tolerance
 from harness.boot.attempt import CellRunner, NullObserver, watch_config
 from harness.boot.executor import Executor
 from harness.cli.tolerances import parse_time_tolerance
@@ -158,21 +158,21 @@ def test_compare_flags_a_boot_made_twice_as_slow_per_cell_and_per_phase(tmp_path
                         default=Script.full_boot(line_delay_s=0.02))
     # c_b: 0.14 s, then 2.8 s, on the fake clock; c_a 0.14 s both times (well inside the 1.5 s tolerance)
     fast_run, slow_run = fast.finish(RunStatus.complete), slow.finish(RunStatus.complete)
-    diff = compare_runs(fast_run, slow_run, time_tolerance=TimeTolerance(rel=0.5, abs_s=1.5))
+    diff = compare_runs(fast_run, slow_run, time_tolerance=Tolerance.of_seconds(0.5, 1.5))
     assert diff.has_regression and not diff.regressions  # the outcomes agree: only the time regressed
     assert {x.cell_id for x in diff.slower} == {"c_b"}
     boot = next(x for x in diff.slower if x.what == "boot")
     assert boot.b_s > 2 * boot.a_s
     assert json.loads(json.dumps(diff.output().model_dump(mode="json")))["time_regressions"][0]["cell_id"] == "c_b"
     # the same runs under a tolerance the change does not exceed both ways: nothing
-    assert not compare_runs(fast_run, slow_run, time_tolerance=TimeTolerance(0.5, 60)).slower
+    assert not compare_runs(fast_run, slow_run, time_tolerance=Tolerance.of_seconds(0.5, 60)).slower
 
 
 @pytest.mark.parametrize("text,want", [("25%,30s", (0.25, 30.0)), ("30s,10%", (0.1, 30.0)), ("50%", (0.5, 30.0)),
                                        ("5s", (0.25, 5.0)), ("0%,0s", (0.0, 0.0))])
 def test_the_time_tolerance_takes_a_percentage_and_seconds_in_either_order(text, want):
     t = parse_time_tolerance(text)
-    assert (t.rel, t.abs_s) == want
+    assert (t.rel, t.absolute) == want
 
 
 @pytest.mark.parametrize("text", ["", "25", "25%,30", "fast", "25%,30s,1%", "10%,20%", "-5%"])

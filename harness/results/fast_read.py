@@ -1,8 +1,9 @@
-"""The road `history` reads a run by: the same run `load_run` reads, in a fraction of its time, taken only when the one
-loader would take it too. Anything else — a file that is not a bounded regular file, bytes that are not strict JSON or
-not a record, a cell missing or under another's name, a results.json not laid out as the harness writes it — makes
-`read_run` answer None, and the caller reads that run through `load_run`, which names what is wrong exactly as it
-always did. A year of nights is 23,000 cell records; this is what lets `history` read them in about a second.
+"""The fast road of the one run reader (harness.results.store.load_run), for reading many runs (`history`): the same
+run `load_run` reads, in a fraction of its time, taken only when the one loader would take it too. Anything else — a
+file that is not a bounded regular file, bytes that are not strict JSON or not a record, a cell missing or under
+another's name, a results.json not laid out as the harness writes it — makes `read_run` answer None, and
+`read_records` reads that run through `load_run`, which names what is wrong exactly as it always did. A year of
+nights is 23,000 cell records; this is what lets `history` read them in about a second.
 
 - Each file is one pass of pydantic-core over its bytes, into a *strict copy* of the record's model (`strict_copy`):
   the fields and types of harness.results.model, with every float refusing NaN, Infinity and overflow and every
@@ -32,6 +33,7 @@ import harness.files
 from harness.errors import InputError
 from harness.files import MAX_INT_DIGITS, open_dir, read_bytes_at
 from harness.results.model import CellResult, RunResult
+from harness.results.store import load_run
 
 #: parse_json's bounds (harness.files): an integer of more than MAX_INT_DIGITS digits is refused, and so is a float
 #: that is not finite. A float field takes a 21-digit integer as a float past 10**20, so floats that far out are
@@ -64,7 +66,7 @@ def _strict(annotation: Any) -> Any:
         return origin[inner]
     # Any, or a type this does not know: read less strictly than the loader reads it, so said at import (the unit
     # tests import this), and a new kind of field in harness.results.model is taught here before history reads it
-    raise TypeError(f"{annotation!r}: a type history's strict read does not know; teach harness.analysis.history_read")
+    raise TypeError(f"{annotation!r}: a type history's strict read does not know; teach harness.results.fast_read")
 
 
 @functools.cache
@@ -285,3 +287,14 @@ def _read(dfd: int) -> tuple[Any, list[Any]] | None:
         return None
     rank = {cid: i for i, cid in enumerate(listed)}
     return run, sorted(cells.values(), key=lambda c: (rank.get(c.cell_id, len(rank)), c.cell_id))
+
+
+def read_records(run_dir: Path) -> tuple[RunResult, list[CellResult]]:
+    """(the run, its cells in the run's order) as `load_run(run_dir)` reads them: by `read_run` where it takes the
+    run (its memory curves None: a caller of this reads none), else by `load_run`, whose InputError names what is
+    wrong."""
+    fast = read_run(run_dir)
+    if fast is not None:
+        return fast
+    run = load_run(run_dir)[0]
+    return run, run.cells
