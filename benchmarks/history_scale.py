@@ -93,7 +93,7 @@ def measure(where: Path) -> None:
 
     from harness.analysis.history import build_history
     from harness.analysis.history_runs import read_nights
-    from harness.jsonout import render
+    from harness.emit import render
     from harness.report.history import render_html, render_markdown, render_table
     from harness.report.text import plain_console, show
 

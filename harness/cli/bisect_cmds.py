@@ -11,9 +11,9 @@ from rich.console import Console
 
 from harness.cli import values
 from harness.cli.common import USAGE_EXIT, add_command, add_timeout, say_to, stderr
+from harness.emit import emit
 from harness.errors import RunStopped, UsageError
 from harness.exitcodes import ExitCode
-from harness.jsonout import emit
 
 
 def register(sub: argparse._SubParsersAction) -> dict:

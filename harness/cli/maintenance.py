@@ -8,8 +8,8 @@ from pathlib import Path
 from rich.console import Console
 
 from harness.cli.common import USAGE_EXIT, add_command, say_to, stderr
+from harness.emit import emit
 from harness.exitcodes import ExitCode
-from harness.jsonout import emit
 
 
 def register(sub: argparse._SubParsersAction) -> dict:

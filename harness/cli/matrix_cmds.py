@@ -7,8 +7,8 @@ import argparse
 from rich.console import Console
 
 from harness.cli.common import USAGE_EXIT, add_command, add_matrix, add_selection, add_shard, echo, say_to, stderr
+from harness.emit import emit
 from harness.exitcodes import ExitCode
-from harness.jsonout import emit
 
 
 def register(sub: argparse._SubParsersAction) -> dict:

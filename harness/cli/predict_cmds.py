@@ -10,9 +10,9 @@ from rich.console import Console
 
 from harness.cli import values
 from harness.cli.common import USAGE_EXIT, add_command, say_to
+from harness.emit import emit
 from harness.errors import UsageError
 from harness.exitcodes import ExitCode
-from harness.jsonout import emit
 from harness.predict.platforms import HELP, PLATFORMS
 from harness.units import GIB
 

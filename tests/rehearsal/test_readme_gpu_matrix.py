@@ -228,7 +228,7 @@ def test_repro_prints_the_docker_run_that_boots_the_patched_cell_in_a_shell(read
     assert f"docker cp bh-repro-{cell}-copy0:/opt/vllm/lib/python3.14/site-packages/vllm/v1/worker/gpu_worker.py " \
            in script and "patch -p1 --batch --forward" in script and "sha256sum -c" in script
     mount = re.search(r"-v (\S+):/opt/vllm/lib/python3\.14/site-packages/vllm/v1/worker/gpu_worker\.py:ro", line)
-    assert mount and mount.group(1).startswith(str(RESULTS / "repro" / cell)), line
+    assert mount and mount.group(1).startswith(str(RESULTS / "repro" / "patches" / cell)), line
     boots_in_a_shell(script, 8000, 300, ["docker", "rm", "-f", f"bh-repro-{cell}"])
     run_kept = readme[3][0].parent / "patches" / cell / "0-gpu_worker.py" / "gpu_worker.py"
     assert Path(mount.group(1)).read_bytes() == run_kept.read_bytes(), "the shell made another file than the run"

@@ -29,7 +29,7 @@ ROOT_PACKAGE = "harness"
 LAYERS: list[tuple[str, ...]] = [
     ("harness.version", "harness.exitcodes", "harness.errors", "harness.units", "harness.clock",
      "harness.files", "harness.nofollow", "harness.walk", "harness.masking", "harness.shell", "harness.escape",
-     "harness.jsonout"),
+     "harness.jsonout", "harness.emit"),
     ("harness.verdict",),
     ("harness.logfacts",),
     ("harness.verdict.policy",),

@@ -76,7 +76,7 @@ def test_the_shapes_of_one_command_exclude_each_other():
 
 def test_an_empty_run_analyzed_is_valid_as_the_empty_shape(tmp_path):
     from harness.analysis.fit import AnalyzeEmptyJson
-    from harness.jsonout import render
+    from harness.emit import render
 
     doc = json.loads(render(AnalyzeEmptyJson(run="r", cells=0, note="run r holds no cells")))
     assert problems("analyze", doc) == []
@@ -85,7 +85,7 @@ def test_an_empty_run_analyzed_is_valid_as_the_empty_shape(tmp_path):
 
 def test_a_frontier_search_is_valid_against_the_frontier_schema():
     from harness.analysis.frontier import Answer, FrontierJson, GroupFrontier, find_frontier
-    from harness.jsonout import render
+    from harness.emit import render
     from harness.verdict import Outcome, Reason
 
     def oracle(length: int, why: str) -> Answer:  # 2,944 tokens fit; a refusal says so
