@@ -48,8 +48,8 @@ def worth_reading(text: str) -> bool:
     quiet = quiet_at_once(text)
     if quiet:
         return _QUIET.any(text)
-    if not _ALL.any(text):
-        return False
     if quiet is False:
-        return True
-    return not _AT_ANY_LEVEL.isdisjoint(_ALL.found(text)) or not is_quiet_record(text)
+        return _ALL.any(text)
+    # Its level unknown yet: one pass over the strings, and the line taken apart only when it holds a loud one alone.
+    wanted, held = _ALL.holds(text, _AT_ANY_LEVEL)
+    return wanted or (held and not is_quiet_record(text))

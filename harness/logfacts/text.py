@@ -119,7 +119,23 @@ def _source(where: str | None) -> str | None:
     return name.rpartition("/")[2].strip() or None
 
 
+#: The last line split_line took apart and its parts: the parser's pre-check takes a line apart to learn its level,
+#: and the parser then reads the same line (a tuple, swapped whole: safe across threads).
+_last: tuple[str, Line] = ("", Line("", None, None, ""))
+
+
 def split_line(line: str) -> Line:
+    """`line` taken apart (see Line); the same line twice in a row is taken apart once."""
+    global _last
+    last = _last
+    if last[0] is line:
+        return last[1]
+    parts = _split_line(line)
+    _last = (line, parts)
+    return parts
+
+
+def _split_line(line: str) -> Line:
     line = strip_ansi(line)
     if "^[[" in line:  # colour codes pasted in caret notation (`cat -v`, some CI viewers)
         line = _CARET_ANSI.sub("", line)

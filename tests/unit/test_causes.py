@@ -77,6 +77,24 @@ def test_anchors_decide_the_speed_never_the_answer():
         for line in lines:
             assert search.found(line) == [s for s in _by_anchor(search) if s in line], (anchors, line)
             assert search.any(line) == any(s in line for s in strings), (anchors, line)
+            for wanted in (frozenset(), frozenset({"rror"}), frozenset({"KV Cache", "took"}), frozenset(strings)):
+                held = [s for s in strings if s in line]
+                assert search.holds(line, wanted) == (not wanted.isdisjoint(held), bool(held)), (anchors, line, wanted)
+
+
+def test_the_pre_check_reads_the_recorded_logs_lines_as_its_rule_says():
+    """worth_reading: a line holding an any-level string, or a loud string when it is not a quiet record (the rule
+    spelt out by its sets, against the pre-check's one pass)."""
+    from pathlib import Path
+
+    at_any, loud = set(precheck.AT_ANY_LEVEL), set(precheck.LOUD)
+    lines = [line for path in sorted((Path(__file__).parent.parent / "data" / "logs").rglob("*.log"))
+             for line in path.read_text(errors="replace").splitlines()]
+    assert len(lines) > 1000
+    for line in lines:
+        held = {s for s in at_any | loud if s in line}
+        rule = not held.isdisjoint(at_any) or (bool(held) and split_line(line).level not in QUIET_LEVELS)
+        assert precheck.worth_reading(line) == rule, line
 
 
 def _by_anchor(search: Needles) -> list[str]:

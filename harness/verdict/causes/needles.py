@@ -39,6 +39,24 @@ class Needles:
                         return True
         return False
 
+    def holds(self, text: str, wanted: frozenset[str]) -> tuple[bool, bool]:
+        """Whether `text` holds one of `wanted` (a subset of the strings), and whether it holds any string: one pass
+        that stops at the first of `wanted`, for a caller that would otherwise ask `any` and then `found`."""
+        held = False
+        for anchor, bucket in self.buckets:
+            if anchor in text:
+                if bucket is None:
+                    if anchor in wanted:
+                        return True, True
+                    held = True
+                else:
+                    for s in bucket:
+                        if s in text:
+                            if s in wanted:
+                                return True, True
+                            held = True
+        return False, held
+
     def found(self, text: str) -> list[str]:
         """The strings `text` holds, anchor by anchor."""
         out: list[str] = []
