@@ -26,7 +26,7 @@ from pathlib import Path
 from harness.errors import FileRefused, InputError, UsageError
 from harness.logfacts.timeline import ORDER, Milestone, span_name
 from harness.results.fast_read import read_records
-from harness.results.model import SCHEMA_VERSION, CellResult, RunResult, RunStatus
+from harness.results.model import SCHEMA_VERSION, CellResult, Expected, RunResult, RunStatus
 from harness.results.store import now as wall_now
 from harness.verdict import Reason
 from harness.walk import walk
@@ -171,16 +171,23 @@ def phase_times(c: CellResult) -> dict[str, float]:
     return out
 
 
+@functools.lru_cache(maxsize=1024)
+def _expected(outcome: str, reason: str | None, within_s: float | None) -> str:
+    """An expectation said (Expected.describe), once per distinct one: a matrix has few, a year of nights 23,000."""
+    return Expected(outcome=outcome, reason=reason, within_s=within_s).describe()
+
+
 def entry(run_dir: Path, run: RunResult, c: CellResult) -> Entry:
     times = phase_times(c)
-    for phase, v in times.items():
-        if v < 0:  # a duration the harness never writes: the record was edited, and no step is read from it
-            raise FileRefused(str(run_dir / "cells" / f"{c.cell_id}.json"), "timings.verdict_s" if phase == TOTAL
-                              else "timeline", f"{phase} is {v} s: not a duration")
+    total = times.get(TOTAL)
+    if total is not None and total < 0:  # a verdict time the harness never writes: the record was edited, and no
+        # step is read from it (a span is never below 0: phase_times makes one that ends before it began 0)
+        raise FileRefused(str(run_dir / "cells" / f"{c.cell_id}.json"), "timings.verdict_s",
+                          f"{TOTAL} is {total} s: not a duration")
+    x = c.expected
     return Entry(outcome=str(c.outcome), reason=None if c.reason is None else str(c.reason), axes=c.axes,
-                 matched=c.matched,
-                 expected=c.expected.describe() if c.expected else None, fingerprint=fingerprint(run, c),
-                 kv=kv_figures(c), times=times, exception=c.exception())
+                 matched=c.matched, expected=None if x is None else _expected(x.outcome, x.reason, x.within_s),
+                 fingerprint=fingerprint(run, c), kv=kv_figures(c), times=times, exception=c.exception())
 
 
 def run_dirs(paths: Iterable[Path]) -> list[Path]:

@@ -160,10 +160,10 @@ def _same_copy(raw: bytes, pos: int, body: bytes, curve: Curve) -> int | None:
     line lies in it, and past the array the rest of the copy is the cell file's: the copy, cut, is the cell, cut —
     without a second search for the curve and its key lines in each of a year's 23,000 copies."""
     _, j, k, _ = curve
-    head = b"\n    " + _reindent(body[:j])
-    if not raw.startswith(head, pos):
+    head = _reindent(body[:j])
+    if not (raw.startswith(b"\n    ", pos) and raw.startswith(head, pos + 5)):
         return None
-    j2 = pos + len(head)
+    j2 = pos + 5 + len(head)
     q = raw.find(b'"', j2)
     q = q if q >= 0 else len(raw)
     k2 = raw.rfind(b"]", max(j2, q - 64), q)
