@@ -15,6 +15,7 @@ memory curve is not read (harness.results.fast_read), so what is wrong inside on
 
 from __future__ import annotations
 
+import functools
 import gc
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -25,7 +26,7 @@ from pathlib import Path
 from harness.errors import FileRefused, InputError, UsageError
 from harness.logfacts.timeline import ORDER, Milestone, span_name
 from harness.results.fast_read import read_records
-from harness.results.model import SCHEMA_VERSION, CellResult, RunResult, RunStatus
+from harness.results.model import SCHEMA_VERSION, CellResult, Expected, RunResult, RunStatus
 from harness.results.store import now as wall_now
 from harness.verdict import Reason
 from harness.walk import walk
@@ -95,23 +96,31 @@ def _gpus(c: CellResult) -> dict[str, str]:
     return {"gpu_name": ", ".join(names), "gpu_driver": ", ".join(drivers), "gpu_count": str(len(c.gpus))}
 
 
-def _argv(c: CellResult) -> list[str]:
-    """The argv as recorded, its port (a free one, picked per boot) written `PORT`: no night differs by it."""
-    if c.port is None:
-        return c.argv
-    port, out = str(c.port), list(c.argv)
+@functools.lru_cache(maxsize=4096)
+def _argv_text(argv: tuple[str, ...], port: int | None) -> str:
+    """The argv as recorded, its port (a free one, picked per boot) written `PORT`: no night differs by it; as one
+    text. Kept per argv: a cell's argv is the same night after night, so a year of them is made (and held) once."""
+    if port is None:
+        return "\0".join(argv)
+    p, out = str(port), list(argv)
     for i, tok in enumerate(out):
-        if tok == port and i > 0 and out[i - 1] == "--port":
+        if tok == p and i > 0 and out[i - 1] == "--port":
             out[i] = "PORT"
-        elif tok == f"--port={port}":
+        elif tok == f"--port={p}":
             out[i] = "--port=PORT"
-    return out
+    return "\0".join(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def _env_text(env: tuple[tuple[str, str], ...]) -> str:
+    """The env as recorded (masked), sorted, as one text; kept per env as `_argv_text` is."""
+    return "\0".join(f"{k}={v}" for k, v in sorted(env))
 
 
 def fingerprint(run: RunResult, c: CellResult) -> dict[str, str]:
     """What a change across a cell's boundary is looked for in, as text (argv and env as recorded: masked)."""
     out = {"harness_version": run.harness_version, "matrix_hash": run.matrix.sha256,
-           "argv": "\0".join(_argv(c)), "env": "\0".join(f"{k}={v}" for k, v in sorted(c.env.items()))}
+           "argv": _argv_text(tuple(c.argv), c.port), "env": _env_text(tuple(c.env.items()))}
     if c.vllm_version:
         out["vllm_version"] = c.vllm_version
     if c.container is not None:
@@ -120,17 +129,28 @@ def fingerprint(run: RunResult, c: CellResult) -> dict[str, str]:
             out["image_digest"] = c.container.image_digest
     if c.patches:
         out["patch_hash"] = ", ".join(f"{p.patch}:{p.patched_sha256}" for p in c.patches)
-    out.update(_gpus(c))
+    if c.gpus:
+        out.update(_gpus(c))
     return out
 
 
 def kv_figures(c: CellResult) -> dict[str, float]:
-    figures = {"available KV GiB": c.kv.available_gib, "KV tokens": c.kv.kv_tokens,
-               "estimated max length": c.refusal.estimated_max_model_len if c.refusal else None}
-    return {k: float(v) for k, v in figures.items() if v is not None}
+    out: dict[str, float] = {}
+    kv = c.kv
+    if kv.available_gib is not None:
+        out["available KV GiB"] = float(kv.available_gib)
+    if kv.kv_tokens is not None:
+        out["KV tokens"] = float(kv.kv_tokens)
+    if c.refusal is not None and c.refusal.estimated_max_model_len is not None:
+        out["estimated max length"] = float(c.refusal.estimated_max_model_len)
+    return out
 
 
-_SPANS = [(m.value, m) for m in ORDER[:ORDER.index(Milestone.decided)]]
+#: Each span of a boot, in the order a boot passes its milestones — `decided` (the harness's) and after are no
+#: server's — as (the milestone's key, the span's name by the key of the milestone before it, None: the start):
+#: span_name's names, looked up, not worked out, 12 times a record in a year's 23,000.
+_SPANS = [(m.value, {None if b is None else b.value: span_name(b, m) for b in (None, *ORDER)})
+          for m in ORDER[:ORDER.index(Milestone.decided)]]
 
 
 def phase_times(c: CellResult) -> dict[str, float]:
@@ -140,27 +160,34 @@ def phase_times(c: CellResult) -> dict[str, float]:
     if c.timings.verdict_s is not None:
         out[TOTAL] = c.timings.verdict_s
     ms, last, before = c.timeline.milestones.__dict__, 0.0, None
-    for key, m in _SPANS:  # the order a boot passes them; `decided` (the harness's) and after are no server's
+    for key, names in _SPANS:
         t = ms[key]
         if t is not None:
             d = t - last
-            out[span_name(before, m)] = round(d, 3) if d > 0.0 else 0.0  # round(max(0.0, d), 3)
+            out[names[before]] = round(d, 3) if d > 0.0 else 0.0  # round(max(0.0, d), 3)
             if t > last:
                 last = t
-            before = m
+            before = key
     return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _expected(outcome: str, reason: str | None, within_s: float | None) -> str:
+    """An expectation said (Expected.describe), once per distinct one: a matrix has few, a year of nights 23,000."""
+    return Expected(outcome=outcome, reason=reason, within_s=within_s).describe()
 
 
 def entry(run_dir: Path, run: RunResult, c: CellResult) -> Entry:
     times = phase_times(c)
-    for phase, v in times.items():
-        if v < 0:  # a duration the harness never writes: the record was edited, and no step is read from it
-            raise FileRefused(str(run_dir / "cells" / f"{c.cell_id}.json"), "timings.verdict_s" if phase == TOTAL
-                              else "timeline", f"{phase} is {v} s: not a duration")
+    total = times.get(TOTAL)
+    if total is not None and total < 0:  # a verdict time the harness never writes: the record was edited, and no
+        # step is read from it (a span is never below 0: phase_times makes one that ends before it began 0)
+        raise FileRefused(str(run_dir / "cells" / f"{c.cell_id}.json"), "timings.verdict_s",
+                          f"{TOTAL} is {total} s: not a duration")
+    x = c.expected
     return Entry(outcome=str(c.outcome), reason=None if c.reason is None else str(c.reason), axes=c.axes,
-                 matched=c.matched,
-                 expected=c.expected.describe() if c.expected else None, fingerprint=fingerprint(run, c),
-                 kv=kv_figures(c), times=times, exception=c.exception())
+                 matched=c.matched, expected=None if x is None else _expected(x.outcome, x.reason, x.within_s),
+                 fingerprint=fingerprint(run, c), kv=kv_figures(c), times=times, exception=c.exception())
 
 
 def run_dirs(paths: Iterable[Path]) -> list[Path]:

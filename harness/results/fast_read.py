@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, cast
 
@@ -102,9 +104,17 @@ def cut_memory(data: bytes, indent: bytes = b"\n  ") -> bytes:
 Curve = tuple[int, int, int, int]
 
 
+@functools.cache
+def _key_line(indent: bytes) -> Callable[[bytes, int, int], re.Match[bytes] | None]:
+    """`data.find(indent + b'"', start, end)`, found (a match) or not (None) twice as fast over a curve's lines: its
+    every line starts with `indent` and spaces, which bytes.find's skip table passes one byte at a time."""
+    return re.compile(re.escape(indent + b'"')).search
+
+
 def _cut(data: bytes, indent: bytes) -> tuple[bytes, Curve | None]:
     """`cut_memory`'s bytes, and where the curve lay when the record held one, its samples passed over."""
     key, end_line, key_line = indent + b'"memory": {', indent + b"}", indent + b'"'
+    key_line_in = _key_line(indent)
     out: list[bytes] = []
     spans: list[Curve | None] = []
     start = 0
@@ -113,7 +123,7 @@ def _cut(data: bytes, indent: bytes) -> tuple[bytes, Curve | None]:
         obj = i + len(key) - 1
         pos, skipped = obj, None
         s = data.find(_SAMPLES, obj)
-        if s >= 0 and data.find(key_line, obj, s + 1) < 0:  # the curve's own samples: its array passed over
+        if s >= 0 and key_line_in(data, obj, s + 1) is None:  # the curve's own samples: its array passed over
             j = s + len(_SAMPLES)
             while data[j:j + 1] in _SPACE:
                 j += 1
@@ -150,10 +160,10 @@ def _same_copy(raw: bytes, pos: int, body: bytes, curve: Curve) -> int | None:
     line lies in it, and past the array the rest of the copy is the cell file's: the copy, cut, is the cell, cut —
     without a second search for the curve and its key lines in each of a year's 23,000 copies."""
     _, j, k, _ = curve
-    head = b"\n    " + _reindent(body[:j])
-    if not raw.startswith(head, pos):
+    head = _reindent(body[:j])
+    if not (raw.startswith(b"\n    ", pos) and raw.startswith(head, pos + 5)):
         return None
-    j2 = pos + len(head)
+    j2 = pos + 5 + len(head)
     q = raw.find(b'"', j2)
     q = q if q >= 0 else len(raw)
     k2 = raw.rfind(b"]", max(j2, q - 64), q)
@@ -258,23 +268,24 @@ def _read(dfd: int) -> tuple[Any, list[Any]] | None:
         with os.scandir(cfd) as listing:
             files = sorted((e for e in listing if e.name.endswith(".json") and not e.name.startswith(".")),
                            key=lambda e: e.name)  # .<id>.json.*.tmp: a write a kill cut short, not a record
+        validate = StrictCell.__pydantic_validator__.validate_json  # model_validate_json, less its Python call
         for f in files:
             data = read_bytes_at(cfd, f)
             left -= len(data)
             if left < 0:
                 return None
+            name = f.name[:-len(".json")]
             cut, curve = _cut(data, b"\n  ")
             if curve is not None:
-                whole[f.name[:-len(".json")]] = (data, curve)
+                whole[name] = (data, curve)
             elif cut is data:
-                whole[f.name[:-len(".json")]] = None
-            data = cut
-            _utf8(data)
-            cell = StrictCell.model_validate_json(data)
-            if cell.cell_id != f.name[:-len(".json")]:
+                whole[name] = None
+            _utf8(cut)
+            cell = validate(cut)
+            if cell.cell_id != name:
                 return None
-            cells[cell.cell_id] = cell
-            bodies[cell.cell_id] = data
+            cells[name] = cell
+            bodies[name] = cut
     # the copies are compared with the cells, the rest parsed: UTF-8 both
     got = _listed(raw, bodies, whole)
     if got is None:

@@ -120,6 +120,25 @@ def test_the_port_each_boot_picks_is_no_change(tmp_path):
     assert [c.name for c in changes_between(e[1], e[2])] == [ChangeName.argv], "--port=N became --port N"
 
 
+def test_each_cells_argv_and_env_are_its_own_though_each_distinct_one_is_said_once():
+    """fingerprint keeps the text of each distinct argv and env (a year of nights makes each once): a cell never
+    gets another's, and the port is masked only where it is the port."""
+    from harness.analysis.history_runs import fingerprint
+
+    run = make_run("x", [])
+    argv = ["serve", "--port", "8000", "--max-model-len", "8000"]
+    a = cell(argv=argv, port=8000, env={"B": "2", "A": "1"})
+    b = cell(argv=[*argv[:2], "8001", *argv[3:]], port=8001, env={"A": "1", "B": "2"})
+    c = cell(argv=argv, port=None, env={"A": "1"})
+    d = cell(argv=argv, port=8001, env={"A": "1", "B": "3"})
+    fa, fb, fc, fd = (fingerprint(run, x) for x in (a, b, c, d))
+    assert fa["argv"] == fb["argv"] == "\x00".join(["serve", "--port", "PORT", "--max-model-len", "8000"])
+    assert fc["argv"] == "\x00".join(argv), "no port recorded: nothing masked"
+    assert fd["argv"] == "\x00".join(argv), "8000 is not this boot's port"
+    assert fa["env"] == fb["env"] == "A=1\x00B=2" and fc["env"] == "A=1" and fd["env"] == "A=1\x00B=3"
+    assert [fingerprint(run, x) for x in (a, b, c, d)] == [fa, fb, fc, fd], "said again: the same"
+
+
 def test_a_verdict_that_never_changed_has_no_before_and_no_changes(tmp_path):
     for i in range(3):
         night(tmp_path, i, [cell(vllm=f"0.3{i}.0")])
