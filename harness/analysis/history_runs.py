@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import functools
 import gc
+import multiprocessing
+import os
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -272,13 +275,36 @@ def night_of(d: Path) -> Night | str:
                  tuple(src.run_id for src in run.merged_from))
 
 
+#: Below this many runs a history is read in this process: forking costs more than it saves.
+PARALLEL_FROM = 64
+
+
+def _readers(runs: int) -> int:
+    """How many processes read the runs: one per usable core (at most 4), and 1 where forking is unsafe or does not
+    pay — a process with other threads (a child forked there could wait forever on a lock one of them held), a
+    platform without fork, or a short history."""
+    if runs < PARALLEL_FROM or threading.active_count() > 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    return min(len(os.sched_getaffinity(0)), 4)
+
+
+def nights_of(dirs: list[Path]) -> list[Night | str]:
+    """`night_of` of each directory, in order: a year of nights with memory curves is ~1.6 GB of records to read and
+    check, so the cores share them (forked readers, gone when this returns, also on Ctrl-C: the pool's exit
+    terminates them)."""
+    procs = _readers(len(dirs))
+    if procs == 1:
+        return [night_of(d) for d in dirs]
+    with multiprocessing.get_context("fork").Pool(procs) as pool:
+        return pool.map(night_of, dirs, chunksize=max(1, len(dirs) // (procs * 8)))
+
+
 def _read(dirs: list[Path], warn: Warn, now: datetime) -> dict[str, Night]:
     """Each run directory read, by run id: those that cannot be, repeated ids, runs from the future and merged
     shards left out, said."""
     nights: dict[str, Night] = {}
     merged_into: dict[str, str] = {}
-    for d in dirs:
-        n = night_of(d)
+    for d, n in zip(dirs, nights_of(dirs), strict=True):
         if isinstance(n, str):
             warn(n)
             continue

@@ -629,3 +629,39 @@ def test_reading_at_an_open_folder_refuses_what_read_bytes_refuses(tmp_path):
             assert len(set(outcomes)) == 1, (name, outcomes)
     finally:
         os.close(fd)
+
+
+def test_forked_readers_read_each_night_as_this_process_does_in_order_and_are_gone_after(tmp_path, monkeypatch):
+    """A long history is read by one forked reader per core: the nights (a broken one's warning too) are the same
+    objects, in the same order, as read here, and no reader outlives the read."""
+    import psutil
+
+    from harness.analysis import history_runs
+
+    dirs = [night(tmp_path, i, [cell(), cell("c_b", "refused", expect="refused")]) for i in range(6)]
+    _truncate(dirs[3])
+    here = [history_runs.night_of(d) for d in dirs]
+    monkeypatch.setattr(history_runs, "PARALLEL_FROM", 2)
+    monkeypatch.setattr(history_runs.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert history_runs._readers(len(dirs)) == 2
+    forked = history_runs.nights_of(dirs)
+    assert forked == here and isinstance(forked[3], str) and "cannot be read" in forked[3]
+    assert not psutil.Process().children(recursive=True)
+
+
+def test_a_short_history_or_a_threaded_process_is_read_here(monkeypatch):
+    import threading
+
+    from harness.analysis import history_runs
+
+    monkeypatch.setattr(history_runs.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5})
+    assert history_runs._readers(history_runs.PARALLEL_FROM - 1) == 1
+    assert history_runs._readers(365) == 4
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert history_runs._readers(365) == 1  # a fork beside another thread could wait forever on its lock
+    finally:
+        stop.set()
+        t.join()
