@@ -3,10 +3,10 @@
 back; boots a request that fits, else refuses with vLLM's estimate; serves /health and one completion. For
 tests/reliability/test_flag_spellings_read.py's spellings."""
 import argparse
-import json
 import re
 import sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from kv_serve import out, refuse, serve
 
 
 def human(text):
@@ -29,33 +29,11 @@ a = p.parse_args(argv)
 per_token, length = 128 * 1024, a.max_model_len
 tokens = a.kv_cache_memory_bytes // per_token
 usable = tokens - 16
-def out(s):
-    return (sys.stdout.write(s + "\n"), sys.stdout.flush())
 out("(APIServer pid=1) INFO 11-29 10:00:00 [api_utils.py:347] vLLM server version 0.32.0, serving model m")
 if usable < length:
-    out(f"(EngineCore pid=3) ERROR 11-29 10:00:02 [core.py:1510] ValueError: To serve at least one request with "
-        f"the model's max seq len ({length}), ({length * per_token / 2**30:.2f} GiB KV cache is needed, which is "
-        f"larger than the available KV cache memory ({a.kv_cache_memory_bytes / 2**30:.2f} GiB). Based on the "
-        f"available memory, the estimated maximum model length is {usable}. Try increasing "
-        "`gpu_memory_utilization`.")
+    refuse(length, per_token, a.kv_cache_memory_bytes, usable)
     sys.exit(1)
 out(f"(EngineCore pid=3) INFO 11-29 10:00:02 [kv_cache_utils.py:2327] GPU KV cache size: {tokens:,} tokens, "
     f"Maximum concurrency for {length:,} tokens per request: {tokens / length:.2f}x")
 
-class H(BaseHTTPRequestHandler):
-    def log_message(self, *x):
-        pass
-
-    def _ok(self):
-        body = json.dumps({"choices": [{"text": "x"}], "data": [{"id": "m"}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_POST = _ok
-
-server = ThreadingHTTPServer((a.host, a.port), H)
-out(f"(APIServer pid=1) INFO 11-29 10:00:03 [entry.py:140] Starting vLLM server on http://{a.host}:{a.port}")
-out("INFO:     Application startup complete.")
-server.serve_forever()
+serve(a.host, a.port)
