@@ -132,16 +132,24 @@ def test_every_cell_records_its_gpu_memory_curve_through_nvml_with_the_neighbour
     """The code a GPU runner runs: NVML (the stand-in, scripted) per GPU of the cell, the server's own processes
     matched by host PID through the engine's State.Pid, a neighbour's process not counted as the server's."""
     gib = 1 << 30
+    topped = 0
     for cell in the_run(readme)["cells"]:
         mem = cell["memory"]
         assert mem["source"] == "nvml" and mem["stopped"] is None, (cell["cell_id"], mem["stopped"])
         (gpu,) = mem["devices"]
         assert gpu["total_bytes"] == int(139.8 * gib) == mem["limit_bytes"]
-        if cell["timeline"]["milestones"]["decided"] >= 8:  # the scripted curve has reached its top (6 s)
+        # the scripted curve counts from the server's own start, which precedes the `started` milestone: a sample
+        # taken 6 s or more after that milestone saw the curve's top
+        started = cell["timeline"]["milestones"]["started"]
+        if any(t - started >= 6 for t, _ in mem["samples"]):
             assert mem["peak_bytes"] == gpu["peak_server_bytes"] == 118 * gib, cell["cell_id"]
+            topped += 1
+        else:  # a step of the curve (or none, if the server went before the stand-in's poll saw it)
+            assert mem["peak_bytes"] == gpu["peak_server_bytes"] in {g * gib for g in (0, 1, 40, 90)}, cell["cell_id"]
         assert gpu["peak_others_bytes"] >= 2 * gib, "the neighbour (and idle) are not the server's"
         assert mem["headroom_bytes"] == int(gpu["total_bytes"] * 0.9) - gpu["peak_server_bytes"]
         assert mem["samples"] and all(0 <= t <= cell["timings"]["total_s"] for t, _ in mem["samples"])
+    assert topped, "no cell lived long enough to show the curve's top: real vLLM boots take 20 s and more here"
 
 
 def test_every_cell_of_the_gpu_matrix_carries_its_timeline(readme):

@@ -12,7 +12,7 @@ Environment (all optional):
   STANDIN_NVML_TOTAL_GIB total memory per GPU (default 139.8, an H200)
   STANDIN_NVML_IDLE_GIB  used when idle (default 0.5)
   STANDIN_NVML_BUSY_GIB  used while a server runs (default 120)
-  STANDIN_NVML_CURVE     the server's memory as it boots, "SECONDS:GIB,..." since the server was first seen (steps;
+  STANDIN_NVML_CURVE     the server's memory as it boots, "SECONDS:GIB,..." since its oldest process started (steps;
                          default "0:BUSY_GIB-IDLE_GIB": the device then shows BUSY_GIB): what the server's own
                          process holds (nvmlDeviceGetComputeRunningProcesses names its lowest host PID, a container's
                          through the engine's State.Pid), held after it exits
@@ -59,7 +59,7 @@ class _Device:
         self.busy_until = 0.0
         self.lock = threading.Lock()
         self.started = False
-        #: The server's host PIDs at the last poll, when it was first seen, and what it held last.
+        #: The server's host PIDs at the last poll, when its oldest process started (boot clock), what it held last.
         self.pids: set[int] = set()
         self.since: float | None = None
         self.held_gib = 0.0
@@ -79,7 +79,7 @@ class _Device:
                 self.pids = pids
                 if pids:
                     self.busy_until = time.time() + hold
-                    self.since = self.since if self.since is not None else time.time()
+                    self.since = _started_at(pids)
                 else:
                     self.since = None
             time.sleep(POLL_S)
@@ -88,7 +88,7 @@ class _Device:
         """What the server holds now by the scripted curve; after it exited, what it held last (for HOLD_S)."""
         with self.lock:
             if self.since is not None:
-                at = time.time() - self.since
+                at = _boot_clock() - self.since
                 self.held_gib = max((g for t, g in _curve() if t <= at), default=0.0)
             return self.held_gib if time.time() < self.busy_until else 0.0
 
@@ -110,6 +110,23 @@ _DEVICE = _Device()
 _client = None
 
 
+def _boot_clock() -> float:
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def _started_at(pids: set[int]) -> float:
+    """When the oldest of `pids` started, on the boot clock: the curve counts from the server's own start, not from
+    when a poll first saw it (a slow engine API under load would shift the whole curve late)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    starts = []
+    for pid in pids:
+        try:
+            starts.append(int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]) / ticks)
+        except (OSError, IndexError, ValueError):
+            pass
+    return min(starts, default=_boot_clock())
+
+
 def _container_pids() -> set[int]:
     """The host PIDs of this harness's cell containers (their init, as the engine names it, and its tree)."""
     global _client
@@ -118,8 +135,10 @@ def _container_pids() -> set[int]:
 
         if _client is None:
             _client = docker.from_env()
+        # ignore_removed: a container removed between the listing and its inspection (the last cell's, going) is
+        # not an error that would hide the running one for a poll
         found = _client.containers.list(filters={"label": [f"boot-harness.owner-pid={os.getpid()}",
-                                                          "boot-harness.cell"]})
+                                                          "boot-harness.cell"]}, ignore_removed=True)
         inits = [int((c.attrs.get("State") or {}).get("Pid") or 0) for c in found]
     except Exception:  # noqa: BLE001 - no engine here: no containers
         return set()
