@@ -28,7 +28,9 @@ FAKE_VLLM_DELAY (seconds, default 0.3) is how long "loading" takes. Knobs that c
   FAKE_VLLM_KV_GIB=G        the available KV cache memory it logs (default 0.5)
   FAKE_VLLM_KV_TOKENS=N     the KV cache size in tokens it logs (default 10720)
   FAKE_VLLM_MARKS=DIR       touch DIR/<phase>.<pid> at each phase: started, child, bound, probe (a completion
-                            arrived): how a test outside the harness knows where the boot is
+                            arrived): how a test outside the harness knows where the boot is; and DIR/term.<pid>
+                            when a SIGTERM arrives (then dies of it, or ignores it if deaf): what a test proves a
+                            teardown from (a deaf server gone after its `term` mark was SIGKILLed), not from its time
 Real vLLM is tested elsewhere; these are faults it cannot be made to show on demand.
 """
 
@@ -122,12 +124,28 @@ class Handler(BaseHTTPRequestHandler):
             self._send(500, {"error": "engine dead"})
 
 
+def on_term(ignore_term: bool) -> None:
+    """With FAKE_VLLM_MARKS, note each SIGTERM this process gets (a `term` mark), then do what it would have done
+    anyway: ignore it (deaf) or die of it (the default action again, so the exit status is still -15)."""
+    if not os.environ.get("FAKE_VLLM_MARKS"):
+        if ignore_term:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        return
+
+    def noted(signum, frame):
+        mark("term")
+        if not ignore_term:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, noted)
+
+
 def start_child(ignore_term: bool) -> None:
     """An engine-core stand-in: same process group, no PDEATHSIG of its own, so it survives a SIGKILLed parent."""
     pid = os.fork()
     if pid == 0:
-        if ignore_term:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        on_term(ignore_term)
         os.closerange(3, 1024)
         while True:
             time.sleep(3600)
@@ -182,8 +200,7 @@ def main() -> None:
     delay = float(os.environ.get("FAKE_VLLM_DELAY", "0.3"))
     host, port = arg("--host", "127.0.0.1"), int(arg("--port", "8000"))
     ignore_term = scenario == "ignore_term" or flag("FAKE_VLLM_IGNORE_TERM")
-    if ignore_term:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    on_term(ignore_term)
     log(f"INFO 11-29 10:00:00 [api_server.py:1] vLLM API server version "
         f"{os.environ.get('FAKE_VLLM_VERSION', '0.0.0-fake')}")
     mark("started")

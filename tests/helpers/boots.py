@@ -37,7 +37,8 @@ def only_run_dir(results_dir: Path) -> Path:
 
 def interrupt_when_started(argv: list[str], env: dict, started, settle_s: float, sig=None) -> tuple[int, str, float]:
     """Start a harness command, wait until `started()` is true (its server exists), let it settle, send SIGINT;
-    returns (exit code, output, seconds from the signal to the harness's exit)."""
+    returns (exit code, output, seconds from the signal to the harness's exit: a figure, not a bound; the 120 s wait
+    for the exit is only a guard against a hang)."""
     import signal as _signal
     import time
 
@@ -51,11 +52,22 @@ def interrupt_when_started(argv: list[str], env: dict, started, settle_s: float,
         time.sleep(settle_s)
         t0 = time.monotonic()
         proc.send_signal(sig)
-        out, _ = proc.communicate(timeout=30)
+        out, _ = proc.communicate(timeout=120)
         return proc.returncode, out, time.monotonic() - t0
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def stopped_mid_boot(run_dir: Path) -> None:
+    """A run interrupted while its server booted was stopped, not waited for: it has no cell (the verdict is void) and
+    no server's log in it reached readiness. What an interrupt proves, read from the run, not from a clock."""
+    run = read_run(run_dir)
+    assert run["status"] == "interrupted" and run["cells"] == [], [c["cell_id"] for c in run["cells"]]
+    logs = sorted((run_dir / "logs").glob("*.log"))
+    assert logs, f"no server log in {run_dir / 'logs'}"
+    ready = [p.name for p in logs if "Application startup complete" in p.read_text(errors="replace")]
+    assert ready == [], f"the harness waited for the boot instead of stopping it: {ready}"
 
 
 def processes_with(needle: str) -> list[int]:

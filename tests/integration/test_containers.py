@@ -12,14 +12,15 @@ import pytest
 from harness.matrix.load import read_yaml
 from harness.runtime.ports import free_port
 from tests.builders import variant_of
+from tests.figures import figure
 from tests.helpers.boots import (
     boots_in_a_shell,
     check_timeline,
     harness_cli,
     interrupt_when_started,
     only_run_dir,
-    read_run,
     run_matrix,
+    stopped_mid_boot,
 )
 from tests.helpers.env import ROOT
 
@@ -148,6 +149,7 @@ def test_ctrl_c_of_a_container_run_leaves_no_container(docker_image, tmp_path):
     code, out, took = interrupt_when_started(
         ["run", "--matrix", str(EXAMPLE), "--results-dir", str(results), "--select", "image=unpatched,spec=off"],
         docker_image, lambda: bool(our_containers()), settle_s=3)
+    figure("Ctrl-C of a container run mid-boot: harness out after, s", round(took, 2))
     assert code == 130, out[-2000:]
-    assert our_containers() == [] and took < 15
-    assert read_run(only_run_dir(results))["status"] == "interrupted"
+    assert our_containers() == []
+    stopped_mid_boot(only_run_dir(results))

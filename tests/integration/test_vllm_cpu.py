@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.builders import variant_of
+from tests.figures import figure
 from tests.helpers.boots import (
     CPU_EXAMPLE,
     check_timeline,
@@ -23,6 +24,7 @@ from tests.helpers.boots import (
     only_run_dir,
     processes_with,
     read_run,
+    stopped_mid_boot,
 )
 from tests.helpers.env import LIGHT_BOOT, ROOT
 
@@ -152,12 +154,11 @@ def test_ctrl_c_of_a_running_harness_leaves_no_process_and_a_valid_run(vllm_cpu,
     code, out, took = interrupt_when_started(["run", "--matrix", str(CPU_EXAMPLE), "--results-dir", str(results),
                                               "--select", "spec=draft"], vllm_cpu, started, settle_s=5)
     pgid = seen[0]
+    figure("Ctrl-C of a vllm-cpu run mid-start-up: harness out after, s", round(took, 2))
     assert code == 130, out[-2000:]
-    assert took < 15
     with pytest.raises(ProcessLookupError):
         os.killpg(pgid, 0)
-    run = read_run(only_run_dir(results))
-    assert run["status"] == "interrupted" and run["cells"] == []
+    stopped_mid_boot(only_run_dir(results))
     assert not list(results.glob("*/active/*.json"))
 
 

@@ -143,7 +143,7 @@ def run_chain(chain, tmp: Path, env: dict) -> dict:
         t0 = h.signal(signal.SIGTERM)
         servers_s = exit_s = None
         while servers_s is None or exit_s is None:
-            assert time.monotonic() - t0 < 60, "not clean 60 s after SIGTERM"
+            assert time.monotonic() - t0 < 300, "hung: not clean 300 s after SIGTERM"  # a guard; the times are figures
             if servers_s is None and not chain.alive(h.pid):
                 servers_s = time.monotonic() - t0
             if exit_s is None and h.proc.poll() is not None:
@@ -154,6 +154,8 @@ def run_chain(chain, tmp: Path, env: dict) -> dict:
         obs["term_out"] = h.output[-3000:]
         obs["after_term"] = check_run_dir(run_dir)
         obs["active_after_term"] = [p.name for p in run_dir.glob("active/*.json")]
+        obs["ready_after_term"] = [p.name for p in run_dir.glob("logs/*.log")
+                                   if "Application startup complete" in p.read_text(errors="replace")]
     finally:
         h.kill()
     # 4. --resume to the end

@@ -52,7 +52,8 @@ from tests.helpers.reliability import (
     wait_for,
 )
 
-CLEAN_WITHIN_S = 5.0
+#: A guard against a hung teardown, not a speed claim (the victims' deadline, 120 s, is a verdict the run would show).
+HUNG_AFTER_S = 300
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGHUP": signal.SIGHUP, "SIGKILL": signal.SIGKILL}
 
 
@@ -181,10 +182,12 @@ def run_kill(k: Kill, base: Path) -> dict:
         left.note_pids(results)
         t0 = h.signal(SIGNALS[k.sig])
         if k.sig != "SIGKILL":
-            # Two clocks: until no server of ours is alive (what holds a GPU), and until the harness has exited.
+            # Two figures: until no server of ours is alive (what holds a GPU), and until the harness has exited.
+            # Not bounds: that the servers were stopped, not waited for, is in the run (no verdict for a victim,
+            # whose deadline is 120 s away) and the victims' `term` marks; 300 s is only a guard against a hang.
             servers_s = exit_s = None
             while servers_s is None or exit_s is None:
-                assert time.monotonic() - t0 < 60, "still not clean after 60 s"
+                assert time.monotonic() - t0 < HUNG_AFTER_S, f"hung: still not clean {HUNG_AFTER_S} s after {k.sig}"
                 left.note_pids(results)
                 if servers_s is None and not left.alive():
                     servers_s = time.monotonic() - t0
@@ -201,6 +204,7 @@ def run_kill(k: Kill, base: Path) -> dict:
             obs["run"] = check_run_dir(run_dir)
             obs["active"] = [p.name for p in run_dir.glob("active/*.json")]
             obs["work"] = [p.name for p in run_dir.glob("work/*")]
+            obs["termed"] = {v: marks(base / "marks" / v, "term") for v in k.victims}
         else:
             time.sleep(0.5)  # the kernel's PDEATHSIG, and the leader's exit, are not instantaneous
             left.note_pids(results)
@@ -323,10 +327,12 @@ def check(k: Kill, obs: dict) -> None:
         what = f"{k.sig} ({k.runtime}{', deaf server' if k.deaf else ''}{', --parallel 2' if k.parallel > 1 else ''})"
         figure(f"servers gone after {what}, s", round(obs["servers_gone_s"], 3))
         figure(f"harness exited after {what}, s", round(obs["exit_s"], 3))
-        assert obs["servers_gone_s"] <= CLEAN_WITHIN_S, f"{obs['servers_gone_s']:.2f} s until no server was left"
-        # The harness itself may linger after its servers are gone while a zombie of theirs is unreaped (see
-        # test_teardown.py); bounded, and the subject of its own test.
-        assert obs["exit_s"] <= CLEAN_WITHIN_S + 6, f"{obs['exit_s']:.2f} s until the harness exited"
+        # Stopped, not waited for: no victim has a verdict (above: only the finished cells), and each victim past its
+        # first instant (its SIGTERM handler set) got the harness's SIGTERM, its engine child too; a deaf one is gone
+        # all the same (the servers_gone figure exists), so it was SIGKILLed after the grace.
+        if k.runtime == "process" and k.phase != "spawned":
+            for v, termed in obs["termed"].items():
+                assert len(termed) == 2, f"{v}: SIGTERM reached {termed}, not the server and its engine child"
     assert obs["left_at_end"] == []
     if k.sig == "SIGKILL":
         resumed = obs["resumed"]

@@ -16,8 +16,6 @@ import pytest
 from tests.helpers.reliability import BACKGROUND, figure
 from tests.reliability.real_chains import CONTAINER_CELL, PROCESS_CELL, ContainerChain, ProcessChain
 
-CLEAN_WITHIN_S = 5.0
-
 
 def _check(chain, obs: dict) -> None:
     rt = chain.runtime
@@ -34,8 +32,10 @@ def _check(chain, obs: dict) -> None:
     figure(f"real vLLM ({rt}): servers gone after SIGTERM, s", round(obs["servers_gone_s"], 3))
     figure(f"real vLLM ({rt}): harness exited after SIGTERM, s", round(obs["exit_s"], 3))
     assert obs["term_rc"] == 130, obs["term_out"]
+    # Stopped mid-start-up, not waited for: no verdict, and the server's log never reached readiness (a figure above
+    # says how long it took; vLLM ignores SIGTERM there, so its being gone at all is the SIGKILL after the grace).
     assert obs["after_term"]["status"] == "interrupted" and obs["active_after_term"] == []
-    assert obs["servers_gone_s"] <= CLEAN_WITHIN_S, f"{obs['servers_gone_s']:.1f} s until nothing was left"
+    assert obs["after_term"]["cells"] == [] and not obs["ready_after_term"], obs["ready_after_term"]
     assert obs["resume_rc"] == 0, obs["resume_out"]
     final = obs["final"]
     assert final["status"] == "complete"

@@ -353,13 +353,15 @@ def test_gpu_cells_of_two_runs_take_turns_on_a_shared_gpu_instead_of_booting_int
 
 @pytest.mark.podman
 def test_ctrl_c_still_stops_a_run_whose_engine_hangs(podman, tmp_path):
-    """The engine's API frozen under a booting cell, then Ctrl-C: the harness still stops within a few call timeouts
-    (every engine call of its teardown is bounded), marks the run interrupted and exits 130; what it could not remove
-    while the engine hung, the next run's sweep (here `gc`) removes once it answers."""
+    """The engine's API frozen under a booting cell, then Ctrl-C: the harness still stops (every engine call of its
+    teardown is bounded: an unbounded one waits for ever on a frozen engine), records no verdict for the cell, marks
+    the run interrupted and exits 130; what it could not remove while the engine hung, the next run's sweep (here
+    `gc`) removes once it answers. The cell's deadline is 600 s away and the wait for the exit a 300 s hang guard:
+    how long the stop took is a figure."""
     (service,) = [int(p) for p in subprocess.run(["pgrep", "-f", "podman system service"], capture_output=True,
                                                   text=True).stdout.split()]
     m = builders.fake_matrix(tmp_path / "m.yaml", {"a_hang": {"FAKE_VLLM_SCENARIO": "hang"}}, axis="case",
-                             runtime="podman", image=podman["PODMAN_IMAGE"], timeout_s=120, engine_timeout_s=2)
+                             runtime="podman", image=podman["PODMAN_IMAGE"], timeout_s=600, engine_timeout_s=2)
     results = tmp_path / "r"
     env = {"CONTAINER_HOST": podman["CONTAINER_HOST"]}
     harness = start_boot_harness("run", "--matrix", m, "--results-dir", results, stdout=subprocess.PIPE,
@@ -371,14 +373,18 @@ def test_ctrl_c_still_stops_a_run_whose_engine_hangs(podman, tmp_path):
         time.sleep(3)  # a call or two of the watch has hung by now
         t_int = time.monotonic()
         harness.send_signal(signal.SIGINT)
-        out, _ = harness.communicate(timeout=60)
+        try:
+            out, _ = harness.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            harness.kill()
+            pytest.fail(f"hung: the harness still ran 300 s after Ctrl-C: {harness.communicate()[0][-2000:]}")
         took = time.monotonic() - t_int
     finally:
         os.kill(service, signal.SIGCONT)
     figure("Ctrl-C while the engine hangs: harness out after, s", round(took, 1))
     assert harness.returncode == 130 and "Traceback" not in out, out
-    assert took < 40, f"{took:.1f} s"  # a few bounded calls (2 s each, the stop 2 s more), on a loaded machine
-    assert read_json(only_run(results) / "results.json")["status"] == "interrupted"
+    run = read_json(only_run(results) / "results.json")
+    assert run["status"] == "interrupted" and run["cells"] == [], "stopped mid-boot: no verdict for the cell"
     gc = cli("gc", "--results-dir", str(results), "--engine", "podman", env=env)
     assert gc.returncode == 0, gc.stderr
     assert podman_containers_of_ours() == [], "a container of ours survived gc"

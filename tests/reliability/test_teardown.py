@@ -100,17 +100,27 @@ def test_a_second_ctrl_c_during_a_parallel_teardown_still_marks_the_run_interrup
 _UNREAPED = textwrap.dedent("""
     # A process that adopts orphans and never reaps them: PID 1 of a container without an init, or a CI job run under
     # a subreaper. The engine child orphaned by its dying leader stays a zombie in the server's process group.
-    import ctypes, json, sys, tempfile
+    import ctypes, json, signal, sys, tempfile
     from pathlib import Path
     ctypes.CDLL("libc.so.6").prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
     sys.path.insert(0, sys.argv[1])
+    from harness.runtime.process import ProcessServer
+    sent = []  # every signal the teardown sent the server's group: the work it did, counted
+    signal_group = ProcessServer._signal_group
+    def counted(self, sig):
+        sent.append(signal.Signals(sig).name)
+        return signal_group(self, sig)
+    ProcessServer._signal_group = counted
     from tests.helpers.fake_boot import boot
     result, _ = boot(Path(tempfile.mkdtemp(dir=sys.argv[2])), "boot", env={"FAKE_VLLM_CHILD": "1"})
-    print(json.dumps({"outcome": result.outcome, "teardown_s": result.timings.total_s - result.timings.verdict_s}))
+    print(json.dumps({"outcome": result.outcome, "teardown_s": result.timings.total_s - result.timings.verdict_s,
+                      "sent": sent}))
 """)
 
 
 def test_an_unreaped_zombie_in_the_group_does_not_hold_up_the_teardown(tmp_path):
+    """A group whose only member left is a zombie is gone: one SIGTERM ends the server, and the teardown neither
+    waits out the grace for the zombie nor SIGKILLs it every poll until its reap time runs out (a hundred times)."""
     import json
 
     out = subprocess.run([sys.executable, "-c", _UNREAPED, str(ROOT), str(tmp_path)], capture_output=True, text=True,
@@ -119,4 +129,5 @@ def test_an_unreaped_zombie_in_the_group_does_not_hold_up_the_teardown(tmp_path)
     got = json.loads(out.stdout.strip().splitlines()[-1])
     figure("teardown of a booted server whose engine child is an unreaped zombie, s", round(got["teardown_s"], 3))
     assert got["outcome"] == "booted"
-    assert got["teardown_s"] < 1.0, f"teardown took {got['teardown_s']:.1f} s for a server that was already dead"
+    # the first SIGTERM, and at most one SIGKILL (a SIGTERM slower than the grace on a loaded machine)
+    assert got["sent"][0] == "SIGTERM" and got["sent"].count("SIGKILL") <= 1, got["sent"]
