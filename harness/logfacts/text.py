@@ -44,6 +44,8 @@ _HEADER = re.compile(
 # What is left of vLLM's header when a paste starts at its "[file.py:123]" (the level and the date cut off).
 _BARE_WHERE = re.compile(r"\A\[(?P<where>[\w./-]{1,200}\.py:\d{1,7})\]\s")
 _CARET_ANSI = re.compile(r"\^\[\[[0-9;?]*[A-Za-z]")
+# The same codes as syslog (rsyslog, CloudWatch's agent) writes the ESC of a control character: "#033[1;36m".
+_OCTAL_ANSI = re.compile(r"#033\[[0-9;?]*[A-Za-z]")
 _LINE_NO = re.compile(r":\d{1,7}\Z")
 _SEGMENT_SPLIT = re.compile(r"\r\n|\r|\n")
 # Records glued into one line (a paste whose newlines were lost): each vLLM record's start, its process prefix and
@@ -139,6 +141,8 @@ def _split_line(line: str) -> Line:
     line = strip_ansi(line)
     if "^[[" in line:  # colour codes pasted in caret notation (`cat -v`, some CI viewers)
         line = _CARET_ANSI.sub("", line)
+    if "#033[" in line:  # colour codes as syslog escapes them
+        line = _OCTAL_ANSI.sub("", line)
     process = ""
     if line[:1] == "\ufeff":  # a downloaded CI log's byte-order mark
         line = line[1:]

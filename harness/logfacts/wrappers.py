@@ -33,6 +33,9 @@ class Wrapper(StrEnum):
     lemonade = "lemonade"
     """Lemonade's server log (AMD's launcher of vLLM on ROCm): `2026-05-08 11:47:02.256 [Error] (Process) ` (its own
     level, vLLM's stream name)."""
+    cloudwatch_csv = "cloudwatch_csv"
+    """A CloudWatch (or SageMaker) log exported as CSV: the event's epoch milliseconds and a comma (`1756144014882,`),
+    the message CSV-quoted where it holds a quote or a comma (`"...""x""..."`: unquoted here)."""
     timestamps = "timestamps"
     """`docker logs -t`, `docker compose logs -t`, `kubectl logs --timestamps`: an RFC 3339 time and a space
     (`2025-08-12T08:42:39.123456789Z `)."""
@@ -47,6 +50,7 @@ _SHAPES = re.compile(
     r"\A(?:"
     rf"(?P<{Wrapper.github_actions}>{_DATE_T}\.\d{{7}}Z )"
     rf"|(?P<{Wrapper.timestamps}>{_DATE_T}(?:\.\d{{1,9}})?{_ZONE} )"
+    rf"|(?P<{Wrapper.cloudwatch_csv}>1\d{{12}},)"
     rf"|(?P<{Wrapper.buildkite}>\[{_DATE_T}Z\] )"
     r"|(?P<lemonade>\d{4}-[01]\d-[0-3]\d [0-2]\d:[0-5]\d:[0-6]\d\.\d{3} \[[A-Z][a-z]{2,8}\] \([A-Za-z]{1,40}\) )"
     rf"|(?P<{Wrapper.kubectl}>\[pod/[a-z0-9](?:[-a-z0-9.]{{0,251}}[a-z0-9])?/[a-z0-9](?:[-a-z0-9]{{0,61}}[a-z0-9])?\] )"
@@ -65,4 +69,6 @@ def unwrap(line: str) -> tuple[tuple[Wrapper, ...], str]:
     while len(found) < MAX_DEPTH and (m := _SHAPES.match(line)):
         found.append(Wrapper(m.lastgroup or ""))  # a match names its group
         line = line[m.end():]
+        if found[-1] is Wrapper.cloudwatch_csv and len(line) > 1 and line[0] == '"' and line[-1] == '"':
+            line = line[1:-1].replace('""', '"')
     return tuple(found), line

@@ -66,6 +66,15 @@ def _quoted_compose(lines: list[str]) -> list[str]:
     return [f"> {line}" for line in _compose("vllm-1")(lines)]
 
 
+def _cloudwatch_csv(lines: list[str]) -> list[str]:
+    """A CloudWatch log exported as CSV (a SageMaker endpoint's): epoch milliseconds, a comma, the message CSV-quoted
+    where it holds a quote or a comma, colour codes as syslog escapes them."""
+    def field(line: str) -> str:
+        line = line.replace("\x1b", "#033")
+        return '"' + line.replace('"', '""') + '"' if '"' in line or "," in line else line
+    return [f"{int(_at(i).timestamp() * 1000)},{field(line)}" for i, line in enumerate(lines)]
+
+
 def _mixed(lines: list[str]) -> list[str]:
     """A paste that mixes wrapped and bare lines (two sources, or a hand-trimmed excerpt)."""
     return [f"vllm-1  | {line}" if i % 2 else line for i, line in enumerate(lines)]
@@ -85,4 +94,5 @@ WRAPS: dict[str, tuple[Callable[[list[str]], list[str]], tuple[Wrapper, ...]]] =
                                    (Wrapper.github_actions, Wrapper.compose, Wrapper.timestamps)),
     "quoted-compose": (_quoted_compose, (Wrapper.compose,)),
     "mixed": (_mixed, ()),
+    "cloudwatch-csv": (_cloudwatch_csv, (Wrapper.cloudwatch_csv,)),
 }

