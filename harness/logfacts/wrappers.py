@@ -36,6 +36,9 @@ class Wrapper(StrEnum):
     cloudwatch_csv = "cloudwatch_csv"
     """A CloudWatch (or SageMaker) log exported as CSV: the event's epoch milliseconds and a comma (`1756144014882,`),
     the message CSV-quoted where it holds a quote or a comma (`"...""x""..."`: unquoted here)."""
+    kserve = "kserve"
+    """KServe's model server logger (huggingfaceserver, which runs vLLM in-process): `2024-07-01 07:28:04.488 1 kserve
+    ERROR [__main__.py:<module>():254] ` (its own time, pid, level and place)."""
     timestamps = "timestamps"
     """`docker logs -t`, `docker compose logs -t`, `kubectl logs --timestamps`: an RFC 3339 time and a space
     (`2025-08-12T08:42:39.123456789Z `)."""
@@ -52,6 +55,8 @@ _SHAPES = re.compile(
     rf"|(?P<{Wrapper.timestamps}>{_DATE_T}(?:\.\d{{1,9}})?{_ZONE} )"
     rf"|(?P<{Wrapper.cloudwatch_csv}>1\d{{12}},)"
     rf"|(?P<{Wrapper.buildkite}>\[{_DATE_T}Z\] )"
+    r"|(?P<kserve>\d{4}-[01]\d-[0-3]\d [0-2]\d:[0-5]\d:[0-6]\d\.\d{3} \d{1,10} kserve "
+    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \[[^\]\n]{1,300}\] )"
     r"|(?P<lemonade>\d{4}-[01]\d-[0-3]\d [0-2]\d:[0-5]\d:[0-6]\d\.\d{3} \[[A-Z][a-z]{2,8}\] \([A-Za-z]{1,40}\) )"
     rf"|(?P<{Wrapper.kubectl}>\[pod/[a-z0-9](?:[-a-z0-9.]{{0,251}}[a-z0-9])?/[a-z0-9](?:[-a-z0-9]{{0,61}}[a-z0-9])?\] )"
     rf"|(?P<{Wrapper.compose}>[A-Za-z0-9][A-Za-z0-9_.-]{{0,200}}[-_]\d{{1,4}} +\|(?: |\Z))"

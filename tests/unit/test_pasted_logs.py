@@ -16,7 +16,7 @@ import pytest
 from harness.logfacts import LogFacts, parse_file, parse_text
 from harness.logfacts.engine_config import read_engine_config
 from harness.logfacts.text import split_line
-from harness.logfacts.wrappers import unwrap
+from harness.logfacts.wrappers import Wrapper, unwrap
 from tests.helpers.wraps import WRAPS, _github_actions
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
@@ -113,10 +113,30 @@ LOOK_ALIKES = {
     "tqdm-bar": "Loading safetensors checkpoint shards: 100% Completed | 2/2 [00:01<00:00,  1.91it/s]",
     "compose-without-index": "vllm  | INFO hello",
     "number-and-comma": "1756144014882 tokens, 12 requests",
+    "kserve-without-pid": "2024-07-01 07:28:04.488 kserve ERROR [__main__.py:<module>():254] x",
     "uvicorn": 'INFO:     127.0.0.1:40000 - "GET /health HTTP/1.1" 200 OK',
     "vllm-header": "(APIServer pid=7) INFO 12-04 12:00:00 [api_utils.py:347] vLLM server version 0.32.0",
     "traceback": '  File "/usr/lib/python3.12/site-packages/vllm/v1/core/kv_cache_utils.py", line 1087, in check',
 }
+
+
+#: A launcher's or a log store's own line around vLLM's text (corpus 181, 189): what it wrapped, as vLLM wrote it.
+OWN_LINES = {
+    "kserve": ("2024-07-01 07:28:04.488 1 kserve ERROR [__main__.py:<module>():254] Failed to start model server: "
+               "integer division or modulo by zero", (Wrapper.kserve,),
+               "Failed to start model server: integer division or modulo by zero"),
+    "cloudwatch-csv-quoted": ('1756144013378,"#033[1;36m(APIServer pid=1)#033[0;0m     raise RuntimeError(""Engine '
+                              'core initialization failed. """', (Wrapper.cloudwatch_csv,),
+                              'raise RuntimeError("Engine core initialization failed. "'),
+    "cloudwatch-csv-bare": ("1756144014882,vLLM engine args: [--port 8080]", (Wrapper.cloudwatch_csv,),
+                            "vLLM engine args: [--port 8080]"),
+}
+
+
+@pytest.mark.parametrize(("line", "wrappers", "message"), OWN_LINES.values(), ids=OWN_LINES.keys())
+def test_a_launchers_or_a_log_stores_line_reads_as_vllms(line, wrappers, message):
+    parts = split_line(line)
+    assert (parts.wrappers, parts.message) == (wrappers, message)
 
 
 @pytest.mark.parametrize("line", LOOK_ALIKES.values(), ids=LOOK_ALIKES.keys())

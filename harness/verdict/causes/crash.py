@@ -3,7 +3,7 @@ code, or in an exception the catalogue does not know. `crashed`, with the line t
 
 from __future__ import annotations
 
-from .model import GENERIC, Cause, CauseKind, Pattern
+from .model import GENERIC, WEAK, Cause, CauseKind, Pattern
 from .shapes import EXC
 
 K = CauseKind.crash
@@ -60,9 +60,17 @@ CUDA_KERNEL_ERROR = Cause(
 
 UNCAUGHT_EXCEPTION = Cause(
     "uncaught_exception", K,
-    "the boot ended on an exception the catalogue does not know: the line names it (type and message)",
-    (), ("the boot ended on {exception}: {message}", "the boot ended on an exception the catalogue does not know"),
-    numbers=("exception", "message"))
+    "the boot ended on an exception the catalogue does not know: the line names it (type and message, or only the "
+    "message where a launcher logs no more: KServe's \"Failed to start model server: <message>\")",
+    # weak: a cause the launcher's line states (a refusal's message, the engine's wrapper) is matched first, being
+    # earlier in the catalogue, and any line above it that names a cause wins
+    (Pattern("Failed to start model server", r"Failed to start model server: (?P<message>\S.{0,499})", rank=WEAK),),
+    ("the boot ended on {exception}: {message}",
+     "the launcher logged the exception's message only (no type, no traceback): {message}",
+     "the boot ended on an exception the catalogue does not know"),
+    numbers=("exception", "message"),
+    examples=("2024-07-01 07:28:04.488 1 kserve ERROR [__main__.py:<module>():254] Failed to start model server: "
+              "integer division or modulo by zero",))
 
 CAUSES: tuple[Cause, ...] = (ENGINE_CORE_FAILED_ROOT_CAUSE_NOT_SHOWN, CUDA_KERNEL_ERROR, MODEL_CODE_ERROR,
                              UNCAUGHT_EXCEPTION)

@@ -413,12 +413,17 @@ RAY_PLACEMENT_ERROR = Cause(
     (Pattern("placement group", r"(?:Cannot provide a placement group|placement group.{0,120}(?:timed out|cannot be "
              r"(?:scheduled|satisfied)|infeasible)|No available node types can fulfill)", flags=re.I),
      Pattern("No available node types can fulfill"),
-     Pattern("Current node has no GPU available"),
+     # the platform's Ray resource key, 0.5.5-0.32: GPU (CUDA, ROCm, XPU), TPU, HPU, neuron_cores, NPU (vllm-ascend)
+     Pattern("Current node has no", r"Current node has no (?P<device>\w{1,40}) available"),
      Pattern("Ray does not allocate any GPUs on the driver node"),
      # a placement group the launcher made (Ray Serve) whose bundles vLLM 0.2 could not use
      Pattern("Placement group bundle cannot have more than")),
-    ("Ray cannot place the workers: the cluster lacks the GPUs the parallel sizes ask",),
-    examples=("ValueError: Cannot provide a placement group of placement_group_specs=[{'GPU': 1.0}] within 1800 "
+    ("the Ray node offers no {device} resource: start Ray there with its {device}s (or place fewer workers)",
+     "Ray cannot place the workers: the cluster lacks the GPUs the parallel sizes ask"),
+    numbers=("device",),
+    examples=("ValueError: Current node has no NPU available. current_node_resource={'CPU': 192.0, 'GPU': 8.0}. vLLM "
+              "engine cannot start without NPU.",
+              "ValueError: Cannot provide a placement group of placement_group_specs=[{'GPU': 1.0}] within 1800 "
               "seconds. See `ray status` to make sure the cluster has enough resources.",))
 
 CUDA_FORK_REINIT = Cause(
@@ -481,11 +486,17 @@ CORRUPT_CHECKPOINT = Cause(
      Pattern("failed finding central directory"),
      Pattern("PytorchStreamReader failed"),
      # transformers reading a config.json that is empty or cut short
-     Pattern("is not a valid JSON file", r"config file at '(?P<path>[^']{1,300})' is not a valid JSON file")),
-    ("a weight file is corrupt or incomplete: download it again (check for LFS pointers)",),
+     Pattern("is not a valid JSON file", r"config file at '(?P<path>[^']{1,300})' is not a valid JSON file"),
+     # json's own words for a file with no JSON in it at all (empty, an LFS pointer), as vLLM's pydantic config
+     # validation passes them on ("Value error, Expecting value: ..."): weak, since any empty JSON text fails so
+     Pattern("Expecting value: line 1 column 1",
+             r"(?:Value error, |JSONDecodeError: )Expecting value: line 1 column 1 \(char 0\)", rank=WEAK)),
+    ("a model file (weights or a JSON config) is corrupt or incomplete: download it again (check for LFS pointers)",),
     examples=("safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooLarge",
               "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory",
-              "OSError: It looks like the config file at '/m/config.json' is not a valid JSON file."))
+              "OSError: It looks like the config file at '/m/config.json' is not a valid JSON file.",
+              "  Value error, Expecting value: line 1 column 1 (char 0) [type=value_error, input_value=ArgsKwargs((), "
+              "{'model': 'm'}), input_type=ArgsKwargs]"))
 
 #: Order: the finer readings first (a nvJitLink symbol before any undefined symbol; offline before a bare connection
 #: error; a missing config.json before the "not a valid model identifier" of the same OSError).
