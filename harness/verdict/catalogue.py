@@ -62,6 +62,8 @@ class Reason(StrEnum):
     v1_unsupported = "v1_unsupported"
     attention_backend_unsupported = "attention_backend_unsupported"
     weight_loading_keyerror = "weight_loading_keyerror"
+    speculative_config_invalid = "speculative_config_invalid"
+    lora_rank_exceeds_max = "lora_rank_exceeds_max"
     gpu_mem_util_exceeds_free = "gpu_mem_util_exceeds_free"
     host_oom = "host_oom"
     cuda_oom_weights = "cuda_oom_weights"

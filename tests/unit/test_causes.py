@@ -292,3 +292,34 @@ def test_a_bare_exception_line_is_named_and_a_workers_wrapper_alone_says_the_cau
     facts = parse_text("(EngineCore pid=9) ERROR 06-03 12:30:47 [core.py:1165] Exception: WorkerProc initialization "
                        "failed due to an exception in a background process. See stack trace for root cause.\n")
     assert facts.cause.id == "engine_core_failed_root_cause_not_shown"
+
+
+def test_the_engine_cores_own_failed_line_waits_for_the_exception_that_follows_it():
+    """"EngineCore failed to start." is logged before the traceback that names the cause: alone (a paste cut there) it
+    says the cause is not in the log, but it never stops the watch and never beats the exception after it."""
+    head = "(EngineCore_DP0 pid=7) ERROR 09-18 12:03:12 [core.py:712] EngineCore failed to start.\n"
+    assert match("EngineCore failed to start.", False).stops is False
+    assert parse_text(head).cause.id == "engine_core_failed_root_cause_not_shown"
+    tail = ("(EngineCore_DP0 pid=7) ERROR 09-18 12:03:12 [core.py:712] ValueError: Unknown speculative decoding "
+            "method: eagle9\n")
+    facts = parse_text(head + tail)
+    assert (facts.cause.id, facts.cause.numbers) == ("speculative_config_invalid", {"method": "eagle9"})
+    assert facts.refusal is None
+
+
+@pytest.mark.parametrize(("line", "numbers"), [
+    ("ValueError: max_num_scheduled_tokens is set to -1792 based on the speculative decoding settings, which does not "
+     "allow any tokens to be scheduled.", {"scheduled": -1792}),
+    ("ValueError: num_speculative_tokens:5 must be divisible by n_predict=3", {"num_speculative_tokens": 5,
+                                                                                "n_predict": 3}),
+    ("RuntimeError: Worker failed with error 'LoRA rank 64 is greater than max_lora_rank 16.', please check the stack "
+     "trace above for the root cause", {"rank": 64, "max_lora_rank": 16, "least_max_lora_rank": 64}),
+])
+def test_the_mtp_axis_and_lora_refusals_read_their_figures(line, numbers):
+    """The matrix's MTP axis refused by the speculative config, a LoRA adapter above --max-lora-rank: config refusals
+    with the figures that say what would boot, not a crash named by its exception."""
+    facts = parse_text(line + "\n")
+    assert facts.cause.kind == CauseKind.config_refusal
+    assert facts.cause.numbers == numbers
+    assert match("WARNING max_num_scheduled_tokens is set to 2048 based on the speculative decoding settings. This "
+                 "may lead to suboptimal performance.", False) is None

@@ -430,11 +430,16 @@ V1_UNSUPPORTED = Cause(
              r"not supported by the V1 Engine"),
      Pattern("supported", r"\A(?:\w+(?:Error|Exception):\s*)(?P<feature>.{1,160}?) (?:is |are )?not (?:yet )?supported "
              r"(?:in|on|with|by) (?:vLLM )?V1\b"),
-     Pattern("VLLM_USE_V1=1 is not supported", r"VLLM_USE_V1=1 is not supported with (?P<feature>[^.]{1,160})")),
+     Pattern("VLLM_USE_V1=1 is not supported", r"VLLM_USE_V1=1 is not supported with (?P<feature>[^.]{1,160})"),
+     # a quantization method that does not run split over GPUs (0.6.1: "BitAndBytes quantization with TP or PP is not
+     # supported yet.")
+     Pattern("is not supported yet", r"(?P<feature>\w{1,40} quantization with (?:TP|PP|tensor|pipeline)[\w ]{0,40}) "
+             r"(?:is|are) not supported yet")),
     ("not supported by this engine: {feature}", "a feature this engine does not support"),
     numbers=("feature",),
     examples=("NotImplementedError: VLLM_USE_V1=1 is not supported with --speculative-model.",
-              "ValueError: LoRA with pooling models is not supported in V1."))
+              "ValueError: LoRA with pooling models is not supported in V1.",
+              "ValueError: BitAndBytes quantization with TP or PP is not supported yet."))
 
 ATTENTION_BACKEND_UNSUPPORTED = Cause(
     "attention_backend_unsupported", K,
@@ -453,6 +458,70 @@ ATTENTION_BACKEND_UNSUPPORTED = Cause(
               "ValueError: Selected backend AttentionBackendEnum.FLASHINFER is not valid for this configuration. "
               "Reason: ['head_size not supported']"))
 
+def _signed_read(message: str, m: re.Match[str]) -> Numbers:
+    """A count that can be negative (the token budget left after the draft slots): read with its sign."""
+    return {k: int(v) for k, v in m.groupdict().items() if v is not None}
+
+
+SPECULATIVE_CONFIG_INVALID = Cause(
+    "speculative_config_invalid", K,
+    "the speculative-decoding setting (MTP, EAGLE, draft model, ngram: the matrix's MTP axis) is refused by this vLLM: "
+    "a method it does not know or run, a draft model it does not take, num_speculative_tokens it cannot honour, or "
+    "no token budget left once the draft slots are reserved",
+    (Pattern("speculative decoding method", r"Unknown speculative decoding method:?\s*'?(?P<method>[\w./-]{1,60})"),
+     Pattern("Unsupported speculative method", r"Unsupported speculative method:?\s*'?(?P<method>[\w./-]{1,60})"),
+     Pattern("is not supported yet", r"(?:Draft model speculative decoding|Speculative decoding with draft model) "
+             r"is not supported yet"),
+     Pattern("Expected both speculative_model and num_speculative_tokens",
+             r"Expected both speculative_model and num_speculative_tokens to be provided, but found speculative_model="
+             r"'?(?P<draft>[^'\s,]{0,200})'? and num_speculative_tokens=(?P<num_speculative_tokens>\d{1,4})"),
+     Pattern("num_speculative_tokens", r"num_speculative_tokens (?:must be provided with speculative model|was "
+             r"provided but without speculative model)|num_speculative_tokens:?\s*(?P<num_speculative_tokens>\d{1,4}) "
+             r"must be divisible by n_predict=(?P<n_predict>\d{1,4})|Expected num_speculative_tokens to be greater "
+             r"than zero"),
+     Pattern("only supported for", r"Eagle3 is only supported for .{1,300} models"),
+     Pattern("does not yet support:", r"does not yet support:\s*(?P<feature>[^\[]{0,80}?speculat[^\[]{0,80}?|"
+             r"speculative method '?[\w-]{1,40}'?)\s*(?:\[|$)"),
+     Pattern("max_num_scheduled_tokens is set to", r"max_num_scheduled_tokens is set to (?P<scheduled>-?\d{1,9})"
+             r"(?: based on the speculative decoding settings)?, which does not allow any tokens to be scheduled",
+             read=_signed_read)),
+    ("this vLLM refuses the speculative config: {method} (change the MTP/draft setting or the release)",
+     "this vLLM refuses the speculative config: {feature}",
+     "num_speculative_tokens {num_speculative_tokens} is more than this draft can propose: lower it",
+     "the draft slots leave {scheduled} tokens to schedule: raise max_num_batched_tokens or lower "
+     "num_speculative_tokens",
+     "this vLLM refuses the speculative config (method, draft model or num_speculative_tokens)"),
+    numbers=("method", "feature", "draft", "num_speculative_tokens", "n_predict", "scheduled"),
+    examples=("ValueError: Unknown speculative decoding method: mlp_speculator",
+              "ValueError: Unsupported speculative method: 'medusa'",
+              "NotImplementedError: Draft model speculative decoding is not supported yet. Please consider using "
+              "other speculative decoding methods such as ngram, medusa, eagle, or mtp.",
+              "Value error, num_speculative_tokens must be provided with speculative model unless the draft model "
+              "config contains an n_predict parameter. [type=value_error, input_value=ArgsKwargs((), {}), "
+              "input_type=ArgsKwargs]",
+              "ValueError: max_num_scheduled_tokens is set to -1792 based on the speculative decoding settings, which "
+              "does not allow any tokens to be scheduled. Increase max_num_batched_tokens to accommodate the "
+              "additional draft token slots, or decrease num_speculative_tokens."))
+
+
+def _least_lora_rank(numbers: Numbers) -> Numbers:
+    """The least --max-lora-rank that loads the adapter: its own rank."""
+    rank = numbers.get("rank")
+    return {"least_max_lora_rank": rank} if isinstance(rank, int) else {}
+
+
+LORA_RANK_EXCEEDS_MAX = Cause(
+    "lora_rank_exceeds_max", K,
+    "a LoRA adapter's rank is above --max-lora-rank (\"LoRA rank 64 is greater than max_lora_rank 16.\"; the "
+    "adapters of --lora-modules load at start-up)",
+    (Pattern("is greater than max_lora_rank", r"LoRA rank (?P<rank>\d{1,6}) is greater than max_lora_rank "
+             r"(?P<max_lora_rank>\d{1,6})"),),
+    ("the adapter's rank {rank} is above max_lora_rank {max_lora_rank}: set --max-lora-rank {least_max_lora_rank}",),
+    numbers=("rank", "max_lora_rank", "least_max_lora_rank"), derive=_least_lora_rank,
+    examples=("ValueError: LoRA rank 64 is greater than max_lora_rank 16.",
+              "RuntimeError: Worker failed with error 'LoRA rank 32 is greater than max_lora_rank 16.', please check "
+              "the stack trace above for the root cause"))
+
 WEIGHT_LOADING_KEYERROR = Cause(
     "weight_loading_keyerror", K,
     "the checkpoint holds a weight this vLLM's model code does not expect (a checkpoint layout, or a quantization, "
@@ -469,4 +538,4 @@ CAUSES: tuple[Cause, ...] = (
     QUANTIZATION_UNSUPPORTED_GPU,
     QUANTIZATION_MISMATCH, QUANTIZATION_DTYPE_MISMATCH, QUANT_CONFIG_MISSING, UNSUPPORTED_ARCHITECTURE,
     TRUST_REMOTE_CODE, UNRECOGNIZED_ARGUMENT, ENGINE_ARGS_MISMATCH, CONFIG_INVALID_BATCHED_TOKENS, V1_UNSUPPORTED,
-    ATTENTION_BACKEND_UNSUPPORTED, WEIGHT_LOADING_KEYERROR)
+    ATTENTION_BACKEND_UNSUPPORTED, WEIGHT_LOADING_KEYERROR, SPECULATIVE_CONFIG_INVALID, LORA_RANK_EXCEEDS_MAX)

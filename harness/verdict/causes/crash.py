@@ -19,7 +19,10 @@ ENGINE_CORE_FAILED_ROOT_CAUSE_NOT_SHOWN = Cause(
      # it when its output was captured
      Pattern("WorkerProc initialization failed", rank=GENERIC),
      # a launcher that hid vLLM's output (InstructLab: "vLLM failed to start.  Retry with --enable-serving-output")
-     Pattern("Retry with --enable-serving-output", rank=GENERIC)),
+     Pattern("Retry with --enable-serving-output", rank=GENERIC),
+     # the engine core's or a worker's own line before its traceback (0.8.5-0.34: logger.exception("EngineCore failed
+     # to start.")): the exception that follows is the cause; a paste cut before it holds no cause
+     Pattern("failed to start.", r"\b(?:EngineCore|WorkerProc) failed to start\.", rank=GENERIC, stops=False)),
     ("the root cause is not in the log: the engine core's output was not captured (keep the engine's stderr)",),
     aliases=("engine_init_failed",), stops=True,
     examples=("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",

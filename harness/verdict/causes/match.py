@@ -34,7 +34,8 @@ _ANY_LEVEL: tuple[tuple[Cause, Pattern], ...] = tuple((c, p) for c, p in _TABLE 
 NEEDLES: tuple[str, ...] = tuple(dict.fromkeys(p.needle for _, p in _TABLE))
 #: The needles of the lines that stop the watch (a refusal vLLM prints as it gives up): what a log line past the
 #: parser's bound must hold to be read at all.
-STOP_NEEDLES: tuple[str, ...] = tuple(dict.fromkeys(p.needle for c, p in _TABLE if c.stops and not p.any_level))
+STOP_NEEDLES: tuple[str, ...] = tuple(dict.fromkeys(p.needle for c, p in _TABLE
+                                                if c.stops and p.stops and not p.any_level))
 #: The needles of the patterns tried on quiet lines too (an INFO/WARNING record passes the parser's pre-check only
 #: by a fact keyword or one of these).
 ANY_LEVEL_NEEDLES: tuple[str, ...] = tuple(dict.fromkeys(p.needle for _, p in _ANY_LEVEL))
@@ -79,7 +80,7 @@ def match(message: str, quiet: bool = False) -> Match | None:
         if cause.derive is not None:
             numbers = {**numbers, **cause.derive(numbers)}
         return Match(cause, pattern.rank, numbers, message,
-                     cause.stops and pattern.rank != WEAK and not pattern.any_level)
+                     cause.stops and pattern.stops and pattern.rank != WEAK and not pattern.any_level)
     return None
 
 

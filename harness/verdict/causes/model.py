@@ -77,6 +77,9 @@ class Pattern:
     rank: int = SPECIFIC
     any_level: bool = False
     """Tried on INFO/WARNING lines too (a number vLLM logged as information that still decides a boot)."""
+    stops: bool = True
+    """False: a line printed as the process starts to give up, before the traceback that names the cause (the engine
+    core's "EngineCore failed to start."): it names the cause only when the log ends there, so the watch goes on."""
     read: Reader | None = None
     flags: int = 0
     compiled: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
