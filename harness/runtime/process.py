@@ -141,7 +141,7 @@ class ProcessServer:
         how = Stopped.exited
         if grouped or termed:
             how = Stopped.terminated
-            deadline = t0 + grace_s
+            deadline = self.clock.now() + grace_s
             while self.clock.now() < deadline:
                 self.proc.poll()
                 termed = [c for c in termed if carriers.alive(c)]
