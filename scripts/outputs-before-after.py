@@ -66,6 +66,10 @@ class Known(NamedTuple):
     lines: str | None = None
 
 
+#: A fresh record's `stop` (how the teardown ended its server), and null in a record written again from an older one.
+STOP = (r'\s*("stop": (\{|null,)|"how": "(exited|terminated|killed|left|unknown)",|"(grace_s|gone_s)": ("<f>"|null),'
+        r'|"exit_code": (-?\d+|null),|"left": \d+,|"note": (null|".*")|\},)')
+
 #: Differences made on purpose since 9fc699a, by case name prefix. Any other changed line fails the comparison.
 KNOWN: dict[str, Known] = {
     "repro-patched": Known("issue 42", "a patched cell's file is made under RESULTS_DIR/repro/patches/CELL/ (was the "
@@ -79,9 +83,13 @@ KNOWN: dict[str, Known] = {
     "pytest-help": Known("issue 41 (6)", "the plugin's options are --boot-* only (the old spellings still read, "
                                          "with a deprecation line, but are no longer listed)",
                          r"\s+--boot-.*|\s{8,}\S.*"),
-    "bisect-fake": Known("issue 43", "bisect's answer says how many ends were read from records (was `from the "
-                                     "run`), and bisect.json keeps the runs read from (`read_from`, `from`)",
-                         r'\s*("read_from": \[|null|\],?|"from": \[\],?)|.*0 read from (records|the run)\.'),
+    "bisect-fake": Known("issue 43; the stop record", "bisect's answer says how many ends were read from records "
+                                                      "(was `from the run`), and bisect.json keeps the runs read from "
+                                                      "(`read_from`, `from`); each boot's record says how its server "
+                                                      "was stopped (`stop`)",
+                         r'\s*("read_from": \[|null|\],?|"from": \[\],?)|.*0 read from (records|the run)\.|' + STOP),
+    "run-fake": Known("the stop record", "each fresh cell record says how its server was stopped (`stop`)", STOP),
+    "merge-": Known("the stop record", "a merged record written again from an older one holds `stop: null`", STOP),
     "facts-": Known("issue 41 (this check)", "a saved log ends at its last timestamp, whichever lines the parser's "
                                             "pre-check reads (it was the last line read: issue 40's pre-check reads "
                                             "other lines, which moved it)", r"  the log ends in .* for [0-9.]+ s"),

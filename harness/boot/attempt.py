@@ -31,7 +31,7 @@ from harness.results.store import RunStore, now
 from harness.runtime import scratch
 from harness.runtime.base import CellContext, Runtime, Server
 from harness.runtime.compile_cache import CompileCache
-from harness.runtime.records import CompileCacheUse
+from harness.runtime.records import CompileCacheUse, ServerStop
 from harness.verdict.catalogue import REASONS, Reason
 from harness.verdict.causes import CauseKind
 from harness.verdict.policy import Decision, Evidence, decide
@@ -156,14 +156,14 @@ class CellRunner:
                               clock=self.clock)
                 seen = watch.run()
         finally:
-            exit_code = None
+            stop: ServerStop | None = None
             with signals_held():  # a second Ctrl-C must not cut the teardown short
                 if sampler is not None:  # the verdict (and a booted cell's probe) is in: the curve ends here
                     samples = sampler.end()
                     if seen is not None and seen.exit_code is not None:  # it exited on its own: a probe that
                         samples.stopped = None  # failed meanwhile met the server's end, not a fault of its own
                 if server is not None:
-                    exit_code = server.stop()
+                    stop = server.stop()
                     if watch is not None:
                         watch.collect_rest()
                 events.close()
@@ -185,7 +185,7 @@ class CellRunner:
         record = timeline.timeline(facts.timeline.durations, decided_at, skip)
         memory = summarize(samples, sampler.probe.source, sampler.interval_s, record.milestones, facts.kv, skip,
                            _utilization(argv, facts.vllm_version)) if sampler and samples else None
-        return self._result(cell, decision, seen, exit_code, server, argv, masker, sink, started_at, t0, attempt,
+        return self._result(cell, decision, seen, stop, server, argv, masker, sink, started_at, t0, attempt,
                             record, cache_use, memory)
 
     def _sampler(self, server: Server, attempt: Attempt, t0: float) -> MemorySampler | None:
@@ -200,11 +200,11 @@ class CellRunner:
             probe = Unreadable(f"no memory probe: {type(exc).__name__}: {exc}")
         return MemorySampler(probe, interval, t0, self.clock).begin()
 
-    def _result(self, cell: Cell, d: Decision, seen: Observation | None, exit_code: int | None, server: Server | None,
+    def _result(self, cell: Cell, d: Decision, seen: Observation | None, stop: ServerStop | None, server: Server | None,
                 argv: list[str], masker: Masker, sink: LogSink, started_at, t0: float, attempt: Attempt,
                 timeline: Timeline, cache_use: CompileCacheUse | None, memory: MemoryCurve | None) -> CellResult:
         facts = seen.facts if seen else LogParser().facts
-        code = seen.exit_code if seen and seen.exit_code is not None else exit_code
+        code = seen.exit_code if seen and seen.exit_code is not None else stop.exit_code if stop else None
         read = self.runtime.read_server_file
         prediction = _prediction(cell, read, facts, d, masker) if argv else None
         return masker.record(CellResult(  # every field masked: a prediction's note, a container's error quote values
@@ -215,7 +215,7 @@ class CellRunner:
                               within_s=cell.expected.within_s) if cell.expected else None,
             matched=cell.expected.matches(d.outcome, d.reason, seen.verdict_s if seen else None)
             if cell.expected else None,
-            exit_code=code,
+            exit_code=code, stop=stop,
             timings=Timings(ready_s=seen.ready_s, ready_line_s=seen.ready_line_s, event_s=seen.event_s,
                             verdict_s=seen.verdict_s, total_s=round(self.clock.now() - t0, 3)) if seen
             else Timings(total_s=round(self.clock.now() - t0, 3)),

@@ -14,7 +14,7 @@ from harness.matrix.cells import Cell
 from harness.memory.probe import MemoryProbe
 from harness.runtime.base import CellContext, LineSink, Runtime, Server
 from harness.runtime.pull import PullObserver
-from harness.runtime.records import AppliedPatch, ContainerInfo
+from harness.runtime.records import AppliedPatch, ContainerInfo, ServerStop
 from harness.shell import Step
 
 
@@ -65,8 +65,9 @@ class TrackedServer:
     def memory_probe(self) -> MemoryProbe:
         return self._inner.memory_probe()
 
-    def stop(self, grace_s: float | None = None) -> int | None:
-        """The owner's stop (its verdict stands). No `grace_s`: the server's own default."""
+    def stop(self, grace_s: float | None = None) -> ServerStop:
+        """The owner's stop (its verdict stands). No `grace_s`: the server's own default. After the main thread's
+        `kill`, the kill's own value (a stop is final)."""
         with self._lock:
             self._owner_stopping = True
         try:

@@ -62,7 +62,8 @@ def numbers_legend(run: RunResult) -> str:
 
 
 def key_numbers(k: CellKv) -> list[str]:
-    """The KV numbers that explain the outcome, shortest first."""
+    """The KV numbers that explain the outcome, shortest first; then the times, the memory, and how the server's stop
+    went when it was not clean (SIGKILLed, processes left, unknown)."""
     c = k.cell
     out = []
     if inconsistent(k) and k.need is not None and k.cap is not None:  # inconsistent: both are there
@@ -81,6 +82,8 @@ def key_numbers(k: CellKv) -> list[str]:
         out.append(t)
     if (m := memory.grid_line(c)) is not None:
         out.append(m)
+    if c.stop is not None and not c.stop.clean:  # a server that had to be killed, or outlived its stop
+        out.append(c.stop.describe())
     return out
 
 

@@ -14,7 +14,7 @@ from harness.logfacts.timeline import Timeline
 from harness.matrix.scheduler import SchedulerRef
 from harness.memory.model import MemoryCurve
 from harness.predict.prediction import PredictionRecord
-from harness.runtime.records import AppliedPatch, CompileCacheUse, ContainerInfo
+from harness.runtime.records import AppliedPatch, CompileCacheUse, ContainerInfo, ServerStop
 from harness.units import fmt_seconds
 from harness.verdict.catalogue import REASONS, OutcomeMember, ReasonMember
 from harness.verdict.causes import Finding
@@ -82,6 +82,11 @@ class CellResult(_Record):
     expected: Expected | None = None
     matched: bool | None = Field(None, description="null when the cell has no expectation")
     exit_code: int | None = None
+    stop: ServerStop | None = Field(None, description="how the harness's teardown ended the server: gone before it, "
+                                    "SIGTERM honoured within the grace, SIGKILLed after it, processes left for `gc`, "
+                                    "or unknown (a container engine that cannot tell), with the grace and the seconds "
+                                    "until it was gone (docs/results.md); null when no server started, and in older "
+                                    "records")
     timings: Timings = Timings()
     timeline: Timeline = Field(default_factory=Timeline, description="where the boot's time went: milestones on the "
                                "harness's clock (seconds since the cell started), the durations vLLM logged, and the "

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from harness.matrix.load import LoadedMatrix
 from harness.runtime.base import CellContext, LineSink, Runtime, Server
+from harness.runtime.records import ServerStop, Stopped
 
 #: What builds a matrix's runtime: `make_runtime`, or (a test, the docs check) one that hands out a fake; passed as an
 #: argument (harness.cli.app.main(runtimes=...), the plugin's `boot_runtime` fixture), never chosen by a hidden switch.
@@ -24,4 +25,4 @@ def make_runtime(loaded: LoadedMatrix) -> Runtime:
     return ContainerRuntime.for_matrix(loaded)
 
 
-__all__ = ["CellContext", "LineSink", "Runtime", "RuntimeFactory", "Server", "make_runtime"]
+__all__ = ["CellContext", "LineSink", "Runtime", "RuntimeFactory", "Server", "ServerStop", "Stopped", "make_runtime"]

@@ -16,7 +16,7 @@ from harness.masking import Masker
 from harness.matrix.cells import Cell
 from harness.memory.probe import MemoryProbe
 from harness.runtime.pull import PullObserver
-from harness.runtime.records import AppliedPatch, ContainerInfo
+from harness.runtime.records import AppliedPatch, ContainerInfo, ServerStop
 from harness.shell import Step
 
 #: Called by the runtime's reader thread with each physical log line (no trailing newline), then once with None at EOF.
@@ -63,8 +63,9 @@ class Server(Protocol):
     def owns_listener(self) -> bool:
         """Whether what answers on `base_url` is this server (not a stale one left on the port)."""
 
-    def stop(self, grace_s: float = 5.0) -> int | None:
-        """Terminate, then kill after `grace_s`; returns the exit code when known."""
+    def stop(self, grace_s: float = 5.0) -> ServerStop:
+        """Terminate, then kill after `grace_s`; returns how that ended the server (its exit code inside), told from
+        what the stop did, with its seconds on the runtime's clock. A second stop returns the first one's value."""
 
     def container_info(self) -> ContainerInfo | None:
         """Engine, image and digest for container runtimes; None for a local process."""

@@ -31,7 +31,7 @@ from harness.memory.probe import Limit, MemoryProbe, Reading
 from harness.runtime.base import CellContext, LineSink, read_host_file
 from harness.runtime.ports import HOST
 from harness.runtime.pull import PullObserver
-from harness.runtime.records import AppliedPatch, ContainerInfo
+from harness.runtime.records import AppliedPatch, ContainerInfo, ServerStop, Stopped
 from harness.shell import secret_safe_command
 
 _HEADER = "(EngineCore pid=1) {level} 12-01 10:00:{sec:02d} [fake.py:1] "
@@ -59,7 +59,8 @@ BOOT_LINES: tuple[tuple[str, str], ...] = (
 @dataclass(frozen=True)
 class Script:
     """What one fake server does: log `lines`, one every `line_delay_s`, then serve, exit with `exit_code`, or hang
-    (until stopped); `start_error` makes the start itself fail (the runtime's CellStartError)."""
+    (until stopped); `start_error` makes the start itself fail (the runtime's CellStartError). A `deaf` server ignores
+    SIGTERM (vLLM mid-start-up): its stop waits the grace out on the runtime's clock, then kills it (-9)."""
 
     lines: tuple[str, ...] = ()
     then: Literal["serve", "exit", "hang"] = "serve"
@@ -70,6 +71,7 @@ class Script:
     memory: tuple[tuple[int, int], ...] = ()
     #: After this many lines the memory probe fails (a container gone, NVML erring); None: it never does.
     memory_fails_after: int | None = None
+    deaf: bool = False
 
     @classmethod
     def booted(cls, kv_tokens: int = 10720) -> Script:
@@ -167,6 +169,7 @@ class FakeServer:
         self._exited = threading.Event()
         self._stopped = threading.Event()
         self._lock = threading.Lock()
+        self._stop: ServerStop | None = None
         #: How many of its lines the script has logged (its memory steps with them).
         self.logged = 0
         # a short poll: `stop` waits for serve_forever to notice its shutdown, 0.5 s by default, on every teardown
@@ -203,12 +206,25 @@ class FakeServer:
     def owns_listener(self) -> bool:
         return self._code is None
 
-    def stop(self, grace_s: float = 5.0) -> int | None:
+    def stop(self, grace_s: float = 5.0) -> ServerStop:
+        """What its script simulates: gone already (exited), SIGTERM honoured at once (-15), or deaf: SIGKILLed (-9)
+        once the grace has passed on the runtime's clock."""
+        with self._lock:
+            if self._stop is not None:
+                return self._stop
+            t0, exited = self.clock.now(), self._code is not None
         self._stopped.set()
-        self._exit(-15)
+        if self.script.deaf and not exited:
+            self.clock.sleep(grace_s)
+        self._exit(-9 if self.script.deaf else -15)
         self._listener.shutdown()
         self._listener.server_close()
-        return self._code
+        how = Stopped.exited if exited else Stopped.killed if self.script.deaf else Stopped.terminated
+        with self._lock:
+            if self._stop is None:
+                self._stop = ServerStop(how=how, grace_s=grace_s, exit_code=self._code,
+                                        gone_s=0.0 if exited else round(self.clock.now() - t0, 3))
+            return self._stop
 
     def container_info(self) -> ContainerInfo | None:
         return None

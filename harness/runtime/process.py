@@ -32,7 +32,7 @@ from harness.runtime.carriers import proc_start_time
 from harness.runtime.ports import HOST, free_port, listener_pids, pid_in_group, port_answers
 from harness.runtime.pull import PullObserver
 from harness.runtime.reader import pump_lines
-from harness.runtime.records import AppliedPatch, ContainerInfo
+from harness.runtime.records import AppliedPatch, ContainerInfo, ServerStop, Stopped
 from harness.runtime.server_env import SERVER_ID_VAR, build_env
 from harness.shell import Step, secret_safe_command
 
@@ -82,7 +82,7 @@ class ProcessServer:
         self._pid_file = pid_file
         #: The run folder the record is reached from, never through a link below it.
         self._anchor = pid_file.parent if anchor is None else anchor
-        self._stopped = False
+        self._stopped: ServerStop | None = None
         self._lock = threading.Lock()
 
     def wait(self, timeout: float | None = None) -> int | None:
@@ -117,25 +117,30 @@ class ProcessServer:
         except PermissionError:
             return True
 
-    def stop(self, grace_s: float = 3.0) -> int | None:
+    def stop(self, grace_s: float = 3.0) -> ServerStop:
         with self._lock:
-            if not self._stopped:
-                self._stopped = True
-                self._terminate(grace_s)
-                if not self.left:  # else gc finds what is left by the record's server id
+            if self._stopped is None:
+                self._stopped = self._terminate(grace_s)
+                if self._stopped.how != Stopped.left:  # else gc finds what is left by the record's server id
                     nofollow.unlink(self._anchor, self._pid_file)
-        return self.proc.poll()
+            return self._stopped
 
     def _signal_carriers(self, sig: int) -> list[carriers.Carrier]:
         """The server's processes outside its group (the group is signalled as one)."""
         return [] if self.server_id is None else carriers.signal_all(self.server_id, sig, outside=self.pgid)
 
-    def _terminate(self, grace_s: float) -> None:
+    def _terminate(self, grace_s: float) -> ServerStop:
+        """End the server; how, from what this did: nothing to signal (exited), the group gone within the grace
+        (terminated), the grace run out (killed), or processes found still there after every SIGKILL (left)."""
+        t0 = self.clock.now()
+        self.proc.poll()  # a leader that exited on its own is reaped first: its group is then gone, not signalled
         # The leader may have exited while engine children still hold the group, and a process may have left the
         # group (a daemon, a new session): signal the group and every process carrying the server's id either way.
         grouped = self._signal_group(signal.SIGTERM)
         termed = self._signal_carriers(signal.SIGTERM)
+        how = Stopped.exited
         if grouped or termed:
+            how = Stopped.terminated
             deadline = self.clock.now() + grace_s
             while self.clock.now() < deadline:
                 self.proc.poll()
@@ -144,6 +149,7 @@ class ProcessServer:
                     break
                 self.clock.sleep(STOP_POLL_S)
             else:
+                how = Stopped.killed
                 self._signal_group(signal.SIGKILL)
                 for c in termed:
                     carriers.send(c, self.server_id or "", signal.SIGKILL)
@@ -156,7 +162,16 @@ class ProcessServer:
             self._signal_group(signal.SIGKILL)
             self.clock.sleep(STOP_POLL_S)
         if self.server_id is not None:  # what forked while it was being ended, or ignored the TERM
-            self.left = carriers.kill_all(self.server_id, self.clock).left
+            ended = carriers.kill_all(self.server_id, self.clock)
+            self.left = ended.left
+            if ended.killed:  # a process outlived the group's end (or forked meanwhile): SIGKILL ended the server
+                how = Stopped.killed
+        lingering = self.group_alive()
+        if self.left or lingering:  # a group on this host's /proc is counted; one seen only by kill(0) is one
+            left = len(set(self.left) | (live_group_members(self.pgid) or set())) or 1
+            return ServerStop(how=Stopped.left, grace_s=grace_s, exit_code=self.proc.poll(), left=left)
+        gone = 0.0 if how == Stopped.exited else round(self.clock.now() - t0, 3)
+        return ServerStop(how=how, grace_s=grace_s, gone_s=gone, exit_code=self.proc.poll())
 
     def container_info(self) -> ContainerInfo | None:
         return None

@@ -14,6 +14,7 @@ import pytest
 
 from harness.runtime.ports import free_port
 from harness.runtime.process import ProcessRuntime
+from harness.runtime.records import Stopped
 from tests.builders import FAKE_VLLM
 from tests.helpers.fake_boot import boot
 
@@ -35,11 +36,15 @@ def test_a_booting_server_is_booted_and_then_stopped(tmp_path):
     assert result.argv[-4:] == ["--host", "127.0.0.1", "--port", str(result.port)]
     assert (store.run_dir / result.log_path).read_text().count("Application startup complete") == 1
     assert not list((store.run_dir / "active").glob("*.json")), "the process-group record is removed after teardown"
+    stop = result.stop
+    assert (stop.how, stop.exit_code, stop.left) == (Stopped.terminated, -15, 0), "SIGTERM honoured within the grace"
+    assert stop.gone_s is not None  # a figure: gone, not left
 
 
 def test_a_refusing_server_is_refused_with_its_numbers(tmp_path):
     result, _ = boot(tmp_path, "refuse")
     assert (result.outcome, result.reason, result.exit_code) == ("refused", "kv_cache_too_small", 1)
+    assert (result.stop.how, result.stop.exit_code, result.stop.gone_s) == (Stopped.exited, 1, 0.0), result.stop
     assert result.refusal.estimated_max_model_len == 3072
 
 
@@ -49,12 +54,16 @@ def test_a_refusal_followed_by_a_hang_is_decided_at_the_line_and_the_server_kill
     result, _ = boot(tmp_path, "refuse_hang", linger_s=1, timeout_s=600)
     assert (result.outcome, result.reason) == ("refused", "kv_cache_too_small")
     assert result.exit_code in (-15, -9), f"the harness stopped the hanging server: exit {result.exit_code}"
+    assert result.stop.how in (Stopped.terminated, Stopped.killed), result.stop
 
 
 def test_a_server_that_ignores_sigterm_is_killed_at_the_deadline(tmp_path):
     result, store = boot(tmp_path, "ignore_term", timeout_s=2)
     assert (result.outcome, result.reason) == ("timeout", "deadline")
-    assert result.exit_code == -9, "SIGTERM ignored, so the group got SIGKILL after the grace"
+    stop = result.stop
+    assert (stop.how, stop.exit_code, stop.left) == (Stopped.killed, -9, 0), "SIGTERM ignored: SIGKILL after the grace"
+    assert stop.gone_s is not None and stop.grace_s <= stop.gone_s, "the grace ran out before the SIGKILL"
+    assert result.exit_code == -9
 
 
 @pytest.mark.parametrize("scenario,reason", [("crash", "uncaught_exception"), ("exit0", "exited_before_ready"),

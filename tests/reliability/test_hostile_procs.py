@@ -26,6 +26,7 @@ from harness.runtime import carriers
 from harness.runtime.carriers import Carrier, proc_start_time
 from harness.runtime.ports import listener_pids
 from harness.runtime.process import REAP_S, ProcessServer
+from harness.runtime.records import Stopped
 from harness.runtime.server_env import SERVER_ID_VAR
 from tests.helpers.env import ROOT
 from tests.helpers.reliability import fake_matrix, kill_pids, live, only_run, read_json, wait_for
@@ -282,7 +283,8 @@ def test_a_teardown_kills_a_sigterm_deaf_daemon_when_the_grace_runs_out(tmp_path
         record.write_text("{}")
         clock = FakeClock()
         server = ProcessServer(leader, ["x"], 0, record, clock, server_id=ID)  # type: ignore[arg-type]  # a stand-in leader
-        assert server.stop(grace_s=3.0) == -signal.SIGTERM
+        stop = server.stop(grace_s=3.0)
+        assert (stop.how, stop.exit_code, stop.left) == (Stopped.killed, -signal.SIGTERM, 0), stop
         assert gone(daemon), "the TERM-deaf daemon outlived the teardown"
         assert server.left == [] and not record.exists()
         assert 3.0 <= sum(clock.slept) < 3.0 + REAP_S + carriers.KILL_ROUNDS * carriers.KILL_WAIT_S

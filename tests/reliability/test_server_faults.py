@@ -147,14 +147,23 @@ def _check_fault(f: Fault, run: dict, runtime: str) -> None:
     # SIGTERM first, and a deaf server SIGKILLed after the grace, not waited for.
     if f.decided_at_deadline:
         assert run["timeout_s"] <= t["verdict_s"], t
+    # The record says how the stop ended the server (harness.runtime.records.ServerStop); the fake server's `term`
+    # marks stay the witness that SIGTERM reached it.
+    stop = cell["stop"]
     termed = marks(run["marks"] / f.case, "term")
     if f.stopped:
         assert termed, f"{f.case}: the harness never sent its server SIGTERM"
+        want = ("killed", -9 if runtime == "process" else 137) if f.deaf else \
+            ("terminated", -15 if runtime == "process" else 143)
+        assert (stop["how"], stop["exit_code"]) == want, f"{f.case}: {stop}"
+        assert stop["gone_s"] is not None and (not f.deaf or stop["gone_s"] >= stop["grace_s"]), stop
+    else:  # it exits on its own, mostly before the stop; if the stop came first, SIGTERM reached it
+        assert stop["how"] == ("terminated" if termed else "exited"), f"{f.case}: {stop}, SIGTERM got: {termed}"
+    assert stop["left"] == 0 and stop["note"] is None, stop
     if f.deaf and runtime == "process":  # a container's init passes SIGTERM on to its server only
         assert len(termed) == 2, f"{f.case}: SIGTERM reached {termed}, not the server and its engine child"
-        assert cell["exit_code"] == -9, f"{f.case}: SIGTERM ignored, so SIGKILL after the grace: {cell['exit_code']}"
-    elif f.stopped and runtime == "process":
-        assert cell["exit_code"] == -15, f"{f.case}: SIGTERM honoured: {cell['exit_code']}"
+    if f.stopped and runtime == "process":
+        assert cell["exit_code"] == stop["exit_code"], cell["exit_code"]
     figure(f"fault '{f.case}' ({runtime}): outcome, verdict_s, total_s",
            f"{cell['outcome']}/{cell['reason']} {t['verdict_s']:.2f} {t['total_s']:.2f}")
 

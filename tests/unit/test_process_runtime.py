@@ -11,7 +11,8 @@ import pytest
 
 from harness.clock import FakeClock
 from harness.errors import RuntimeUnavailable
-from harness.runtime.process import REAP_S, ProcessRuntime, ProcessServer
+from harness.runtime.process import REAP_S, STOP_POLL_S, ProcessRuntime, ProcessServer
+from harness.runtime.records import Stopped
 
 
 def test_a_missing_command_is_a_clear_preflight_error(tmp_path):
@@ -65,8 +66,10 @@ class _Group(ProcessServer):
 def test_a_group_that_ends_on_sigterm_is_never_killed(tmp_path):
     clock = FakeClock()
     server = _Group(tmp_path, clock, term_s=1.2)
-    assert server.stop(grace_s=3.0) == -15
-    assert server.signals == [signal.SIGTERM]
+    stop = server.stop(grace_s=3.0)
+    assert (stop.how, stop.exit_code, stop.grace_s, stop.left) == (Stopped.terminated, -15, 3.0, 0)
+    assert 1.2 <= stop.gone_s <= 1.2 + 2 * STOP_POLL_S, "gone when the group was, on the stop's clock"
+    assert stop.clean and server.signals == [signal.SIGTERM]
     assert 1.2 <= sum(clock.slept) < 1.3, "polled until the group was gone, not for the whole grace"
     assert not (tmp_path / "c.json").exists(), "the group's record goes with it"
 
@@ -74,16 +77,29 @@ def test_a_group_that_ends_on_sigterm_is_never_killed(tmp_path):
 def test_a_group_that_ignores_sigterm_is_killed_when_the_grace_runs_out(tmp_path):
     clock = FakeClock()
     server = _Group(tmp_path, clock, term_s=None)
-    assert server.stop(grace_s=3.0) == -9
+    stop = server.stop(grace_s=3.0)
+    assert (stop.how, stop.exit_code, stop.grace_s) == (Stopped.killed, -9, 3.0)
+    assert 3.0 <= stop.gone_s <= 3.0 + 2 * STOP_POLL_S and not stop.clean
     assert server.signals == [signal.SIGTERM, signal.SIGKILL]
     assert 3.0 <= sum(clock.slept) < 3.1
+
+
+def test_a_group_gone_before_the_stop_is_not_signalled_and_says_it_exited(tmp_path):
+    clock = FakeClock()
+    server = _Group(tmp_path, clock)
+    server.gone_at, server.proc.returncode = clock.now(), 1
+    stop = server.stop(grace_s=3.0)
+    assert (stop.how, stop.exit_code, stop.gone_s) == (Stopped.exited, 1, 0.0)
+    assert server.signals == [] and clock.slept == []
 
 
 def test_members_that_outlive_the_leader_are_killed_again_until_gone(tmp_path):
     clock = FakeClock()
     server = _Group(tmp_path, clock, term_s=None, linger_s=0.5)
     t0 = clock.now()
-    server.stop(grace_s=1.0)
+    stop = server.stop(grace_s=1.0)
+    assert stop.how == Stopped.killed and 1.5 <= stop.gone_s <= 1.5 + 2 * STOP_POLL_S, "gone once its members were"
+    assert stop.describe() == f"ignored SIGTERM; SIGKILLed after the 1.0 s grace, gone {stop.gone_s - 1:.1f} s later"
     assert server.signals[:2] == [signal.SIGTERM, signal.SIGKILL] and set(server.signals[2:]) == {signal.SIGKILL}
     assert len(server.signals) > 3 and not server.group_alive()
     assert 1.5 <= clock.now() - t0 < 1.6
@@ -93,14 +109,16 @@ def test_a_group_that_will_not_die_is_given_up_on_after_the_reap_bound(tmp_path)
     clock = FakeClock()
     server = _Group(tmp_path, clock, term_s=None, linger_s=3600)
     t0 = clock.now()
-    server.stop(grace_s=1.0)
+    stop = server.stop(grace_s=1.0)
     assert server.group_alive(), "gc reaps it later from its record; the stop does not hang"
     assert 1.0 + REAP_S <= clock.now() - t0 < 1.0 + REAP_S + 0.1
+    assert (stop.how, stop.gone_s) == (Stopped.left, None) and stop.left >= 1
+    assert (tmp_path / "c.json").exists(), "its record stays for gc"
 
 
 def test_a_stop_is_final(tmp_path):
     clock = FakeClock()
     server = _Group(tmp_path, clock)
-    server.stop()
-    server.stop()
+    first = server.stop()
+    assert server.stop() is first
     assert server.signals == [signal.SIGTERM]
