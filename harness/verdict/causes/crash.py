@@ -3,7 +3,7 @@ code, or in an exception the catalogue does not know. `crashed`, with the line t
 
 from __future__ import annotations
 
-from .model import GENERIC, WEAK, Cause, CauseKind, Pattern
+from .model import ANNOUNCES, GENERIC, WEAK, Cause, CauseKind, Pattern
 from .shapes import EXC
 
 K = CauseKind.crash
@@ -22,7 +22,7 @@ ENGINE_CORE_FAILED_ROOT_CAUSE_NOT_SHOWN = Cause(
      Pattern("Retry with --enable-serving-output", rank=GENERIC),
      # the engine core's or a worker's own line before its traceback (0.8.5-0.34: logger.exception("EngineCore failed
      # to start.")): the exception that follows is the cause; a paste cut before it holds no cause
-     Pattern("failed to start.", r"\b(?:EngineCore|WorkerProc) failed to start\.", rank=GENERIC, stops=False)),
+     Pattern("failed to start.", r"\b(?:EngineCore|WorkerProc) failed to start\.", rank=ANNOUNCES, stops=False)),
     ("the root cause is not in the log: the engine core's output was not captured (keep the engine's stderr)",),
     aliases=("engine_init_failed",), stops=True,
     examples=("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",

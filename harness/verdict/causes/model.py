@@ -41,6 +41,9 @@ KIND_OUTCOME: dict[CauseKind, Outcome] = {
 
 
 #: How much a line says about the root cause, low to high: the decisive line is the first of the highest rank.
+ANNOUNCES = -1
+"""A line that only announces the failure whose traceback follows ("EngineCore failed to start."): decisive only in a
+paste cut right after it; any wrapper or exception line after it says more."""
 GENERIC = 0
 """A wrapper that only says something failed ("Engine core initialization failed. See root cause above")."""
 WEAK = 1
