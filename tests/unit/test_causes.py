@@ -329,3 +329,23 @@ def test_the_mtp_axis_and_lora_refusals_read_their_figures(line, numbers):
     assert facts.cause.numbers == numbers
     assert match("WARNING max_num_scheduled_tokens is set to 2048 based on the speculative decoding settings. This "
                  "may lead to suboptimal performance.", False) is None
+
+
+@pytest.mark.parametrize(("line", "choices"), [
+    ("vllm serve: error: argument --tool-call-parser: invalid choice: 'glm45' (choose from 'hermes', 'glm4_moe')",
+     "'hermes', 'glm4_moe'"),
+    ("vllm serve: error: argument --tool-call-parser: invalid choice: 'glm45' (choose from hermes, glm4_moe)",
+     "hermes, glm4_moe"),
+])
+def test_an_invalid_choice_hint_names_the_rejected_value_and_the_choices(line, choices):
+    cause = BY_ID["unrecognized_argument"]
+    finding = match(line)
+    assert finding is not None and finding.cause is cause
+    assert cause.hint(finding.numbers) == (f"this vLLM does not accept glm45 for --tool-call-parser: it takes "
+                                            f"{choices}")
+
+
+def test_an_invalid_choice_cut_before_its_choices_still_names_the_value():
+    finding = match("vllm serve: error: argument --tool-call-parser: invalid choice: 'glm45' (choose from hermes,")
+    assert finding is not None
+    assert "accept glm45 for --tool-call-parser" in BY_ID["unrecognized_argument"].hint(finding.numbers)

@@ -353,12 +353,18 @@ UNSUPPORTED_ARCHITECTURE = Cause(
     "now\")",
     (Pattern("are not supported for now", r"Model architectures?\s*\[?'?(?P<architecture>[\w.]{1,80})'?\]? (?:are|is) "
              r"not supported for now"),
-     Pattern("has no vLLM implementation", r"(?P<architecture>[\w.]{1,80}) has no vLLM implementation")),
+     Pattern("has no vLLM implementation", r"(?P<architecture>[\w.]{1,80}) has no vLLM implementation"),
+     # a GGUF file's architecture: vLLM's own check (0.6.3+) and transformers' GGUF loader that vLLM calls
+     Pattern("GGUF model with architecture", r"GGUF model with architecture (?P<architecture>[\w.-]{1,80}) is not "
+             r"supported"),
+     Pattern("not supported", r"\A(?:ValueError: )?Architecture (?P<architecture>[\w.-]{1,80}) not supported\b")),
     ("this vLLM does not know {architecture}: upgrade vLLM or serve another model",
      "this vLLM does not know the model's architecture"),
     numbers=("architecture",),
     examples=("ValueError: Model architectures ['Qwen3ForCausalLM'] are not supported for now. Supported "
-              "architectures: dict_keys(['AquilaModel', 'LlamaForCausalLM'])",))
+              "architectures: dict_keys(['AquilaModel', 'LlamaForCausalLM'])",
+              "ValueError: GGUF model with architecture olmo2 is not supported yet.",
+              "ValueError: Architecture chatglm not supported"))
 
 TRUST_REMOTE_CODE = Cause(
     "trust_remote_code", K,
@@ -385,9 +391,15 @@ UNRECOGNIZED_ARGUMENT = Cause(
     (Pattern("error: unrecognized arguments:", r"error: unrecognized arguments:\s*(?P<argument>\S{1,200})"),
      Pattern("error: argument ", r"error: argument (?P<argument>[^:]{1,100}):\s*(?P<problem>[^\n]{1,200})"),
      Pattern("error: the following arguments are required", r"required:\s*(?P<argument>\S{1,100})")),
-    ("this vLLM does not accept {argument}: drop it or use a release that has it",
+    ("this vLLM does not accept {value} for {argument}: it takes {choices}",
+     "this vLLM does not accept {value} for {argument}: use a value its release lists, or a release that has it",
+     "this vLLM does not accept {argument}: drop it or use a release that has it",
      "the server rejected its command line"),
-    numbers=("argument", "problem"),
+    numbers=("argument", "problem", "value", "choices"),
+    # argparse's "invalid choice: 'x' (choose from 'a', 'b')": the rejected value and what the release takes (Python
+    # 3.12 lists the choices unquoted, and a paste may cut the list: then only the value is said)
+    also=(Also("value", r"invalid choice: '([^'\n]{1,100})'"),
+          Also("choices", r"\(choose from ([^)\n]{1,400})\)")),
     examples=("vllm: error: unrecognized arguments: --no-such-flag",
               "api_server.py: error: argument --dtype: invalid choice: 'bf17' (choose from 'auto', 'half')"))
 

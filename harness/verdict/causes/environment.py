@@ -213,9 +213,15 @@ NO_GPU_VISIBLE = Cause(
      Pattern("NVIDIA Driver was not detected"),
      Pattern("Torch not compiled with CUDA enabled"),
      Pattern("CUDA driver initialization failed"),
-     Pattern("device_count() is 0", rank=WEAK)),
+     Pattern("device_count() is 0", rank=WEAK),
+     # vLLM 0.8.5+ logs it at INFO and goes on until something fails for want of a device: weak, any level
+     Pattern("No platform detected, vLLM is running on UnspecifiedPlatform", rank=WEAK, any_level=True),
+     # the container engine's own refusal: no NVIDIA runtime (nvidia-container-toolkit) for --gpus
+     Pattern("could not select device driver")),
     ("no GPU is visible to the server: pass the devices (--gpus / CUDA_VISIBLE_DEVICES) and check the driver",),
-    examples=("RuntimeError: Failed to infer device type", "RuntimeError: No CUDA GPUs are available"))
+    examples=("RuntimeError: Failed to infer device type", "RuntimeError: No CUDA GPUs are available",
+              "INFO 08-02 02:39:50 [__init__.py:248] No platform detected, vLLM is running on UnspecifiedPlatform",
+              'docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]]'))
 
 INVALID_DEVICE_ORDINAL = Cause(
     "invalid_device_ordinal", K,
@@ -464,6 +470,8 @@ COMPILE_FAILED = Cause(
      Pattern("ptxas"),
      Pattern("Failed to find C compiler"),
      Pattern("command not found", r"\b(?:gcc|cc|g\+\+|clang|nvcc): (?:command )?not found"),
+     # a kernel library compiled on first use (FlashInfer's JIT; unsloth words it so when ninja is missing)
+     Pattern("failed to JIT-compile"),
      # accelerators that compile every graph ahead of running it: AWS Neuron (vllm-neuron) and Intel Gaudi (HPU)
      Pattern("neuronx-cc compilation failed", r"neuronx-cc compilation failed with (?P<status>-?\d{1,4})"),
      Pattern("Graph compile failed", r"Graph compile failed\. synStatus=(?:synStatus )?(?P<status>\d{1,4})")),
@@ -471,6 +479,7 @@ COMPILE_FAILED = Cause(
     numbers=("status",),
     examples=("torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:",
               "RuntimeError: Failed to find C compiler. Please specify via CC environment variable.",
+              "RuntimeError: FlashInfer failed to JIT-compile: ninja (build tool) not found.",
               "RuntimeError: neuronx-cc compilation failed with 70. Check compiler logs.",
               "RuntimeError: Graph compile failed. synStatus=synStatus 26 [Generic failure]."))
 
@@ -498,11 +507,60 @@ CORRUPT_CHECKPOINT = Cause(
               "  Value error, Expecting value: line 1 column 1 (char 0) [type=value_error, input_value=ArgsKwargs((), "
               "{'model': 'm'}), input_type=ArgsKwargs]"))
 
+#: A directory a cache lives in: the Hub's, vLLM's, and the kernel caches (Triton, FlashInfer, torch.compile).
+_CACHE_PATH = r"'(?P<path>[^'\n]{0,300}(?:cache|huggingface|\.triton|flashinfer|torch_compile)[^'\n]{0,300})'"
+
+CACHE_DIR_UNUSABLE = Cause(
+    "cache_dir_unusable", K,
+    "a cache directory the server writes or reads (HF_HOME / HF_HUB_CACHE, vLLM's, Triton's, FlashInfer's) is missing, "
+    "read-only or not writable by this user (huggingface_hub's CacheNotFound, Errno 13 / Errno 30 on a cache path): a "
+    "mount or a user id, not the configuration",
+    (Pattern("Cache directory not found", r"Cache directory not found: (?P<path>\S{1,300}?)\.?(?:\s|\Z)"),
+     Pattern("Permission denied", r"Permission denied: " + _CACHE_PATH),
+     Pattern("Read-only file system", r"Read-only file system: " + _CACHE_PATH)),
+    ("the cache directory {path} cannot be used (missing, read-only or another user's): point HF_HOME / the cache "
+     "variables at a writable directory or fix the mount",
+     "a cache directory cannot be used: point HF_HOME / the cache variables at a writable directory"),
+    numbers=("path",),
+    examples=("huggingface_hub.errors.CacheNotFound: Cache directory not found: /data/.cache/huggingface. Please use "
+              "`cache_dir` argument or set `HF_HUB_CACHE` environment variable.",
+              "PermissionError: [Errno 13] Permission denied: '/home/user/cache_root/huggingface'",
+              "OSError: [Errno 30] Read-only file system: '/projects/x/.cache/flashinfer'"))
+
+HUB_RATE_LIMITED = Cause(
+    "hub_rate_limited", K,
+    "the Hub refused the requests for a while (HTTP 429, \"We had to rate limit you\"): too many calls from this IP or "
+    "token; a cached model served by its local path, or HF_HUB_OFFLINE=1, makes none",
+    (Pattern("429 Client Error", r"429 Client Error[^\n]{0,120}?(?:" + _REPO + r"|\Z|\.)"),
+     Pattern("We had to rate limit you")),
+    ("the Hub rate-limited the download of {model}: pass HF_TOKEN, wait, or serve the cached copy offline",
+     "the Hub rate-limited the download: pass HF_TOKEN, wait, or serve the cached copy offline"),
+    numbers=("model",),
+    # the quota message links the Hub's docs (huggingface.co/docs/hub/rate-limits): not a repo
+    also=(Also("model", r"huggingface\.co/(?:api/models/)?(?!docs/)([\w.-]{1,96}/[\w.-]{0,95}[\w-])"),),
+    examples=("requests.exceptions.HTTPError: 429 Client Error: Too Many Requests for url: "
+              "https://huggingface.co/api/models/Qwen/Qwen2.5-1.5B-Instruct",
+              "We had to rate limit you, you hit the quota of 6000 api requests per 5 minutes period."))
+
+DISK_FULL = Cause(
+    "disk_full", K,
+    "the disk the weights, the cache or a conversion are written to is full (Errno 28 \"No space left on device\", "
+    "safetensors' StorageFull)",
+    (Pattern("No space left on device"),
+     Pattern("StorageFull")),
+    ("the disk is full: free space where the model is downloaded or cached (or point HF_HOME elsewhere)",),
+    examples=("OSError: [Errno 28] No space left on device",
+              'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on '
+              'device" })'))
+
+
 #: Order: the finer readings first (a nvJitLink symbol before any undefined symbol; offline before a bare connection
-#: error; a missing config.json before the "not a valid model identifier" of the same OSError).
+#: error; a missing config.json before the "not a valid model identifier" of the same OSError; a full /dev/shm before a
+#: full disk).
 CAUSES: tuple[Cause, ...] = (
-    GATED_MODEL, HF_OFFLINE_NO_CACHE, MISSING_CONFIG_JSON, MODEL_NOT_FOUND, BAD_LOCAL_PATH, TOKENIZER_ERROR,
-    TRANSFORMERS_TOO_OLD, NO_GPU_VISIBLE, INVALID_DEVICE_ORDINAL, DRIVER_MISMATCH, CUDA_LIB_MISMATCH, NO_KERNEL_IMAGE,
-    EXTENSION_ABI_MISMATCH, PINNED_MEMORY_UNAVAILABLE, CUDA_FORK_REINIT, SHM_TOO_SMALL, PORT_IN_USE,
+    GATED_MODEL, HUB_RATE_LIMITED, HF_OFFLINE_NO_CACHE, CACHE_DIR_UNUSABLE, MISSING_CONFIG_JSON, MODEL_NOT_FOUND,
+    BAD_LOCAL_PATH, TOKENIZER_ERROR, TRANSFORMERS_TOO_OLD, NO_GPU_VISIBLE, INVALID_DEVICE_ORDINAL, DRIVER_MISMATCH,
+    CUDA_LIB_MISMATCH, NO_KERNEL_IMAGE,
+    EXTENSION_ABI_MISMATCH, PINNED_MEMORY_UNAVAILABLE, CUDA_FORK_REINIT, SHM_TOO_SMALL, DISK_FULL, PORT_IN_USE,
     CORRUPT_CHECKPOINT, COMPILE_FAILED, BROKEN_INSTALL, RAY_PLACEMENT_ERROR, NCCL_ERROR, TIMEOUT_DISTRIBUTED_INIT,
     TIMEOUT_ENGINE_STARTUP, MODEL_INSPECTION_FAILED)
