@@ -39,6 +39,15 @@ class Wrapper(StrEnum):
     kserve = "kserve"
     """KServe's model server logger (huggingfaceserver, which runs vLLM in-process): `2024-07-01 07:28:04.488 1 kserve
     ERROR [__main__.py:<module>():254] ` (its own time, pid, level and place)."""
+    xinference = "xinference"
+    """Xinference's logger, which its worker also gives vLLM's own loggers: `2024-06-25 16:32:00,563
+    xinference.api.restful_api 3118895 ERROR    ` (`%(asctime)s %(name)-12s %(process)d %(levelname)-8s`)."""
+    dynamo = "dynamo"
+    """NVIDIA Dynamo's tracing format, for its Rust runtime and the vLLM worker it runs: `2025-06-06T09:52:01.833Z ERROR
+    core.run_engine_core: ` (the level right-aligned in five: `Z  INFO dynamo_run::input::http: `)."""
+    gpustack = "gpustack"
+    """GPUStack's server and worker log: `2025-03-04T14:57:43+00:00 - gpustack.worker.backends.vllm - INFO - ` (newer
+    releases: `2025-12-20 04:37:58.559317+08:00 - `; a paste without the time keeps `gpustack.<module> - LEVEL - `)."""
     timestamps = "timestamps"
     """`docker logs -t`, `docker compose logs -t`, `kubectl logs --timestamps`: an RFC 3339 time and a space
     (`2025-08-12T08:42:39.123456789Z `)."""
@@ -52,11 +61,16 @@ _ZONE = r"(?:Z|[+-][0-2]\d:?[0-5]\d)"
 _SHAPES = re.compile(
     r"\A(?:"
     rf"(?P<{Wrapper.github_actions}>{_DATE_T}\.\d{{7}}Z )"
+    rf"|(?P<{Wrapper.dynamo}>{_DATE_T}\.\d{{1,9}}Z (?:ERROR| WARN| INFO|DEBUG|TRACE) [A-Za-z_][\w.:-]{{0,200}}: )"
+    rf"|(?P<{Wrapper.gpustack}>(?:\d{{4}}-[01]\d-[0-3]\d[T ][0-2]\d:[0-5]\d:[0-6]\d(?:\.\d{{1,6}})?{_ZONE} - "
+    r"[A-Za-z_][\w.]{0,200}|gpustack(?:\.\w{1,100}){0,20}) - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - )"
     rf"|(?P<{Wrapper.timestamps}>{_DATE_T}(?:\.\d{{1,9}})?{_ZONE} )"
     rf"|(?P<{Wrapper.cloudwatch_csv}>1\d{{12}},)"
     rf"|(?P<{Wrapper.buildkite}>\[{_DATE_T}Z\] )"
     r"|(?P<kserve>\d{4}-[01]\d-[0-3]\d [0-2]\d:[0-5]\d:[0-6]\d\.\d{3} \d{1,10} kserve "
     r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \[[^\]\n]{1,300}\] )"
+    r"|(?P<xinference>\d{4}-[01]\d-[0-3]\d [0-2]\d:[0-5]\d:[0-6]\d,\d{3} [A-Za-z_][\w.]{0,200} +\d{1,10} "
+    r"(?:DEBUG {4}|INFO {5}|WARNING {2}|ERROR {4}|CRITICAL ))"
     r"|(?P<lemonade>\d{4}-[01]\d-[0-3]\d [0-2]\d:[0-5]\d:[0-6]\d\.\d{3} \[[A-Z][a-z]{2,8}\] \([A-Za-z]{1,40}\) )"
     rf"|(?P<{Wrapper.kubectl}>\[pod/[a-z0-9](?:[-a-z0-9.]{{0,251}}[a-z0-9])?/[a-z0-9](?:[-a-z0-9]{{0,61}}[a-z0-9])?\] )"
     rf"|(?P<{Wrapper.compose}>[A-Za-z0-9][A-Za-z0-9_.-]{{0,200}}[-_]\d{{1,4}} +\|(?: |\Z))"

@@ -114,6 +114,8 @@ LOOK_ALIKES = {
     "compose-without-index": "vllm  | INFO hello",
     "number-and-comma": "1756144014882 tokens, 12 requests",
     "kserve-without-pid": "2024-07-01 07:28:04.488 kserve ERROR [__main__.py:<module>():254] x",
+    "xinference-level-unpadded": "2024-03-29 18:28:51,319 xinference.core.worker 75 ERROR Failed to load model",
+    "gpustack-without-zone": "2025-03-04T14:57:43 - gpustack.worker.downloaders - INFO - x",
     "uvicorn": 'INFO:     127.0.0.1:40000 - "GET /health HTTP/1.1" 200 OK',
     "vllm-header": "(APIServer pid=7) INFO 12-04 12:00:00 [api_utils.py:347] vLLM server version 0.32.0",
     "traceback": '  File "/usr/lib/python3.12/site-packages/vllm/v1/core/kv_cache_utils.py", line 1087, in check',
@@ -130,7 +132,47 @@ OWN_LINES = {
                               'raise RuntimeError("Engine core initialization failed. "'),
     "cloudwatch-csv-bare": ("1756144014882,vLLM engine args: [--port 8080]", (Wrapper.cloudwatch_csv,),
                             "vLLM engine args: [--port 8080]"),
+    # Xinference's format, its own loggers and vLLM's in its worker (xorbitsai/inference 1715, 2440)
+    "xinference": ("2024-06-25 16:32:00,563 xinference.api.restful_api 3118895 ERROR    [address=127.0.0.1:37657, "
+                   "pid=3125985] User-specified max_model_len (4096) is greater than the derived max_model_len",
+                   (Wrapper.xinference,), "[address=127.0.0.1:37657, pid=3125985] User-specified max_model_len (4096) "
+                   "is greater than the derived max_model_len"),
+    "xinference-vllm-logger": ("2024-10-15 01:55:07,541 vllm.worker.model_runner 75563 INFO     Starting to load model "
+                               "/usr/models/glm-4-9b-chat...", (Wrapper.xinference,),
+                               "Starting to load model /usr/models/glm-4-9b-chat..."),
+    # NVIDIA Dynamo's tracing format (ai-dynamo/dynamo 1408; its docs' frontend lines)
+    "dynamo": ("2025-06-06T09:52:01.833Z ERROR core.run_engine_core: EngineCore failed to start.", (Wrapper.dynamo,),
+               "EngineCore failed to start."),
+    "dynamo-info": ("2025-03-25T02:55:19.471049Z  INFO dynamo_run::input::text: Ctrl-c to exit", (Wrapper.dynamo,),
+                    "Ctrl-c to exit"),
+    # GPUStack's log (gpustack/gpustack 1400, 3969; a paste without the times)
+    "gpustack": ("2025-03-04T14:57:43+00:00 - gpustack.worker.downloaders - INFO - Retriving file lock",
+                 (Wrapper.gpustack,), "Retriving file lock"),
+    "gpustack-microseconds": ("2025-12-20 04:37:58.559317+08:00 - gpustack.worker.serve_manager - ERROR - Error "
+                              "provisioning model instance Qwen3-nntL6: Failed to get vLLM backend image",
+                              (Wrapper.gpustack,), "Error provisioning model instance Qwen3-nntL6: Failed to get vLLM "
+                              "backend image"),
+    "gpustack-without-time": ("gpustack.worker.backends.vllm - INFO - Starting vllm server", (Wrapper.gpustack,),
+                              "Starting vllm server"),
 }
+
+
+#: vLLM's own refusal behind a launcher's logger prefix: the anchored pattern reads it as in the bare line.
+_REFUSAL = ("ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that can be "
+            "stored in KV cache (7344). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+            "initializing the engine.")
+LAUNCHER_PREFIXES = {
+    "xinference": "2024-04-12 21:57:39,467 vllm.engine.llm_engine 167 ERROR    ",
+    "dynamo": "2025-06-06T09:52:01.833Z ERROR core.run_engine_core: ",
+    "gpustack": "2025-03-04T14:57:43+00:00 - gpustack.worker.backends.vllm - ERROR - ",
+}
+
+
+@pytest.mark.parametrize("prefix", LAUNCHER_PREFIXES.values(), ids=LAUNCHER_PREFIXES.keys())
+def test_a_refusal_behind_a_launchers_prefix_is_read_as_the_bare_one(prefix):
+    bare, prefixed = parse_text(_REFUSAL), parse_text(prefix + _REFUSAL)
+    assert bare.refusal is not None and bare.refusal.kind == "kv_cache_too_small"
+    assert prefixed.refusal == bare.refusal
 
 
 @pytest.mark.parametrize(("line", "wrappers", "message"), OWN_LINES.values(), ids=OWN_LINES.keys())

@@ -253,13 +253,18 @@ NOT_ENOUGH_GPUS = Cause(
              r"than the number of available GPUs\s*\(\s*" + named("gpus", INT)),
      Pattern("is greater than the number of available GPUs"),
      Pattern("exceeds available GPUs", r"(?:Tensor|Pipeline|Data) parallel size\s*\(\s*" + named("world_size", INT)
-             + r"\s*\) exceeds available GPUs\s*\(\s*" + named("gpus", INT))),
+             + r"\s*\) exceeds available GPUs\s*\(\s*" + named("gpus", INT)),
+     # V1's worker (0.11.0 `v1/worker/gpu_worker.py`), an assertion: on multi-node Ray it compared the whole world size
+     # with one node's GPUs, vLLM's own bug (fixed by its PR 28873).
+     Pattern("number of visible devices", r"local_world_size\s*\(\s*" + named("world_size", INT)
+             + r"\s*\) must be less than or equal to the number of visible devices\s*\(\s*" + named("gpus", INT))),
     ("world size {world_size} is above the {gpus} GPUs visible: lower tensor/pipeline parallel sizes",
      "the world size is above the GPUs visible: lower tensor/pipeline parallel sizes (or show the server more GPUs)"),
     numbers=("world_size", "gpus"),
     examples=("AssertionError: please set tensor_parallel_size to less than max local gpu count",
               "ValueError: The number of required GPUs exceeds the total number of available GPUs in the placement "
-              "group."))
+              "group.",
+              "AssertionError: local_world_size (16) must be less than or equal to the number of visible devices (8)."))
 
 EP_NOT_DIVISIBLE = Cause(
     "ep_not_divisible", K, "the expert count does not divide by the expert-parallel size",
