@@ -21,6 +21,13 @@ REQUIRED = FIELDS - {"note"}
 CAUSE_ID = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
 FILE_NAME = re.compile(r"(\d{3})-([a-z0-9_]+)\.log")
 SOURCE = re.compile(r"https://github\.com/([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)/(?:issues|pull|discussions)/\d+(?:#\S+)?")
+#: Q&A sites, forums and blogs whose threads and posts a reader can open (issue 40, round six): the source is an https
+#: (or, for a site served only so, http) URL on one of them and the entry's `repo` names the site (its host, no "www.").
+SITES = frozenset({
+    "stackoverflow.com", "discuss.vllm.ai", "discuss.huggingface.co", "reddit.com", "discuss.ai.google.dev",
+    "velog.io", "blog.gitcode.com", "maplevalley.com.cn", "gigagpu.com", "blog.youkuaiyun.com", "blog.csdn.net",
+})
+PAGE = re.compile(r"https?://(?:www\.)?([a-z0-9.-]+\.[a-z]{2,})/\S+")
 VERSION = re.compile(r"\d+\.\d+(?:\.\d+)*(?:\.?(?:post|rc|dev)\d+)*(?:\+\S+)?")
 #: A Hugging Face or similar token that escaped the `hf_***` redaction.
 SECRET = re.compile(r"\bhf_[A-Za-z0-9]{20,}|\bsk-[A-Za-z0-9]{20,}")
@@ -38,7 +45,7 @@ def _lines(name: str) -> list[str]:
 
 
 def test_the_corpus_is_large_and_varied_enough():
-    assert len(INDEX) >= 257
+    assert len(INDEX) >= 267
     assert len({e["cause"] for e in INDEX}) >= 63
 
 
@@ -58,9 +65,12 @@ def test_entry_is_well_formed(entry):
     assert CAUSE_ID.fullmatch(entry["cause"]), entry["cause"]
     assert match.group(2) == entry["cause"], "the file is named by its cause"
     assert entry["kind"] in KINDS
-    source = SOURCE.fullmatch(entry["source"])
-    assert source, entry["source"]
-    assert source.group(1).lower() == entry["repo"].lower()
+    source, page = SOURCE.fullmatch(entry["source"]), PAGE.fullmatch(entry["source"])
+    if source:
+        assert source.group(1).lower() == entry["repo"].lower()
+    else:
+        assert page and page.group(1) in SITES, entry["source"]
+        assert page.group(1) == entry["repo"], "a page's repo names its site"
     version = entry["vllm_version"]
     assert version is None or (isinstance(version, str) and VERSION.fullmatch(version)), version
     assert isinstance(entry["numbers"], dict)

@@ -96,10 +96,11 @@ KV_CACHE_TOO_SMALL = Cause(
              EXC + r"To serve at least one request with the models?'s max seq len\s*\(\s*" + named("max_seq_len", INT)
              + r"\s*\)(?:,\s*\(?\s*" + named("needed_gib", NUM) + r"\s*GiB KV cache is needed, which is larger than "
              r"the available KV cache memory\s*\(\s*" + named("available_gib", NUM) + r"\s*GiB\))?", read=_kv_read),
-     Pattern("that can be stored in KV cache",
-             r"max seq len\s*\(\s*" + named("max_seq_len", INT) + r"\s*\) is larger than the maximum number of tokens "
-             # a paste cut right after the parenthesis still states the length
-             r"that can be stored in KV cache\s*\(\s*(?:" + named("estimated_max_model_len", INT) + r"\s*\)|\Z)")),
+     Pattern("is larger than the maximum number of",
+             r"max seq len\s*\(\s*" + named("max_seq_len", INT) + r"\s*\) is larger than the maximum number of"
+             # a paste cut right after the parenthesis, or wrapped before "tokens", still states the length
+             r"(?:\s*\Z| tokens that can be stored in KV cache\s*\(\s*(?:" + named("estimated_max_model_len", INT)
+             + r"\s*\)|\Z))")),
     ("largest max_model_len that fits: {estimated_max_model_len}",
      "max_model_len {max_seq_len} needs {needed_gib} GiB of KV cache, {available_gib} GiB is available",
      "the KV cache cannot hold one request of max_model_len {max_seq_len}: lower it or raise gpu_memory_utilization",
@@ -109,6 +110,7 @@ KV_CACHE_TOO_SMALL = Cause(
     # the figures of a message a terminal or the reporter wrapped (the lines after it are read for them too)
     also=(Also("needed_gib", r"(-?\d{1,15}(?:\.\d{1,15})?)\s*GiB KV cach", float),
           Also("available_gib", r"available KV cache memory\s*\(\s*(-?\d{1,15}(?:\.\d{1,15})?)\s*GiB", float),
+          Also("estimated_max_model_len", r"\Atokens that can be stored in KV cache\s*\(\s*(\d{1,18})\s*\)", int),
           Also("estimated_max_model_len", r"estimated maximum model length is\s*(\d[\d,]{0,20}\d|\d)",
                lambda t: int(t.replace(",", "")))),
     examples=(
@@ -116,6 +118,7 @@ KV_CACHE_TOO_SMALL = Cause(
         "needed, which is larger than the available KV cache memory (1.56 GiB). Based on the available memory, the "
         "estimated maximum model length is 12768. Try increasing `gpu_memory_utilization` or decreasing "
         "`max_model_len` when initializing the engine.",
+        "ValueError: The model's max seq len (32768) is larger than the maximum number of",
         "ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that can be stored "
         "in KV cache (7344). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing "
         "the engine."))
@@ -283,8 +286,9 @@ DTYPE_UNSUPPORTED_GPU = Cause(
     "the dtype needs a newer GPU (\"Bfloat16 is only supported on GPUs with compute capability of at least 8.0\")",
     (Pattern("is only supported on GPUs with compute capability",
              r"(?P<dtype_asked>Bfloat16|bfloat16|FP8|fp8|\w+) is only supported on GPUs with compute capability of at "
-             r"least (?P<min_capability>\d{1,2}\.\d)\.(?: Your (?P<gpu>[^.]{1,80}?) GPU has compute capability "
-             r"(?P<capability>\d{1,2}\.\d))?"),
+             r"least (?P<min_capability>\d{1,2}\.\d)(?:\.(?: Your (?P<gpu>[^.]{1,80}?) GPU has compute capability "
+             # a quote that stops at the first sentence (no full stop) still names the dtype and the capability
+             r"(?P<capability>\d{1,2}\.\d))?)?"),
      Pattern("is not supported on this GPU", r"(?P<dtype_asked>bfloat16|float16|fp8|BF16|FP16) is not supported on "
              r"this GPU", flags=re.I)),
     ("{gpu} (compute capability {capability}) has no {dtype_asked}: use --dtype {suggested_dtype}",

@@ -217,11 +217,14 @@ NO_GPU_VISIBLE = Cause(
      # vLLM 0.8.5+ logs it at INFO and goes on until something fails for want of a device: weak, any level
      Pattern("No platform detected, vLLM is running on UnspecifiedPlatform", rank=WEAK, any_level=True),
      # the container engine's own refusal: no NVIDIA runtime (nvidia-container-toolkit) for --gpus
-     Pattern("could not select device driver")),
+     Pattern("could not select device driver"),
+     # vLLM 0.2.x-0.3.x DeviceConfig (config.py): neither CUDA nor Neuron available for device "auto"
+     Pattern("No supported device detected")),
     ("no GPU is visible to the server: pass the devices (--gpus / CUDA_VISIBLE_DEVICES) and check the driver",),
     examples=("RuntimeError: Failed to infer device type", "RuntimeError: No CUDA GPUs are available",
               "INFO 08-02 02:39:50 [__init__.py:248] No platform detected, vLLM is running on UnspecifiedPlatform",
-              'docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]]'))
+              'docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]]',
+              "RuntimeError: No supported device detected."))
 
 INVALID_DEVICE_ORDINAL = Cause(
     "invalid_device_ordinal", K,
@@ -241,6 +244,9 @@ DRIVER_MISMATCH = Cause(
      Pattern("CUDA driver version is insufficient"),
      Pattern("cudaErrorInsufficientDriver"),
      Pattern("unsupported display driver / cuda driver combination"),
+     # cudaErrorSystemDriverMismatch by its number, as launchers and reporters word it ("Error 803: CUDA driver/display
+     # driver mismatch")
+     Pattern("rror 803", r"\b[Ee]rror 803\b"),
      Pattern("forward compatibility was attempted on non supported HW"),
      # the NVIDIA container hook refuses to start an image whose CUDA the driver is too old for
      Pattern("driver", r"unsatisfied condition: cuda\s*>=?\s*(?P<required_cuda>\d{1,3}\.\d{1,3})"),
@@ -256,6 +262,7 @@ DRIVER_MISMATCH = Cause(
               "driver by downloading and installing a new version from the URL: http://www.nvidia.com/Download/"
               "index.aspx",
               "RuntimeError: CUDA driver version is insufficient for CUDA runtime version",
+              'dynamo serve ... "Error 803: CUDA driver/display driver mismatch"',
               "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.4, please update your driver "
               "to a newer version, or use an earlier cuda container: unknown."))
 

@@ -11,9 +11,10 @@ NUM = r"(-?\d{1,15}(?:\.\d{1,15})?)(?![\d.]\d)"
 INT = r"(\d{1,3}(?:,\d{3}){1,6}|\d{1,18})(?![\d,]\d)"
 # What may precede a refusal's text on its line: an exception's class ("ValueError: ", "torch.OutOfMemoryError: ")
 # or pydantic's "Value error, ". Anchoring refusals here keeps source-code lines in tracebacks from matching.
-# Words glued to the class in a paste ("报错ValueError: ...": no space, not ASCII) and a launcher's own prefix inside
+# Words or a marker before the class in a paste ("报错ValueError: ...", "🚫 ValueError: ...": not ASCII, then at most
+# a space or a quote) and a launcher's own prefix inside
 # the message (Xinference's actor "[address=127.0.0.1:37657, pid=3125985] ") are allowed around it.
-EXC = (r"\A(?:[^\x00-\x7f]{1,40}(?=[A-Za-z_][\w.]{0,100}(?:Error|Exception|Exit)\s*:))?"
+EXC = (r"\A(?:[^\x00-\x7f]{1,40}[ \"']?(?=[A-Za-z_][\w.]{0,100}(?:Error|Exception|Exit)\s*:))?"
        r"(?:[A-Za-z_][\w.]{0,100}(?:Error|Exception|Exit)\s*:\s*|Value error,\s*)?"
        r"(?:\[address=[^\]\s]{1,100},\s*pid=\d{1,10}\]\s*)?")
 
