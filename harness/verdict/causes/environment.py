@@ -207,6 +207,8 @@ NO_GPU_VISIBLE = Cause(
     "the server sees no GPU (no device passed to the container, CUDA_VISIBLE_DEVICES empty, no driver): \"Failed to "
     "infer device type\", \"No CUDA GPUs are available\"",
     (Pattern("Failed to infer device type"),
+     # its wording before 0.4 (0.3.3 `config.py`, DeviceConfig: torch.cuda.is_available() false, no Neuron)
+     Pattern("No supported device detected"),
      Pattern("No CUDA GPUs are available"),
      Pattern("Found no NVIDIA driver"),
      Pattern("no CUDA-capable device is detected"),
@@ -224,6 +226,7 @@ NO_GPU_VISIBLE = Cause(
      Pattern("nvidia-container-cli: initialization error")),
     ("no GPU is visible to the server: pass the devices (--gpus / CUDA_VISIBLE_DEVICES) and check the driver",),
     examples=("RuntimeError: Failed to infer device type", "RuntimeError: No CUDA GPUs are available",
+              "RuntimeError: No supported device detected.",
               "INFO 08-02 02:39:50 [__init__.py:248] No platform detected, vLLM is running on UnspecifiedPlatform",
               'docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]]',
               "Error: setting up CDI devices: unresolvable CDI devices nvidia.com/gpu=all",
