@@ -48,6 +48,10 @@ class Wrapper(StrEnum):
     gpustack = "gpustack"
     """GPUStack's server and worker log: `2025-03-04T14:57:43+00:00 - gpustack.worker.backends.vllm - INFO - ` (newer
     releases: `2025-12-20 04:37:58.559317+08:00 - `; a paste without the time keeps `gpustack.<module> - LEVEL - `)."""
+    cloud_logging = "cloud_logging"
+    """Google Cloud Logging (a GKE container's log copied from Logs Explorer): the entry's severity, its RFC 3339 time
+    and the resource label shown as its summary field: `INFO 2025-11-19T20:16:36.096625454Z
+    [resource.labels.containerName: vllm] ` (the severity is the log store's guess, not vLLM's level)."""
     timestamps = "timestamps"
     """`docker logs -t`, `docker compose logs -t`, `kubectl logs --timestamps`: an RFC 3339 time and a space
     (`2025-08-12T08:42:39.123456789Z `)."""
@@ -64,6 +68,8 @@ _SHAPES = re.compile(
     rf"|(?P<{Wrapper.dynamo}>{_DATE_T}\.\d{{1,9}}Z (?:ERROR| WARN| INFO|DEBUG|TRACE) [A-Za-z_][\w.:-]{{0,200}}: )"
     rf"|(?P<{Wrapper.gpustack}>(?:\d{{4}}-[01]\d-[0-3]\d[T ][0-2]\d:[0-5]\d:[0-6]\d(?:\.\d{{1,6}})?{_ZONE} - "
     r"[A-Za-z_][\w.]{0,200}|gpustack(?:\.\w{1,100}){0,20}) - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - )"
+    rf"|(?P<{Wrapper.cloud_logging}>(?:DEFAULT|DEBUG|INFO|NOTICE|WARNING|ERROR|CRITICAL|ALERT|EMERGENCY) "
+    rf"{_DATE_T}(?:\.\d{{1,9}})?{_ZONE} \[resource\.labels\.[A-Za-z_]{{1,64}}: [^\]\n]{{1,253}}\] )"
     rf"|(?P<{Wrapper.timestamps}>{_DATE_T}(?:\.\d{{1,9}})?{_ZONE} )"
     rf"|(?P<{Wrapper.cloudwatch_csv}>1\d{{12}},)"
     rf"|(?P<{Wrapper.buildkite}>\[{_DATE_T}Z\] )"

@@ -119,6 +119,8 @@ LOOK_ALIKES = {
     "uvicorn": 'INFO:     127.0.0.1:40000 - "GET /health HTTP/1.1" 200 OK',
     "vllm-header": "(APIServer pid=7) INFO 12-04 12:00:00 [api_utils.py:347] vLLM server version 0.32.0",
     "traceback": '  File "/usr/lib/python3.12/site-packages/vllm/v1/core/kv_cache_utils.py", line 1087, in check',
+    "vllm-level-and-label": "INFO 11-19 12:16:36 [resource.labels.containerName: vllm] hello",
+    "cloud-logging-without-label": "INFO 2025-11-19T20:16:36.096625454Z [core.py:842] EngineCore failed to start.",
 }
 
 
@@ -154,6 +156,10 @@ OWN_LINES = {
                               "backend image"),
     "gpustack-without-time": ("gpustack.worker.backends.vllm - INFO - Starting vllm server", (Wrapper.gpustack,),
                               "Starting vllm server"),
+    # Google Cloud Logging's Logs Explorer, a GKE container's lines (vllm-project/vllm 29049; corpus 305)
+    "cloud-logging": ("INFO 2025-11-19T20:16:36.096638074Z [resource.labels.containerName: vllm] (EngineCore_DP0 "
+                      "pid=270) ERROR 11-19 12:16:36 [v1/engine/core.py:842] EngineCore failed to start.",
+                      (Wrapper.cloud_logging,), "EngineCore failed to start."),
 }
 
 
@@ -165,6 +171,7 @@ LAUNCHER_PREFIXES = {
     "xinference": "2024-04-12 21:57:39,467 vllm.engine.llm_engine 167 ERROR    ",
     "dynamo": "2025-06-06T09:52:01.833Z ERROR core.run_engine_core: ",
     "gpustack": "2025-03-04T14:57:43+00:00 - gpustack.worker.backends.vllm - ERROR - ",
+    "cloud-logging": "ERROR 2025-11-19T20:16:36.096638074Z [resource.labels.containerName: vllm] ",
 }
 
 

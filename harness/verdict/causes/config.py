@@ -260,14 +260,19 @@ NOT_ENOUGH_GPUS = Cause(
      # V1's worker (0.11.0 `v1/worker/gpu_worker.py`), an assertion: on multi-node Ray it compared the whole world size
      # with one node's GPUs, vLLM's own bug (fixed by its PR 28873).
      Pattern("number of visible devices", r"local_world_size\s*\(\s*" + named("world_size", INT)
-             + r"\s*\) must be less than or equal to the number of visible devices\s*\(\s*" + named("gpus", INT))),
+             + r"\s*\) must be less than or equal to the number of visible devices\s*\(\s*" + named("gpus", INT)),
+     # TRL's GRPOTrainer (0.14-0.15, `vllm_device="auto"` = the GPU after the training processes'): the training
+     # processes already take every GPU, none is left for vLLM
+     Pattern("The requested device for vllm")),
     ("world size {world_size} is above the {gpus} GPUs visible: lower tensor/pipeline parallel sizes",
      "the world size is above the GPUs visible: lower tensor/pipeline parallel sizes (or show the server more GPUs)"),
     numbers=("world_size", "gpus"),
     examples=("AssertionError: please set tensor_parallel_size to less than max local gpu count",
               "ValueError: The number of required GPUs exceeds the total number of available GPUs in the placement "
               "group.",
-              "AssertionError: local_world_size (16) must be less than or equal to the number of visible devices (8)."))
+              "AssertionError: local_world_size (16) must be less than or equal to the number of visible devices (8).",
+              "ValueError: The requested device for vllm (cuda:1) is not available. You are likely using vLLM without "
+              "restricting the number of GPUs for training."))
 
 EP_NOT_DIVISIBLE = Cause(
     "ep_not_divisible", K, "the expert count does not divide by the expert-parallel size",

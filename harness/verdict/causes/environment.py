@@ -207,6 +207,8 @@ NO_GPU_VISIBLE = Cause(
     "the server sees no GPU (no device passed to the container, CUDA_VISIBLE_DEVICES empty, no driver): \"Failed to "
     "infer device type\", \"No CUDA GPUs are available\"",
     (Pattern("Failed to infer device type"),
+     # its wording before 0.4 (0.3.3 `config.py`, DeviceConfig: torch.cuda.is_available() false, no Neuron)
+     Pattern("No supported device detected"),
      Pattern("No CUDA GPUs are available"),
      Pattern("Found no NVIDIA driver"),
      Pattern("no CUDA-capable device is detected"),
@@ -218,13 +220,18 @@ NO_GPU_VISIBLE = Cause(
      Pattern("No platform detected, vLLM is running on UnspecifiedPlatform", rank=WEAK, any_level=True),
      # the container engine's own refusal: no NVIDIA runtime (nvidia-container-toolkit) for --gpus
      Pattern("could not select device driver"),
-     # vLLM 0.2.x-0.3.x DeviceConfig (config.py): neither CUDA nor Neuron available for device "auto"
-     Pattern("No supported device detected")),
+     # podman's: no CDI spec for the device asked (`nvidia-ctk cdi generate` never run, or not where podman looks)
+     Pattern("unresolvable CDI devices"),
+     # the NVIDIA runtime hook's: it cannot load the host driver's own libraries (no driver, or none it can see)
+     Pattern("nvidia-container-cli: initialization error")),
     ("no GPU is visible to the server: pass the devices (--gpus / CUDA_VISIBLE_DEVICES) and check the driver",),
     examples=("RuntimeError: Failed to infer device type", "RuntimeError: No CUDA GPUs are available",
+              "RuntimeError: No supported device detected.",
               "INFO 08-02 02:39:50 [__init__.py:248] No platform detected, vLLM is running on UnspecifiedPlatform",
               'docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]]',
-              "RuntimeError: No supported device detected."))
+              "Error: setting up CDI devices: unresolvable CDI devices nvidia.com/gpu=all",
+              "nvidia-container-cli: initialization error: load library failed: libnvidia-ml.so.1: cannot open shared "
+              "object file: no such file or directory: unknown"))
 
 INVALID_DEVICE_ORDINAL = Cause(
     "invalid_device_ordinal", K,
@@ -459,7 +466,9 @@ PORT_IN_USE = Cause(
     ("port {port} is taken (another server, or a previous vLLM still holding it): free it or pick another port",
      "the port is taken (another server, or a previous vLLM still holding it): free it or pick another port"),
     numbers=("host", "port", "errno"),
-    also=(Also("errno", r"\[Errno (-?\d{1,4})\]|\bcode: (-?\d{1,4}), name: EADDRINUSE", int),),
+    also=(Also("errno", r"\[Errno (-?\d{1,4})\]|\bcode: (-?\d{1,4}), name: EADDRINUSE", int),
+          # torch's TCPStore: "...network address. port: 32847, useIpv6: false, code: -98, name: EADDRINUSE"
+          Also("port", r"\bport: (\d{1,5}), useIpv6", int)),
     examples=("OSError: [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already in use",
               "OSError: [Errno 98] Address already in use"))
 
