@@ -371,14 +371,19 @@ UNSUPPORTED_ARCHITECTURE = Cause(
      # a GGUF file's architecture: vLLM's own check (0.6.3+) and transformers' GGUF loader that vLLM calls
      Pattern("GGUF model with architecture", r"GGUF model with architecture (?P<architecture>[\w.-]{1,80}) is not "
              r"supported"),
-     Pattern("not supported", r"\A(?:ValueError: )?Architecture (?P<architecture>[\w.-]{1,80}) not supported\b")),
+     Pattern("not supported", r"\A(?:ValueError: )?Architecture (?P<architecture>[\w.-]{1,80}) not supported\b"),
+     # the model's config.json lists no architecture at all (a repo vLLM cannot serve as-is): raised by the model
+     # registry since 0.10 (a WARNING before), in pydantic's "Value error, ..." under ModelConfig
+     Pattern("No model architectures are specified")),
     ("this vLLM does not know {architecture}: upgrade vLLM or serve another model",
      "this vLLM does not know the model's architecture"),
     numbers=("architecture",),
     examples=("ValueError: Model architectures ['Qwen3ForCausalLM'] are not supported for now. Supported "
               "architectures: dict_keys(['AquilaModel', 'LlamaForCausalLM'])",
               "ValueError: GGUF model with architecture olmo2 is not supported yet.",
-              "ValueError: Architecture chatglm not supported"))
+              "ValueError: Architecture chatglm not supported",
+              "Value error, No model architectures are specified [type=value_error, input_value=ArgsKwargs((), "
+              "{'model': 'x'}), input_type=ArgsKwargs]"))
 
 TRUST_REMOTE_CODE = Cause(
     "trust_remote_code", K,
@@ -460,10 +465,18 @@ V1_UNSUPPORTED = Cause(
      # a quantization method that does not run split over GPUs (0.6.1: "BitAndBytes quantization with TP or PP is not
      # supported yet.")
      Pattern("is not supported yet", r"(?P<feature>\w{1,40} quantization with (?:TP|PP|tensor|pipeline)[\w ]{0,40}) "
-             r"(?:is|are) not supported yet")),
-    ("not supported by this engine: {feature}", "a feature this engine does not support"),
-    numbers=("feature",),
+             r"(?:is|are) not supported yet"),
+     # a multimodal option given for a model this vLLM reads as text-only (ModelConfig, 0.5.5+: "`limit_mm_per_prompt`
+     # is only supported for multimodal models."; a release that predates the model's multimodal support says so too)
+     Pattern("supported for multimodal models", r"`?(?P<option>\w{1,60})`? is only supported for multimodal models")),
+    ("not supported by this engine: {feature}",
+     "{option} is for multimodal models and this vLLM reads the model as text-only: drop it, or use a release that "
+     "serves the model as multimodal",
+     "a feature this engine does not support"),
+    numbers=("feature", "option"),
     examples=("NotImplementedError: VLLM_USE_V1=1 is not supported with --speculative-model.",
+              "Value error, `limit_mm_per_prompt` is only supported for multimodal models. [type=value_error, "
+              "input_value=ArgsKwargs((), {'model': 'x'}), input_type=ArgsKwargs]",
               "ValueError: LoRA with pooling models is not supported in V1.",
               "ValueError: BitAndBytes quantization with TP or PP is not supported yet."))
 

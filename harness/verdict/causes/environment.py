@@ -314,11 +314,18 @@ NO_KERNEL_IMAGE = Cause(
     (Pattern("no kernel image is available"),
      Pattern("is not compatible with the current PyTorch installation",
              r"with CUDA capability (?P<capability>sm_\d{2,3})"
-             r" is not compatible with the current PyTorch installation")),
-    ("this build has no kernels for {capability}: use a build for this GPU",
+             r" is not compatible with the current PyTorch installation"),
+     # FlashInfer's arch detection (its JIT compiles for the GPU with the local CUDA toolkit): a Blackwell GPU with a
+     # toolkit older than the architecture needs, e.g. "SM 12.x requires CUDA >= 12.9." (vLLM 0.32's sampler re-derives
+     # it the same way)
+     Pattern("requires CUDA >=", r"SM (?P<sm>\d{1,3})\.x requires CUDA >= (?P<cuda_needed>\d{1,2}\.\d{1,2})")),
+    ("the CUDA toolkit is older than SM {sm}.x needs (CUDA >= {cuda_needed}): install a newer toolkit (or an image "
+     "built with it) so FlashInfer can compile for this GPU",
+     "this build has no kernels for {capability}: use a build for this GPU",
      "this build has no kernels for this GPU's architecture: use a build (image, wheel) for it"),
-    numbers=("capability",),
-    examples=("RuntimeError: CUDA error: no kernel image is available for execution on the device",))
+    numbers=("capability", "sm", "cuda_needed"),
+    examples=("RuntimeError: CUDA error: no kernel image is available for execution on the device",
+              "Failed to get device capability: SM 12.x requires CUDA >= 12.9."))
 
 EXTENSION_ABI_MISMATCH = Cause(
     "extension_abi_mismatch", K,
