@@ -100,6 +100,9 @@ BAD_LOCAL_PATH = Cause(
      # a traceback's `raise HFValidationError(` names no path: the message does
      Pattern("HFValidationError", rank=WEAK),
      Pattern("Cannot find any model weights", r"Cannot find any model weights with `?(?P<path>[^`\s]{1,300})"),
+     # transformers' catch-all for a local path (configuration_utils.py: "make sure '<path>' is the correct path to a
+     # directory containing a config.json file"): the folder is missing here (a volume not mounted) or holds no config
+     Pattern("Can't load the configuration of", r"Can't load the configuration of '(?P<path>[/.~][^']{0,300})'"),
      # a local folder that lacks a file its config needs (MISSING_CONFIG_JSON leaves it here)
      Pattern("does not appear to have a file named", r"(?P<path>\S{1,300}) does not appear to have a file named "
              r"(?P<file>[\w-]{1,60}(?:\.[A-Za-z]\w{0,9})?)")),
@@ -110,6 +113,7 @@ BAD_LOCAL_PATH = Cause(
     numbers=("path", "file"),
     examples=("OSError: /models/deepseek-r1 does not appear to have a file named configuration_deepseek.py. Checkout "
               "'https://huggingface.co//models/deepseek-r1/tree/None' for available files.",
+              "OSError: Can't load the configuration of '/model'. If you were trying to load it from",
               "ValueError: Invalid repository ID or local directory specified: '/models/nope'. Please verify the "
               "following requirements:",
               "huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or "
@@ -121,7 +125,8 @@ MISSING_CONFIG_JSON = Cause(
     "the model directory (or repo) has no config.json (\"does not appear to have a file named config.json\")",
     (Pattern("does not appear to have a file named", r"(?P<path>\S{1,300}) does not appear to have a file named "
              r"(?P<file>[\w-]{1,60}(?:\.[A-Za-z]\w{0,9})?)", read=_no_config),
-     Pattern("Can't load the configuration of", r"Can't load the configuration of '(?P<path>[^']{1,300})'"),
+     # transformers' catch-all for a name it could not load: a Hub id here (a local path is BAD_LOCAL_PATH's)
+     Pattern("Can't load the configuration of", r"Can't load the configuration of '(?P<path>(?![/.~])[^']{1,300})'"),
      # 0.7+ (get_config with config_format auto): neither config.json nor params.json
      Pattern("Could not detect config format", r"Could not detect config format for no config file found"),
      Pattern("No supported config format found", r"No supported config format found in (?P<path>\S{1,300})")),
