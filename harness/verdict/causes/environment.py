@@ -347,13 +347,20 @@ BROKEN_INSTALL = Cause(
     "different releases)",
     (Pattern("No module named", r"No module named '?(?P<module>[\w.]{1,120})"),
      Pattern("cannot import name", r"cannot import name '(?P<name>\w{1,120})' from '(?P<module>[\w.]{1,120})'"),
-     Pattern("Please install", r"\A\w*(?:Error|Exception):.{0,200}Please install (?P<module>[\w.-]{1,80})", rank=WEAK)),
+     Pattern("Please install", r"\A\w*(?:Error|Exception):.{0,200}Please install (?P<module>[\w.-]{1,80})", rank=WEAK),
+     # a launcher that runs vLLM's console script where the image has none: GPUStack 0.3.0's Docker image ("Failed to
+     # run the vllm server: [Errno 2] No such file or directory: '/usr/local/bin/vllm'"), an OCI runtime's exec
+     Pattern("/bin/vllm'", r"No such file or directory: '(?P<executable>[^']{0,200}/bin/vllm)'"),
+     Pattern("executable file not found", r"\"?(?P<executable>vllm)\"?: executable file not found in \$PATH")),
     ("the install is broken: {module} is missing or of another release ({name}): reinstall vLLM's pinned set",
      "the install is broken: {module} is missing: reinstall vLLM's pinned set",
+     "vLLM is not installed where the launcher runs it ({executable}): install it in the image or fix the command",
      "the install is broken: reinstall vLLM's pinned set"),
-    numbers=("module", "name"),
+    numbers=("module", "name", "executable"),
     examples=("ModuleNotFoundError: No module named 'vllm._C'",
-              "ImportError: cannot import name 'cached_property' from 'transformers.utils'"))
+              "ImportError: cannot import name 'cached_property' from 'transformers.utils'",
+              "Failed to run the vllm server: [Errno 2] No such file or directory: '/usr/local/bin/vllm'",
+              "exec: \"vllm\": executable file not found in $PATH: unknown"))
 
 NCCL_ERROR = Cause(
     "nccl_error", K,
