@@ -37,13 +37,20 @@ MODEL_CODE_ERROR = Cause(
     # the model's code reading an attribute the checkpoint's config class lacks: the config names the model's code
     # even where the paste lost the frames
     (Pattern("AttributeError: '", r"\A(?P<exception>AttributeError): '(?P<config>\w{1,80}Config)' "
-             r"object has no attribute '(?P<attribute>\w{1,80})'"),),
+             r"object has no attribute '(?P<attribute>\w{1,80})'"),
+     # one of vLLM's own layers lacking what a quantization method reads (0.8.3's 'ColumnParallelLinear' object has
+     # no attribute 'input_scale'); V0's MQ engine logs the bare message, class-less, before its traceback
+     Pattern("' object has no attribute '", r"\A(?:(?P<exception>AttributeError): )?'(?P<layer>\w{0,60}"
+             r"(?:Linear|MoE|Embedding|Attention|LMHead))' object has no attribute '(?P<attribute>\w{1,80})'")),
     ("{exception} in the model's code ({where}): a vLLM bug or an unsupported variant of this model",
      "the model's code reads {attribute}, which this checkpoint's {config} lacks: a variant of the model this vLLM "
      "does not support (or a bug)",
+     "vLLM's {layer} layer has no {attribute}: this vLLM's code for the model's layers or its quantization does not "
+     "fit this checkpoint (a vLLM bug: try another release)",
          "an exception in the model's code: a vLLM bug or an unsupported variant of this model"),
-    numbers=("exception", "message", "where", "config", "attribute"),
-    examples=("AttributeError: 'LlavaConfig' object has no attribute 'vision_config'",))
+    numbers=("exception", "message", "where", "config", "layer", "attribute"),
+    examples=("AttributeError: 'LlavaConfig' object has no attribute 'vision_config'",
+              "'ColumnParallelLinear' object has no attribute 'input_scale'"))
 
 #: The faults of a kernel's launch or run, as CUDA (and HIP) word them after "CUDA error: ".
 _KERNEL_FAULT = (r"(?:CUDA|HIP) error: (?P<error>invalid configuration argument|an illegal memory access was "

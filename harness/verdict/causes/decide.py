@@ -71,6 +71,9 @@ SOURCE_LINE = "raise "
 #: The files there that are vLLM's machinery, not a model's code: the registry inspects architectures in a subprocess
 #: (its failure is model_inspection_failed, said on its own line).
 NOT_MODEL_CODE = ("/registry.py",)
+#: A frame's function while its module is being imported: a model file's frame there only imports what raised (a
+#: kernel package failing at import, as lightop without its DTK on a Hygon DCU), so the model's code did not fail.
+IMPORT_FRAME = "<module>"
 
 
 def oom_phase(frames: list[tuple[str, str]]) -> Cause | None:
@@ -137,8 +140,8 @@ class CauseReader:
             self._continue(message)
         if found is None:
             if not quiet and self._code_error is None and (numbers := exception_numbers(message)):
-                where = [f for f, _ in self._frames.get(process, [])
-                         if MODEL_CODE in f and not f.endswith(NOT_MODEL_CODE)]
+                where = [f for f, func in self._frames.get(process, [])
+                         if MODEL_CODE in f and not f.endswith(NOT_MODEL_CODE) and func != IMPORT_FRAME]
                 if where:
                     numbers["where"] = where[-1].rpartition(MODEL_CODE)[2]
                     self._code_error = (numbers, message, process)

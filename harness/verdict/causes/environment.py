@@ -100,6 +100,9 @@ BAD_LOCAL_PATH = Cause(
      # a traceback's `raise HFValidationError(` names no path: the message does
      Pattern("HFValidationError", rank=WEAK),
      Pattern("Cannot find any model weights", r"Cannot find any model weights with `?(?P<path>[^`\s]{1,300})"),
+     # transformers' catch-all for a local path (configuration_utils.py: "make sure '<path>' is the correct path to a
+     # directory containing a config.json file"): the folder is missing here (a volume not mounted) or holds no config
+     Pattern("Can't load the configuration of", r"Can't load the configuration of '(?P<path>[/.~][^']{0,300})'"),
      # a local folder that lacks a file its config needs (MISSING_CONFIG_JSON leaves it here)
      Pattern("does not appear to have a file named", r"(?P<path>\S{1,300}) does not appear to have a file named "
              r"(?P<file>[\w-]{1,60}(?:\.[A-Za-z]\w{0,9})?)")),
@@ -110,6 +113,7 @@ BAD_LOCAL_PATH = Cause(
     numbers=("path", "file"),
     examples=("OSError: /models/deepseek-r1 does not appear to have a file named configuration_deepseek.py. Checkout "
               "'https://huggingface.co//models/deepseek-r1/tree/None' for available files.",
+              "OSError: Can't load the configuration of '/model'. If you were trying to load it from",
               "ValueError: Invalid repository ID or local directory specified: '/models/nope'. Please verify the "
               "following requirements:",
               "huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or "
@@ -121,7 +125,8 @@ MISSING_CONFIG_JSON = Cause(
     "the model directory (or repo) has no config.json (\"does not appear to have a file named config.json\")",
     (Pattern("does not appear to have a file named", r"(?P<path>\S{1,300}) does not appear to have a file named "
              r"(?P<file>[\w-]{1,60}(?:\.[A-Za-z]\w{0,9})?)", read=_no_config),
-     Pattern("Can't load the configuration of", r"Can't load the configuration of '(?P<path>[^']{1,300})'"),
+     # transformers' catch-all for a name it could not load: a Hub id here (a local path is BAD_LOCAL_PATH's)
+     Pattern("Can't load the configuration of", r"Can't load the configuration of '(?P<path>(?![/.~])[^']{1,300})'"),
      # 0.7+ (get_config with config_format auto): neither config.json nor params.json
      Pattern("Could not detect config format", r"Could not detect config format for no config file found"),
      Pattern("No supported config format found", r"No supported config format found in (?P<path>\S{1,300})")),
@@ -349,13 +354,20 @@ BROKEN_INSTALL = Cause(
     "different releases)",
     (Pattern("No module named", r"No module named '?(?P<module>[\w.]{1,120})"),
      Pattern("cannot import name", r"cannot import name '(?P<name>\w{1,120})' from '(?P<module>[\w.]{1,120})'"),
-     Pattern("Please install", r"\A\w*(?:Error|Exception):.{0,200}Please install (?P<module>[\w.-]{1,80})", rank=WEAK)),
+     Pattern("Please install", r"\A\w*(?:Error|Exception):.{0,200}Please install (?P<module>[\w.-]{1,80})", rank=WEAK),
+     # a launcher that runs vLLM's console script where the image has none: GPUStack 0.3.0's Docker image ("Failed to
+     # run the vllm server: [Errno 2] No such file or directory: '/usr/local/bin/vllm'"), an OCI runtime's exec
+     Pattern("/bin/vllm'", r"No such file or directory: '(?P<executable>[^']{0,200}/bin/vllm)'"),
+     Pattern("executable file not found", r"\"?(?P<executable>vllm)\"?: executable file not found in \$PATH")),
     ("the install is broken: {module} is missing or of another release ({name}): reinstall vLLM's pinned set",
      "the install is broken: {module} is missing: reinstall vLLM's pinned set",
+     "vLLM is not installed where the launcher runs it ({executable}): install it in the image or fix the command",
      "the install is broken: reinstall vLLM's pinned set"),
-    numbers=("module", "name"),
+    numbers=("module", "name", "executable"),
     examples=("ModuleNotFoundError: No module named 'vllm._C'",
-              "ImportError: cannot import name 'cached_property' from 'transformers.utils'"))
+              "ImportError: cannot import name 'cached_property' from 'transformers.utils'",
+              "Failed to run the vllm server: [Errno 2] No such file or directory: '/usr/local/bin/vllm'",
+              "exec: \"vllm\": executable file not found in $PATH: unknown"))
 
 NCCL_ERROR = Cause(
     "nccl_error", K,
