@@ -349,3 +349,18 @@ def test_an_invalid_choice_cut_before_its_choices_still_names_the_value():
     finding = match("vllm serve: error: argument --tool-call-parser: invalid choice: 'glm45' (choose from hermes,")
     assert finding is not None
     assert "accept glm45 for --tool-call-parser" in BY_ID["unrecognized_argument"].hint(finding.numbers)
+
+
+def test_flashinfers_cuda_requirement_line_is_weak_a_later_refusal_is_the_verdict():
+    """FlashInfer's "SM 12.x requires CUDA >= 12.9." is printed and the boot goes on (case 332): it never stops the
+    watch, a KV refusal after it is the verdict (a configuration's, not the machine's), and alone it names the end."""
+    line = "(EngineCore pid=4140) Failed to get device capability: SM 12.x requires CUDA >= 12.9.\n"
+    assert match("Failed to get device capability: SM 12.x requires CUDA >= 12.9.", False).stops is False
+    alone = parse_text(line)
+    assert (alone.cause.id, alone.cause.numbers) == ("no_kernel_image", {"sm": 12, "cuda_needed": "12.9"})
+    refusal = ("(EngineCore pid=4140) ERROR 08-03 17:46:10 [core.py:700] ValueError: To serve at least one request "
+               "with the models's max seq len (8192), (1.00 GiB KV cache is needed, which is larger than the available "
+               "KV cache memory (0.50 GiB). Based on the available memory, the estimated maximum model length is "
+               "4096. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the "
+               "engine.\n")
+    assert parse_text(line + refusal).cause.id == "kv_cache_too_small"

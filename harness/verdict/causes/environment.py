@@ -322,8 +322,11 @@ NO_KERNEL_IMAGE = Cause(
              r" is not compatible with the current PyTorch installation"),
      # FlashInfer's arch detection (its JIT compiles for the GPU with the local CUDA toolkit): a Blackwell GPU with a
      # toolkit older than the architecture needs, e.g. "SM 12.x requires CUDA >= 12.9." (vLLM 0.32's sampler re-derives
-     # it the same way)
-     Pattern("requires CUDA >=", r"SM (?P<sm>\d{1,3})\.x requires CUDA >= (?P<cuda_needed>\d{1,2}\.\d{1,2})")),
+     # it the same way). vLLM prints it and goes on (case 332: the attention backend is chosen after it), so it is weak:
+     # it never stops the watch, and any specific cause after it (a KV refusal, an OOM) is the verdict; alone, it names
+     # the likely end of a boot that died without saying more
+     Pattern("requires CUDA >=", r"SM (?P<sm>\d{1,3})\.x requires CUDA >= (?P<cuda_needed>\d{1,2}\.\d{1,2})",
+             rank=WEAK)),
     ("the CUDA toolkit is older than SM {sm}.x needs (CUDA >= {cuda_needed}): install a newer toolkit (or an image "
      "built with it) so FlashInfer can compile for this GPU",
      "this build has no kernels for {capability}: use a build for this GPU",
