@@ -124,15 +124,19 @@ class ContainerServer:
                 self._noted("stop", exc)
                 failed = self.conn.trouble("stop", exc)
             gone_s = round(self.clock.now() - t0, 3)
+            # The engine going away right after the server died is what killed it (a `systemctl restart docker`
+            # stops every container, then closes its API): the last calls' trouble is the cell's engine trouble too.
             try:
                 self.container.reload()
                 self._state = dict(self.container.attrs.get("State", {}))
-            except Exception:  # noqa: BLE001 - removed already, or the engine away: no last state to keep
+            except Exception as exc:  # noqa: BLE001 - removed already, or the engine away: no last state to keep
+                self._noted("inspect", exc)
                 self._state = {}
             removal = None
             try:
                 self.tc.stop(force=True, delete_volume=True)
             except Exception as exc:  # noqa: BLE001 - gone already; or the engine is away: removed once it is back
+                self._noted("remove", exc)
                 if trouble := self.conn.trouble("remove", exc):
                     self.leftovers.leave(self.container.id)
                     removal = f"{trouble}; the container is left for `boot-harness gc`"
